@@ -1,0 +1,188 @@
+#pragma once
+// Parameter arena: every tensor of a model in one aligned allocation, with named views.
+//
+// An arena_layout records (name, shape, flags) per tensor and gives each a 64-byte aligned offset.
+// An arena<T> is storage that follows a layout; gradients and optimiser slots are further arenas
+// over the *same* layout, so "the gradient of tensor i" is grads[i] and an optimiser is one loop
+// over the flat buffers. A checkpoint is the arena plus the names.
+//
+//   auto layout = std::make_shared<arena_layout>();
+//   auto w = layout->add("h.0.mlp.c_fc.weight", {768, 3072});
+//   arena<float> params(layout), grads(layout);
+//   std::span<float> wv = params[w];
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "sparselm/core/dtype.hpp"
+#include "sparselm/core/error.hpp"
+#include "sparselm/core/view.hpp"
+
+namespace sparselm {
+
+// Per-tensor flags that optimisers and tools read.
+enum param_flags : unsigned {
+  param_none = 0,
+  param_no_decay = 1u << 0,    // excluded from weight decay (norms, biases)
+  param_no_trust = 1u << 1,    // LAMB: no trust ratio (bias, beta, gamma)
+  param_sparse = 1u << 2,      // values of a block-sparse weight (shape = {nnz_blocks, B, B})
+  param_frozen = 1u << 3,      // not updated by the optimiser
+};
+
+struct tensor_info {
+  std::string name;
+  std::vector<std::size_t> shape;
+  std::size_t offset = 0;  // in elements, multiple of the alignment unit
+  std::size_t size = 0;    // product of shape
+  unsigned flags = param_none;
+};
+
+inline std::string shape_string(const std::vector<std::size_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+class arena_layout {
+ public:
+  // Offsets are aligned to this many elements (64 bytes of float).
+  static constexpr std::size_t align_elems = 16;
+
+  // Adds a tensor; returns its index. Names must be unique and sizes non-zero.
+  std::size_t add(std::string name, std::vector<std::size_t> shape, unsigned flags = param_none) {
+    SPARSELM_CHECK(!name.empty(), "arena: tensor name is empty");
+    SPARSELM_CHECK(!index_.contains(name), "arena: duplicate tensor name '", name, "'");
+    SPARSELM_CHECK(!shape.empty(), "arena: tensor '", name, "' has an empty shape");
+    std::size_t n = 1;
+    for (auto d : shape) {
+      SPARSELM_CHECK(d > 0, "arena: tensor '", name, "' has a zero dimension in shape ", shape_string(shape));
+      n *= d;
+    }
+    tensor_info t{std::move(name), std::move(shape), total_, n, flags};
+    total_ += (n + align_elems - 1) / align_elems * align_elems;
+    index_.emplace(t.name, tensors_.size());
+    tensors_.push_back(std::move(t));
+    return tensors_.size() - 1;
+  }
+
+  std::size_t count() const noexcept { return tensors_.size(); }
+  // Elements including alignment padding (the length of the flat buffer).
+  std::size_t total() const noexcept { return total_; }
+  // Elements excluding padding (the number of parameters).
+  std::size_t parameters() const noexcept {
+    std::size_t n = 0;
+    for (auto& t : tensors_) n += t.size;
+    return n;
+  }
+
+  const tensor_info& operator[](std::size_t i) const {
+    SPARSELM_CHECK(i < tensors_.size(), "arena: tensor index ", i, " out of range (", tensors_.size(), " tensors)");
+    return tensors_[i];
+  }
+  std::optional<std::size_t> find(const std::string& name) const {
+    auto it = index_.find(name);
+    if (it == index_.end()) return std::nullopt;
+    return it->second;
+  }
+  std::size_t at(const std::string& name) const {
+    auto i = find(name);
+    SPARSELM_CHECK(i.has_value(), "arena: no tensor named '", name, "'");
+    return *i;
+  }
+  auto begin() const noexcept { return tensors_.begin(); }
+  auto end() const noexcept { return tensors_.end(); }
+
+  // Two layouts are compatible when names, shapes and order agree.
+  bool same_as(const arena_layout& o) const noexcept {
+    if (tensors_.size() != o.tensors_.size()) return false;
+    for (std::size_t i = 0; i < tensors_.size(); ++i)
+      if (tensors_[i].name != o.tensors_[i].name || tensors_[i].shape != o.tensors_[i].shape) return false;
+    return true;
+  }
+
+ private:
+  std::vector<tensor_info> tensors_;
+  std::unordered_map<std::string, std::size_t> index_;
+  std::size_t total_ = 0;
+};
+
+namespace detail {
+struct aligned_free {
+  void operator()(void* p) const noexcept { std::free(p); }
+};
+}  // namespace detail
+
+// Zero-initialised storage for every tensor of a layout, in one 64-byte aligned block.
+template <storage_type T>
+class arena {
+ public:
+  arena() = default;
+  explicit arena(std::shared_ptr<const arena_layout> layout) : layout_(std::move(layout)) {
+    SPARSELM_CHECK(layout_ != nullptr, "arena: null layout");
+    std::size_t bytes = layout_->total() * sizeof(T);
+    bytes = (bytes + 63) / 64 * 64;
+    if (bytes == 0) return;
+    void* p = std::aligned_alloc(64, bytes);
+    SPARSELM_CHECK(p != nullptr, "arena: cannot allocate ", bytes, " bytes");
+    std::memset(p, 0, bytes);
+    data_.reset(static_cast<T*>(p));
+  }
+
+  arena(arena&&) noexcept = default;
+  arena& operator=(arena&&) noexcept = default;
+  // Deep copy (same layout, copied values).
+  arena clone() const {
+    arena r(layout_);
+    if (layout_ && layout_->total()) std::memcpy(r.data_.get(), data_.get(), layout_->total() * sizeof(T));
+    return r;
+  }
+
+  const arena_layout& layout() const noexcept { return *layout_; }
+  const std::shared_ptr<const arena_layout>& layout_ptr() const noexcept { return layout_; }
+  bool empty() const noexcept { return !data_; }
+
+  // The whole flat buffer, padding included (padding stays zero unless written through all()).
+  std::span<T> all() noexcept { return {data_.get(), layout_ ? layout_->total() : 0}; }
+  std::span<const T> all() const noexcept { return {data_.get(), layout_ ? layout_->total() : 0}; }
+
+  std::span<T> operator[](std::size_t i) {
+    const auto& t = (*layout_)[i];
+    return {data_.get() + t.offset, t.size};
+  }
+  std::span<const T> operator[](std::size_t i) const {
+    const auto& t = (*layout_)[i];
+    return {data_.get() + t.offset, t.size};
+  }
+  std::span<T> at(const std::string& name) { return (*this)[layout_->at(name)]; }
+  std::span<const T> at(const std::string& name) const { return (*this)[layout_->at(name)]; }
+
+  // Rank-2 tensor i as a matrix; rank > 2 is viewed as (product of leading dims) x last dim.
+  matrix_view<T> matrix(std::size_t i) {
+    const auto& t = (*layout_)[i];
+    std::size_t cols = t.shape.back();
+    return {data_.get() + t.offset, t.size / cols, cols, cols};
+  }
+  matrix_view<const T> matrix(std::size_t i) const {
+    const auto& t = (*layout_)[i];
+    std::size_t cols = t.shape.back();
+    return {data_.get() + t.offset, t.size / cols, cols, cols};
+  }
+
+  void zero() noexcept {
+    if (data_) std::memset(data_.get(), 0, layout_->total() * sizeof(T));
+  }
+
+ private:
+  std::shared_ptr<const arena_layout> layout_;
+  std::unique_ptr<T, detail::aligned_free> data_;
+};
+
+}  // namespace sparselm

@@ -1,0 +1,84 @@
+#include <doctest/doctest.h>
+
+#include <cstdint>
+
+#include "sparselm/core/arena.hpp"
+#include "sparselm/core/tensor.hpp"
+
+using namespace sparselm;
+
+TEST_CASE("arena layout aligns every tensor and finds names") {
+  auto layout = std::make_shared<arena_layout>();
+  auto a = layout->add("a", {3, 5});
+  auto b = layout->add("b.bias", {7}, param_no_decay);
+  auto c = layout->add("c", {2, 2, 2});
+  CHECK(layout->count() == 3);
+  CHECK(layout->parameters() == 15 + 7 + 8);
+  CHECK((*layout)[a].offset == 0);
+  CHECK((*layout)[b].offset == 16);
+  CHECK((*layout)[c].offset == 32);
+  CHECK(layout->total() == 48);
+  CHECK(layout->at("b.bias") == b);
+  CHECK(((*layout)[b].flags & param_no_decay) != 0);
+  CHECK_FALSE(layout->find("nope").has_value());
+
+  arena<float> p(layout), g(layout);
+  for (std::size_t i = 0; i < layout->count(); ++i) {
+    CHECK(reinterpret_cast<std::uintptr_t>(p[i].data()) % 64 == 0);
+    for (float v : p[i]) CHECK(v == 0.0f);
+  }
+  p[a][4] = 1.5f;
+  CHECK(p.matrix(a)(0, 4) == 1.5f);
+  CHECK(p.matrix(c).rows == 4);
+  CHECK(p.matrix(c).cols == 2);
+  g.at("c")[7] = 2.0f;
+  CHECK(g.all()[32 + 7] == 2.0f);
+  auto q = p.clone();
+  CHECK(q[a][4] == 1.5f);
+  q[a][4] = 0;
+  CHECK(p[a][4] == 1.5f);
+  CHECK(p.layout().same_as(q.layout()));
+}
+
+TEST_CASE("arena layout rejects bad tensors with the name in the message") {
+  arena_layout layout;
+  layout.add("w", {4, 4});
+  CHECK_THROWS_WITH_AS(layout.add("w", {2}), doctest::Contains("duplicate tensor name 'w'"), error);
+  CHECK_THROWS_WITH_AS(layout.add("z", {4, 0}), doctest::Contains("'z' has a zero dimension"), error);
+  CHECK_THROWS_WITH_AS(layout.add("", {1}), doctest::Contains("name is empty"), error);
+  CHECK_THROWS_WITH_AS(layout.add("e", {}), doctest::Contains("'e' has an empty shape"), error);
+  CHECK_THROWS_WITH_AS(layout.at("missing"), doctest::Contains("no tensor named 'missing'"), error);
+  CHECK_THROWS_AS(layout[5], error);
+}
+
+TEST_CASE_TEMPLATE("arena works for every storage type", T, float, bf16, half) {
+  auto layout = std::make_shared<arena_layout>();
+  auto w = layout->add("w", {33});
+  arena<T> s(layout);
+  s[w][32] = from_float<T>(0.5f);
+  CHECK(to_float(s[w][32]) == 0.5f);
+}
+
+TEST_CASE("tensor aliases are 64-byte aligned and view as matrices") {
+  tensor<float, 2> t({7, 33});
+  CHECK(reinterpret_cast<std::uintptr_t>(t.data()) % 64 == 0);
+  auto v = view_of(t);
+  CHECK(v.rows == 7);
+  CHECK(v.cols == 33);
+  v(6, 32) = 3.0f;
+  CHECK(t(6, 32) == 3.0f);
+  array<float> d(std::vector<std::size_t>{2, 3, 4});
+  CHECK(reinterpret_cast<std::uintptr_t>(d.data()) % 64 == 0);
+}
+
+TEST_CASE("view checks name the argument and the shape") {
+  float buf[16];
+  matrix_view<float> ok(buf, 2, 8);
+  CHECK_NOTHROW(check_view(ok, "A"));
+  CHECK_THROWS_WITH_AS(check_view(matrix_view<float>(nullptr, 3, 4), "gemm: A"),
+                       doctest::Contains("gemm: A: null data for a (3x4) view"), error);
+  CHECK_THROWS_WITH_AS(check_view(matrix_view<float>(buf, 2, 8, 4), "B"), doctest::Contains("leading dimension 4"), error);
+  auto* mis = reinterpret_cast<float*>(reinterpret_cast<char*>(buf) + 1);
+  CHECK_THROWS_WITH_AS(check_view(matrix_view<float>(mis, 1, 1), "C"), doctest::Contains("not aligned"), error);
+  CHECK_THROWS_WITH_AS(as_matrix(std::span<float>(buf, 16), 3, 5), doctest::Contains("cannot be viewed as (3x5)"), error);
+}
