@@ -1,0 +1,93 @@
+#pragma once
+// Multi-head self-attention with a fused QKV projection.
+//
+// Legend: B batch, T sequence, N = B·T rows, C channels, H heads, D per-head width (qkv_length;
+// GPT uses D = C/H, the S1 sparse LM sets it independently).
+//   qkv (N,3HD) = x (N,C) · Wqkv (C,3HD) [+ b]      Q | K | V column blocks, head h at h·D..h·D+D
+//   a   (N,HD)  = softmax(Q Kᵀ / sqrt(D) + mask) V   per (b, h); lse (B·H·T) saved
+//   y   (N,C)   = a · Wo (HD,C) [+ b]
+// The mask kind is a template parameter (causal for GPT, padding for BERT-style encoders).
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sparselm/kernels/attention.hpp"
+#include "sparselm/layers/context.hpp"
+#include "sparselm/layers/linear.hpp"
+
+namespace sparselm {
+
+template <class T = float, sparsity_type Sparsity = dense, kernels::attention_mask Mask = kernels::attention_mask::causal>
+class self_attention {
+ public:
+  using linear_type = linear<T, Sparsity>;
+  struct cache {
+    typename linear_type::cache qkv_c, proj_c;
+    buffer qkv;  // (N,3HD)
+    buffer att;  // (N,HD)
+    buffer lse;  // (B·H·T)
+  };
+
+  self_attention() = default;
+  // prefix e.g. "h.0.attn" gives "h.0.attn.c_attn.weight" and "h.0.attn.c_proj.weight" (HF GPT-2 names).
+  self_attention(arena_layout& layout, const std::string& prefix, std::size_t channels, std::size_t heads,
+                 std::size_t head_dim, bool qkv_bias = true, bool proj_bias = true, float attn_dropout = 0.0f,
+                 std::uint64_t site = 0)
+      : c_(channels), h_(heads), d_(head_dim), drop_(attn_dropout), site_(site),
+        qkv_(layout, prefix + ".c_attn", channels, 3 * heads * head_dim, qkv_bias),
+        proj_(layout, prefix + ".c_proj", heads * head_dim, channels, proj_bias) {
+    SPARSELM_CHECK(heads > 0 && head_dim > 0, "attention '", prefix, "': zero heads or head width");
+  }
+
+  const linear_type& qkv() const noexcept { return qkv_; }
+  const linear_type& proj() const noexcept { return proj_; }
+  std::size_t heads() const noexcept { return h_; }
+  std::size_t head_dim() const noexcept { return d_; }
+  std::vector<param_ref> parameters() const {
+    auto r = qkv_.parameters();
+    for (auto& p : proj_.parameters()) r.push_back(p);
+    return r;
+  }
+
+  void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
+    const std::size_t N = x.rows;
+    SPARSELM_CHECK(N == s.batch * s.seq, "attention: ", N, " rows but batch ", s.batch, " x seq ", s.seq);
+    auto qkv = c.qkv.matrix(N, 3 * h_ * d_);
+    qkv_.forward(s, x, qkv, c.qkv_c);
+    auto att = c.att.matrix(N, h_ * d_);
+    kernels::attention_forward(qkv, att, c.lse.get(s.batch * h_ * s.seq), shape(s), Mask, scale(), s.lengths,
+                               dropout(s));
+    proj_.forward(s, att, y, c.proj_c);
+  }
+
+  // dx assigned (or accumulated when accumulate_dx).
+  void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
+                bool accumulate_dx = false) const {
+    const std::size_t N = dy.rows;
+    auto datt = s.tmp->matrix(slot_attn_out, N, h_ * d_);
+    proj_.backward(s, dy, datt, c.proj_c);
+    auto dqkv = s.tmp->matrix(slot_attn_qkv, N, 3 * h_ * d_);
+    const_matrix_view<float> qkv(c.qkv.get(N * 3 * h_ * d_).data(), N, 3 * h_ * d_);
+    const_matrix_view<float> att(c.att.get(N * h_ * d_).data(), N, h_ * d_);
+    kernels::attention_backward(datt, qkv, att, c.lse.get(s.batch * h_ * s.seq), dqkv, shape(s), Mask, scale(),
+                                s.lengths, dropout(s));
+    qkv_.backward(s, dqkv, dx, c.qkv_c, accumulate_dx);
+  }
+
+ private:
+  kernels::attention_shape shape(const step_context& s) const { return {s.batch, s.seq, h_, d_}; }
+  float scale() const { return 1.0f / std::sqrt(float(d_)); }
+  kernels::attention_dropout dropout(const step_context& s) const {
+    if (!s.training || drop_ <= 0) return {};
+    return {drop_, s.rng, s.stream(site_)};
+  }
+
+  std::size_t c_ = 0, h_ = 0, d_ = 0;
+  float drop_ = 0.0f;
+  std::uint64_t site_ = 0;
+  linear_type qkv_, proj_;
+};
+
+}  // namespace sparselm

@@ -1,0 +1,108 @@
+#pragma once
+// What every layer's forward/backward receives: the arenas to read and write, the step's identity
+// (for counter-based dropout), and a scratch pool for backward temporaries.
+//
+// Layers hold arena *indices* (param_ref); the step context says which arenas those index into.
+// See docs/architecture.md, "Parameters live in arenas; layers hold indices".
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sparselm/core/arena.hpp"
+#include "sparselm/core/rng.hpp"
+#include "sparselm/core/tensor.hpp"
+#include "sparselm/core/view.hpp"
+
+namespace sparselm {
+
+// A growable 64-byte aligned float buffer: capacity only grows, so steady-state steps never allocate.
+class buffer {
+ public:
+  std::span<float> get(std::size_t n) {
+    if (n > data_.size()) data_ = aligned_vector<float>(n);
+    return {data_.data(), n};
+  }
+  matrix_view<float> matrix(std::size_t rows, std::size_t cols) { return {get(rows * cols).data(), rows, cols}; }
+  std::size_t capacity() const noexcept { return data_.size(); }
+
+ private:
+  aligned_vector<float> data_;
+};
+
+// Named scratch slots, so nested layers never hand each other the same temporary.
+enum scratch_slot : std::size_t {
+  slot_block_a,      // block: branch output / branch gradient (N,C)
+  slot_block_b,      // block: gradient w.r.t. a norm's output (N,C)
+  slot_ffn_hidden,   // feed-forward: hidden gradient (N,F)
+  slot_attn_out,     // attention: gradient w.r.t. the heads' output (N,HD)
+  slot_attn_qkv,     // attention: gradient w.r.t. fused qkv (N,3HD)
+  slot_head,         // LM head: logits chunk (rows,V)
+  slot_head_x,       // LM head: gradient w.r.t. the final norm output (N,C)
+  slot_head_ce,      // LM head: per-row cross-entropy of a chunk (R)
+  slot_model_a,      // model-level temporaries
+  slot_model_b,
+  slot_count
+};
+
+// Temporaries shared by all layers of a model (one pass at a time uses them).
+class scratch {
+ public:
+  // Slot k: a buffer of n floats, valid until the next call with the same k.
+  std::span<float> get(std::size_t k, std::size_t n) {
+    if (k >= slots_.size()) slots_.resize(k + 1);
+    return slots_[k].get(n);
+  }
+  matrix_view<float> matrix(std::size_t k, std::size_t rows, std::size_t cols) {
+    return {get(k, rows * cols).data(), rows, cols};
+  }
+  std::size_t bytes() const noexcept {
+    std::size_t b = 0;
+    for (auto& s : slots_) b += s.capacity() * sizeof(float);
+    return b;
+  }
+
+ private:
+  std::vector<buffer> slots_;
+};
+
+// A layer's handle to one of its tensors in the model's arenas.
+struct param_ref {
+  std::string name;
+  std::size_t index = 0;
+};
+
+struct step_context {
+  const arena<float>* params = nullptr;  // values read by forward/backward
+  arena<float>* grads = nullptr;         // gradients accumulated by backward (+=)
+  scratch* tmp = nullptr;                // backward temporaries
+  bool training = false;                 // dropout on/off
+  std::uint64_t step = 0;                // optimiser step (dropout stream)
+  std::uint64_t micro = 0;               // micro-batch within the step (dropout stream)
+  counter_rng rng{};                     // dropout key
+  std::size_t batch = 0, seq = 0;        // B and T of the current pass (rows = B·T)
+  std::span<const std::int32_t> lengths; // padding masks: valid length of each sequence (size B)
+  bool need_dense_grad = false;          // sparse layers: compute pooled dense gradients (RigL update step)
+
+  std::span<const float> p(std::size_t i) const { return (*params)[i]; }
+  std::span<float> g(std::size_t i) const { return (*grads)[i]; }
+  matrix_view<const float> pm(std::size_t i) const { return params->matrix(i); }
+  matrix_view<float> gm(std::size_t i) const { return grads->matrix(i); }
+  // Dropout stream for a call site (e.g. a layer index times a small site number).
+  std::uint64_t stream(std::uint64_t site) const noexcept { return mix_stream(mix_stream(site, step), micro); }
+};
+
+// A layer mapping a (N, in) matrix to a (N, out) matrix. backward assigns dx (dx may alias dy only
+// where the layer documents it) and accumulates parameter gradients.
+template <class L>
+concept layer = requires(L& l, const step_context& s, typename L::cache& c, const_matrix_view<float> x,
+                         matrix_view<float> y, const_matrix_view<float> dy, matrix_view<float> dx) {
+  l.forward(s, x, y, c);
+  l.backward(s, dy, dx, c);
+  { l.parameters() } -> std::convertible_to<std::vector<param_ref>>;
+};
+
+}  // namespace sparselm

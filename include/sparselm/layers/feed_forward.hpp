@@ -1,0 +1,63 @@
+#pragma once
+// Position-wise feed-forward: y = act(x·W1 + b1)·W2 + b2 with a GELU activation.
+//
+// Legend: N rows, C channels, F hidden (4C in GPT-2).
+//   h (N,F) = x (N,C) · W1 (C,F) + b1 ;  a (N,F) = gelu(h) ;  y (N,C) = a · W2 (F,C) + b2
+
+#include <string>
+#include <vector>
+
+#include "sparselm/kernels/gelu.hpp"
+#include "sparselm/layers/context.hpp"
+#include "sparselm/layers/linear.hpp"
+
+namespace sparselm {
+
+template <class T = float, sparsity_type Sparsity = dense, kernels::gelu_kind Act = kernels::gelu_kind::tanh>
+class feed_forward {
+ public:
+  using linear_type = linear<T, Sparsity>;
+  struct cache {
+    typename linear_type::cache fc_c, proj_c;
+    buffer h;  // (N,F) pre-activation
+    buffer a;  // (N,F) activation
+  };
+
+  feed_forward() = default;
+  // prefix e.g. "h.0.mlp" gives "h.0.mlp.c_fc.weight" and "h.0.mlp.c_proj.weight" (HF GPT-2 names).
+  feed_forward(arena_layout& layout, const std::string& prefix, std::size_t channels, std::size_t hidden)
+      : f_(hidden), fc_(layout, prefix + ".c_fc", channels, hidden), proj_(layout, prefix + ".c_proj", hidden, channels) {}
+
+  const linear_type& fc() const noexcept { return fc_; }
+  const linear_type& proj() const noexcept { return proj_; }
+  std::vector<param_ref> parameters() const {
+    auto r = fc_.parameters();
+    for (auto& p : proj_.parameters()) r.push_back(p);
+    return r;
+  }
+
+  void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
+    const std::size_t N = x.rows;
+    auto h = c.h.matrix(N, f_);
+    auto a = c.a.matrix(N, f_);
+    fc_.forward(s, x, h, c.fc_c);
+    kernels::gelu_forward<Act>(std::span<const float>(h.data, N * f_), std::span<float>(a.data, N * f_));
+    proj_.forward(s, a, y, c.proj_c);
+  }
+
+  void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
+                bool accumulate_dx = false) const {
+    const std::size_t N = dy.rows;
+    auto da = s.tmp->matrix(slot_ffn_hidden, N, f_);
+    proj_.backward(s, dy, da, c.proj_c);
+    std::span<float> das(da.data, N * f_);
+    kernels::gelu_backward<Act>(std::span<const float>(c.h.get(N * f_).data(), N * f_), das, das);
+    fc_.backward(s, da, dx, c.fc_c, accumulate_dx);
+  }
+
+ private:
+  std::size_t f_ = 0;
+  linear_type fc_, proj_;
+};
+
+}  // namespace sparselm

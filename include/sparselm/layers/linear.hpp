@@ -1,0 +1,90 @@
+#pragma once
+// Linear layer y = x·W + b with W stored (in, out) — GPT-2's Conv1D layout.
+//
+// Legend: N rows (batch × sequence), in / out features.
+//   forward:  y (N,out) = x (N,in) · W (in,out) + b (out)          [gemm NN, bias fused]
+//   backward: dx (N,in) = dy (N,out) · Wᵀ                           [gemm NT]
+//             dW (in,out) += xᵀ · dy ;  db (out) += colsum(dy)      [gemm TN]
+// The sparsity type is a template parameter: `dense` stores W in full; `block_sparse<B>` (see
+// layers/sparse_linear.hpp) stores only its active blocks.
+
+#include <cmath>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "sparselm/core/arena.hpp"
+#include "sparselm/kernels/gemm.hpp"
+#include "sparselm/kernels/reduce.hpp"
+#include "sparselm/layers/context.hpp"
+#include "sparselm/sparse/sparsity.hpp"
+
+namespace sparselm {
+
+template <class T = float, sparsity_type Sparsity = dense>
+class linear;
+
+template <class T>
+class linear<T, dense> {
+  static_assert(std::is_same_v<T, float>, "sparselm::linear: only float compute is implemented");
+
+ public:
+  struct cache {
+    const_matrix_view<float> x;  // (N,in) forward input, kept alive by the caller
+  };
+
+  linear() = default;
+  linear(arena_layout& layout, const std::string& prefix, std::size_t in, std::size_t out, bool bias = true)
+      : in_(in), out_(out), has_bias_(bias) {
+    SPARSELM_CHECK(in > 0 && out > 0, "linear '", prefix, "': zero size (in ", in, ", out ", out, ")");
+    w_ = {prefix + ".weight", layout.add(prefix + ".weight", {in, out})};
+    if (bias) b_ = {prefix + ".bias", layout.add(prefix + ".bias", {out}, param_no_decay | param_no_trust)};
+  }
+
+  std::size_t in() const noexcept { return in_; }
+  std::size_t out() const noexcept { return out_; }
+  bool has_bias() const noexcept { return has_bias_; }
+  const param_ref& weight() const noexcept { return w_; }
+  const param_ref& bias() const noexcept { return b_; }
+
+  std::vector<param_ref> parameters() const {
+    std::vector<param_ref> r{w_};
+    if (has_bias_) r.push_back(b_);
+    return r;
+  }
+
+  // W ~ N(0, std²), b = 0.
+  void init(arena<float>& params, const counter_rng& rng, float std) const {
+    rng.fill_normal(params[w_.index], w_.index, 0.0f, std);
+    if (has_bias_) std::fill(params[b_.index].begin(), params[b_.index].end(), 0.0f);
+  }
+
+  void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
+    SPARSELM_CHECK(x.cols == in_ && y.cols == out_ && x.rows == y.rows, "linear '", w_.name, "': x ",
+                   shape_string(x), " and y ", shape_string(y), " do not fit a ", in_, "x", out_, " weight");
+    c.x = x;
+    kernels::gemm(kernels::trans::n, kernels::trans::n, 1.0f, x, s.pm(w_.index), 0.0f, y,
+                  has_bias_ ? s.p(b_.index).data() : nullptr);
+  }
+
+  // dx is assigned (or accumulated when accumulate_dx); pass an empty dx (rows == 0) to skip it.
+  void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
+                bool accumulate_dx = false) const {
+    SPARSELM_CHECK(dy.cols == out_ && dy.rows == c.x.rows, "linear '", w_.name, "': dy ", shape_string(dy),
+                   " does not match the forward input ", shape_string(c.x), " and out ", out_);
+    if (dx.rows) {
+      SPARSELM_CHECK(dx.rows == dy.rows && dx.cols == in_, "linear '", w_.name, "': dx ", shape_string(dx),
+                     " should be (", dy.rows, "x", in_, ")");
+      kernels::gemm(kernels::trans::n, kernels::trans::t, 1.0f, dy, s.pm(w_.index), accumulate_dx ? 1.0f : 0.0f, dx);
+    }
+    kernels::gemm(kernels::trans::t, kernels::trans::n, 1.0f, c.x, dy, 1.0f, s.gm(w_.index));
+    if (has_bias_) kernels::add_column_sums(dy, s.g(b_.index));
+  }
+
+ private:
+  std::size_t in_ = 0, out_ = 0;
+  bool has_bias_ = false;
+  param_ref w_, b_;
+};
+
+}  // namespace sparselm

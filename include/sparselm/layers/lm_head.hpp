@@ -1,0 +1,107 @@
+#pragma once
+// Tied language-model head fused with the loss: logits = x · Eᵀ (+ bias), softmax cross-entropy,
+// and the backward, computed over row chunks so the (N,V) logits never exist all at once.
+//
+// Legend: N rows, C channels (the embedding width), V vocab.
+//   x (N,C), E (V,C) the tied embedding matrix, logits chunk (R,V), dx (N,C)
+//   forward:  logits = x·Eᵀ [+ b]              gemm NT
+//   backward: dx = dlogits·E                    gemm NN
+//             dE += dlogitsᵀ·x ; db += colsum   gemm TN
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "sparselm/kernels/cross_entropy.hpp"
+#include "sparselm/kernels/gemm.hpp"
+#include "sparselm/kernels/reduce.hpp"
+#include "sparselm/layers/context.hpp"
+
+namespace sparselm {
+
+// Targets equal to this are ignored by the loss (padding), as in PyTorch.
+inline constexpr std::int32_t ignore_index = -100;
+
+// Sums over a batch; the mean loss is loss_sum / weight_sum.
+struct loss_stats {
+  double loss_sum = 0;    // Σ w_i · CE_i
+  double weight_sum = 0;  // Σ w_i
+  double ce_sum = 0;      // Σ CE_i (unweighted; equals loss_sum without weights)
+  std::size_t correct = 0, count = 0;
+
+  double mean_loss() const noexcept { return weight_sum > 0 ? loss_sum / weight_sum : 0.0; }
+  double mean_ce() const noexcept { return count ? ce_sum / double(count) : 0.0; }
+  double perplexity() const noexcept { return std::exp(mean_ce()); }
+  double accuracy() const noexcept { return count ? double(correct) / double(count) : 0.0; }
+  loss_stats& operator+=(const loss_stats& o) noexcept {
+    loss_sum += o.loss_sum;
+    weight_sum += o.weight_sum;
+    ce_sum += o.ce_sum;
+    correct += o.correct;
+    count += o.count;
+    return *this;
+  }
+};
+
+class tied_lm_head {
+ public:
+  tied_lm_head() = default;
+  // embedding: the (V,C) tensor whose transpose is the output projection; bias: optional (V).
+  tied_lm_head(param_ref embedding, std::size_t vocab, std::size_t channels, std::optional<param_ref> bias = {},
+               std::size_t chunk_rows = 1024)
+      : e_(std::move(embedding)), b_(std::move(bias)), v_(vocab), c_(channels), chunk_(std::max<std::size_t>(1, chunk_rows)) {}
+
+  std::size_t chunk_rows() const noexcept { return chunk_; }
+  void set_chunk_rows(std::size_t r) { chunk_ = std::max<std::size_t>(1, r); }
+
+  // Loss over x's rows. When dx has rows, also computes dx (assigned) and accumulates dE (and db),
+  // scaled by grad_scale: the gradient is that of grad_scale · Σ w_i·CE_i.
+  // weights: empty (all 1) or one per row. ce (optional, one per row) receives the unweighted CE.
+  loss_stats forward_backward(const step_context& s, const_matrix_view<float> x, std::span<const std::int32_t> targets,
+                              std::span<const float> weights, float grad_scale, matrix_view<float> dx) const {
+    const std::size_t N = x.rows;
+    SPARSELM_CHECK(x.cols == c_, "lm head: x ", shape_string(x), " has ", x.cols, " channels, expected ", c_);
+    SPARSELM_CHECK(targets.size() == N, "lm head: ", targets.size(), " targets for ", N, " rows");
+    SPARSELM_CHECK(weights.empty() || weights.size() == N, "lm head: ", weights.size(), " weights for ", N, " rows");
+    const bool grad = dx.rows > 0;
+    const auto E = s.pm(e_.index);
+    loss_stats st;
+    std::span<float> ce = s.tmp->get(slot_head_ce, std::min(N, chunk_));
+    for (std::size_t r0 = 0; r0 < N; r0 += chunk_) {
+      const std::size_t R = std::min(chunk_, N - r0);
+      auto logits = s.tmp->matrix(slot_head, R, v_);
+      auto xr = x.rows_slice(r0, R);
+      kernels::gemm(kernels::trans::n, kernels::trans::t, 1.0f, xr, E, 0.0f, logits,
+                    b_ ? s.p(b_->index).data() : nullptr);
+      auto w = weights.empty() ? weights : weights.subspan(r0, R);
+      auto cs = kernels::cross_entropy(logits, targets.subspan(r0, R), w, ignore_index, grad_scale, grad,
+                                       ce.subspan(0, R));
+      st.loss_sum += cs.loss_sum;
+      st.weight_sum += cs.weight_sum;
+      st.correct += cs.correct;
+      st.count += cs.count;
+      for (std::size_t i = 0; i < R; ++i) st.ce_sum += ce[i];
+      if (grad) {
+        kernels::gemm(kernels::trans::n, kernels::trans::n, 1.0f, logits, E, 0.0f, dx.rows_slice(r0, R));
+        kernels::gemm(kernels::trans::t, kernels::trans::n, 1.0f, logits, xr, 1.0f, s.gm(e_.index));
+        if (b_) kernels::add_column_sums(logits, s.g(b_->index));
+      }
+    }
+    return st;
+  }
+
+  // Logits only (no loss): out (N,V).
+  void logits(const step_context& s, const_matrix_view<float> x, matrix_view<float> out) const {
+    kernels::gemm(kernels::trans::n, kernels::trans::t, 1.0f, x, s.pm(e_.index), 0.0f, out,
+                  b_ ? s.p(b_->index).data() : nullptr);
+  }
+
+ private:
+  param_ref e_;
+  std::optional<param_ref> b_;
+  std::size_t v_ = 0, c_ = 0, chunk_ = 1024;
+};
+
+}  // namespace sparselm
