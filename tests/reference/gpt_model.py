@@ -41,15 +41,17 @@ def no_decay(name):
     return name.endswith(".bias") or ".ln_" in name or name.startswith("ln_f")
 
 
-def forward(params, ids, cfg):
-    """logits (B, T, V) for ids (B, T); params: dict name -> tensor (requires_grad as needed)."""
+def forward(params, ids, cfg, training=False):
+    """logits (B, T, V) for ids (B, T); params: dict name -> tensor (requires_grad as needed).
+    With training=True, dropout is applied with the config's probabilities (as GPT-2 does)."""
     B, T = ids.shape
     C, H = cfg["n_embd"], cfg["n_head"]
     D = C // H
     eps = cfg.get("layer_norm_epsilon", 1e-5)
     act = gelu_tanh if cfg.get("activation_function", "gelu_new") == "gelu_new" else gelu_erf
     ln = lambda x, p: torch.nn.functional.layer_norm(x, (C,), params[p + ".weight"], params[p + ".bias"], eps)
-    x = params["wte.weight"][ids] + params["wpe.weight"][torch.arange(T)][None]
+    drop = lambda t, key: torch.nn.functional.dropout(t, cfg.get(key, 0.0), training) if training else t
+    x = drop(params["wte.weight"][ids] + params["wpe.weight"][torch.arange(T)][None], "embd_pdrop")
     causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
     for l in range(cfg["n_layer"]):
         p = f"h.{l}."
@@ -59,12 +61,12 @@ def forward(params, ids, cfg):
         q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))
         s = (q @ k.transpose(-2, -1)) / math.sqrt(D)
         s = s.masked_fill(~causal, float("-inf"))
-        att = torch.softmax(s, dim=-1) @ v
+        att = drop(torch.softmax(s, dim=-1), "attn_pdrop") @ v
         att = att.transpose(1, 2).reshape(B, T, C)
-        x = x + att @ params[p + "attn.c_proj.weight"] + params[p + "attn.c_proj.bias"]
+        x = x + drop(att @ params[p + "attn.c_proj.weight"] + params[p + "attn.c_proj.bias"], "resid_pdrop")
         m = ln(x, p + "ln_2")
         h = act(m @ params[p + "mlp.c_fc.weight"] + params[p + "mlp.c_fc.bias"])
-        x = x + h @ params[p + "mlp.c_proj.weight"] + params[p + "mlp.c_proj.bias"]
+        x = x + drop(h @ params[p + "mlp.c_proj.weight"] + params[p + "mlp.c_proj.bias"], "resid_pdrop")
     x = ln(x, "ln_f")
     return x @ params["wte.weight"].t()
 
