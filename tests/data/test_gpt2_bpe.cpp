@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "data_test_paths.hpp"
 #include "sparselm/core/rng.hpp"
 #include "sparselm/data/gpt2_bpe.hpp"
 
@@ -14,7 +15,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path gpt2_dir = fs::path(SPARSELM_SOURCE_DIR) / "data" / "gpt2";
+using test::gpt2_dir;
 
 gpt2_bpe& tokenizer() {
   static gpt2_bpe tok = gpt2_bpe::from_directory(gpt2_dir);
@@ -168,7 +169,7 @@ TEST_CASE("gpt2 bpe: the heap form of BPE equals the reference form") {
   gpt2_bpe simple = tokenizer(), heap = tokenizer();
   simple.set_heap_threshold(SIZE_MAX);
   heap.set_heap_threshold(0);
-  std::string text = read_file_bytes(fs::path(SPARSELM_SOURCE_DIR) / "data/corpus/valid/moby_dick.txt").substr(0, 60000);
+  std::string text = read_file_bytes(test::corpus_dir / "valid/moby_dick.txt").substr(0, 60000);
   CHECK(simple.encode(text) == heap.encode(text));
   counter_rng rng(7);
   for (int t = 0; t < 50; ++t) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "data_test_paths.hpp"
 #include "sparselm/data/lm_batches.hpp"
 
 using namespace sparselm;
@@ -16,11 +17,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path tmp_path(const std::string& name) {
-  fs::path dir = fs::path(SPARSELM_TEST_TMPDIR) / "data_lm_batches";
-  fs::create_directories(dir);
-  return dir / name;
-}
+fs::path tmp_path(const std::string& name) { return test::tmp_path("data_lm_batches", name); }
 
 // A token file holding 0, 1, ..., n-1 (so a token's value is its position).
 fs::path iota_file(const std::string& name, std::size_t n, std::uint64_t seq_len = 0) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "data_test_paths.hpp"
 #include "sparselm/data/token_file.hpp"
 
 using namespace sparselm;
@@ -14,11 +15,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path tmp_path(const std::string& name) {
-  fs::path dir = fs::path(SPARSELM_TEST_TMPDIR) / "data_token_file";
-  fs::create_directories(dir);
-  return dir / name;
-}
+fs::path tmp_path(const std::string& name) { return test::tmp_path("data_token_file", name); }
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

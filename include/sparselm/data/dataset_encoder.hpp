@@ -74,23 +74,24 @@ inline std::vector<std::string> wikitext_articles(std::string_view text) {
 // Parallel encoding
 // ---------------------------------------------------------------------------------------------
 
-// Offsets at which `text` can be cut without changing its GPT-2 encoding: just after a '\n'
-// that sits between two non-white-space bytes (such a '\n' is always a piece of its own). Cuts
-// are at least `min_chunk` bytes apart; the result starts with 0 and ends with text.size().
+// Offsets at which `text` can be cut without changing its GPT-2 encoding: just before an ASCII
+// white-space byte that is followed by a printable ASCII byte. Such a byte is the last character
+// of a white-space run followed by non-space, and the rule always starts a piece there: the run
+// before it ends a piece whether the text goes on or not (`\s+(?!\S)` keeps all but the last
+// character of a run followed by non-space, and all of a run at the end), and the piece from it
+// on is the same. Cuts are at least `min_chunk` bytes apart; the result starts with 0 and ends
+// with text.size().
 inline std::vector<std::size_t> gpt2_safe_cuts(std::string_view text, std::size_t min_chunk) {
   std::vector<std::size_t> cuts{0};
-  std::size_t pos = min_chunk;
-  auto is_space_byte = [](unsigned char c) { return c == ' ' || (c >= 9 && c <= 13) || c >= 0x80; };
-  while (pos < text.size()) {
-    std::size_t nl = text.find('\n', pos);
-    if (nl == std::string_view::npos || nl + 1 >= text.size()) break;
-    // Non-ASCII neighbours might be Unicode white space: be conservative and skip them.
-    if (nl > 0 && !is_space_byte(static_cast<unsigned char>(text[nl - 1])) &&
-        !is_space_byte(static_cast<unsigned char>(text[nl + 1]))) {
-      cuts.push_back(nl + 1);
-      pos = nl + 1 + min_chunk;
+  auto ascii_space = [](unsigned char c) { return c == ' ' || (c >= 9 && c <= 13); };
+  auto printable = [](unsigned char c) { return c > 0x20 && c < 0x7F; };
+  std::size_t p = std::max<std::size_t>(min_chunk, 1);
+  while (p + 1 < text.size()) {
+    if (ascii_space(static_cast<unsigned char>(text[p])) && printable(static_cast<unsigned char>(text[p + 1]))) {
+      cuts.push_back(p);
+      p += std::max<std::size_t>(min_chunk, 1);
     } else {
-      pos = nl + 1;
+      ++p;
     }
   }
   cuts.push_back(text.size());
