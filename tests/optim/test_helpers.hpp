@@ -28,12 +28,12 @@ struct model {
   std::size_t w, b, g, frozen, big, zeros;
   arena<float> params, grads;
 
-  model() {
+  explicit model(std::size_t big_size = 40000) {
     w = layout->add("h.0.w", {37, 19});
     b = layout->add("h.0.b", {19}, param_no_decay | param_no_trust);
     g = layout->add("ln.g", {3, 7}, param_no_decay | param_no_trust);
     frozen = layout->add("frozen.w", {8, 8}, param_frozen);
-    big = layout->add("big", {40000}, param_sparse);
+    big = layout->add("big", {big_size}, param_sparse);
     zeros = layout->add("zeros", {5, 5});
     params = arena<float>(layout);
     grads = arena<float>(layout);
