@@ -91,23 +91,7 @@ void bsr_matmul_t(const_matrix_view<float> dY, const sparse::block_pattern& p, c
   SPARSELM_CHECK(dY.cols == p.out() && dX.cols == p.in() && dX.rows == dY.rows, k, ": shapes do not match: dY ",
                  shape_string(dY), ", ", detail::pattern_string(p), ", dX ", shape_string(dX));
   const detail::bsr_lists L{p.row_ptr.data(), p.row_slots.data(), p.col.data(), p.rows_b};
-  if constexpr (detail::bsr_tiling<B, Arch>::lanes_n) {
-    // The lanes-N micro-kernel reads block rows along K (here: W's output index): transpose blocks.
-    const std::size_t nnz = p.nnz();
-    float* vt = detail::scratch(nnz * B * B, 3);
-    parallel_for(
-        0, nnz,
-        [&](std::size_t s) {
-          const float* w = values + s * B * B;
-          float* o = vt + s * B * B;
-          for (std::size_t a = 0; a < B; ++a)
-            for (std::size_t b = 0; b < B; ++b) o[b * B + a] = w[a * B + b];
-        },
-        64);
-    detail::bsr_product<B, false, Arch>(dY.data, dY.ld, dY.rows, dY.cols, L, vt, beta, dX.data, dX.ld, nullptr);
-  } else {
-    detail::bsr_product<B, true, Arch>(dY.data, dY.ld, dY.rows, dY.cols, L, values, beta, dX.data, dX.ld, nullptr);
-  }
+  detail::bsr_product<B, true, Arch>(dY.data, dY.ld, dY.rows, dY.cols, L, values, beta, dX.data, dX.ld, nullptr);
 }
 
 // dvalues (nnz*B*B, slot order) += Xᵀ·dY on the active blocks. X (M, in), dY (M, out).

@@ -21,36 +21,6 @@ enum class block_pooling { sum, avg, max };
 
 namespace sparselm::kernels::detail {
 
-// Gt[a][c] += sum_m X[m][a] * dY[m][c] over the register tile (RA rows, NB vectors of columns).
-template <std::size_t RA, std::size_t NB, class Arch>
-inline void pooled_tile(const float* X, std::size_t ldx, const float* dY, std::size_t ldd, std::size_t m0,
-                        std::size_t m1, float* Gt, std::size_t ldg) {
-  using vec = xsimd::batch<float, Arch>;
-  constexpr std::size_t W = vec::size;
-  vec acc[RA][NB];
-#pragma GCC unroll 16
-  for (std::size_t a = 0; a < RA; ++a)
-#pragma GCC unroll 4
-    for (std::size_t v = 0; v < NB; ++v) acc[a][v] = vec::load_unaligned(Gt + a * ldg + v * W);
-  const float* x = X + m0 * ldx;
-  const float* d = dY + m0 * ldd;
-  for (std::size_t m = m0; m < m1; ++m, x += ldx, d += ldd) {
-    vec dy[NB];
-#pragma GCC unroll 4
-    for (std::size_t v = 0; v < NB; ++v) dy[v] = vec::load_unaligned(d + v * W);
-#pragma GCC unroll 16
-    for (std::size_t a = 0; a < RA; ++a) {
-      const vec xb(x[a]);
-#pragma GCC unroll 4
-      for (std::size_t v = 0; v < NB; ++v) acc[a][v] = xsimd::fma(xb, dy[v], acc[a][v]);
-    }
-  }
-#pragma GCC unroll 16
-  for (std::size_t a = 0; a < RA; ++a)
-#pragma GCC unroll 4
-    for (std::size_t v = 0; v < NB; ++v) acc[a][v].store_unaligned(Gt + a * ldg + v * W);
-}
-
 // Rows [0, ti) x columns [0, tj) of G restricted to rows/columns starting at X, dY; Gt (ti x tj, ld tj).
 template <class Arch>
 void pooled_accumulate(const float* X, std::size_t ldx, const float* dY, std::size_t ldd, std::size_t m0,
@@ -62,8 +32,8 @@ void pooled_accumulate(const float* X, std::size_t ldx, const float* dY, std::si
   std::size_t a = 0;
   auto columns = [&]<std::size_t R>(std::size_t a0) {
     std::size_t c = 0;
-    for (; c + NB * W <= tj; c += NB * W) pooled_tile<R, NB, Arch>(X + a0, ldx, dY + c, ldd, m0, m1, Gt + a0 * tj + c, tj);
-    for (; c + W <= tj; c += W) pooled_tile<R, 1, Arch>(X + a0, ldx, dY + c, ldd, m0, m1, Gt + a0 * tj + c, tj);
+    for (; c + NB * W <= tj; c += NB * W) xty_tile<R, NB, Arch>(X + a0, ldx, dY + c, ldd, m0, m1, Gt + a0 * tj + c, tj);
+    for (; c + W <= tj; c += W) xty_tile<R, 1, Arch>(X + a0, ldx, dY + c, ldd, m0, m1, Gt + a0 * tj + c, tj);
     for (; c < tj; ++c)
       for (std::size_t r = 0; r < R; ++r) {
         float s = Gt[(a0 + r) * tj + c];

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <type_traits>
 
@@ -69,6 +70,34 @@ inline float* scratch(std::size_t n, int which) {
     b.cap = n;
   }
   return b.p;
+}
+
+// Prefetches the cache lines of N floats starting at p (read, keep in all levels).
+template <std::size_t N>
+inline void prefetch_span(const float* p) noexcept {
+#pragma GCC unroll 16
+  for (std::size_t o = 0; o < N; o += 16) __builtin_prefetch(p + o, 0, 3);
+  if constexpr (N % 16 != 0) __builtin_prefetch(p + N - 1, 0, 3);
+}
+
+// A leading dimension >= n (floats) whose row stride is an odd number of 64-byte lines, so that
+// walking down a column of a packed copy does not hit the same cache sets (a row length of 768 or
+// 3072 floats would map many rows onto one set).
+inline std::size_t padded_ld(std::size_t n) noexcept {
+  const std::size_t lines = (n + 15) / 16;
+  return (lines % 2 ? lines + 2 : lines + 1) * 16;
+}
+
+// Copies rows [0, rows) of src (ld lds, `cols` floats each) to dst (ld ldd) and zero-fills rows
+// [rows, rows_pad).
+inline void copy_rows(const float* src, std::size_t lds, std::size_t rows, std::size_t rows_pad, std::size_t cols,
+                      float* dst, std::size_t ldd) {
+  for (std::size_t r = 0; r < rows_pad; ++r) {
+    if (r < rows)
+      std::memcpy(dst + r * ldd, src + r * lds, cols * sizeof(float));
+    else
+      std::memset(dst + r * ldd, 0, cols * sizeof(float));
+  }
 }
 
 // Threads a kernel may use here: one inside an enclosing parallel region.
@@ -137,67 +166,103 @@ inline void hsum_rows(const xsimd::batch<float, Arch>* v, float* out) {
   for (std::size_t q = 0; q < vec::size; ++q) out[q] = xsimd::hadd(v[q]);
 }
 
+// G[a][c] += sum over m in [m0, m1) of X[m][a] * dY[m][c] for a < RA, c < NB*W: a register tile of
+// Xᵀ·dY, lanes along c, X broadcast from its rows. Used by the weight gradient and the pooled dense one.
+template <std::size_t RA, std::size_t NB, class Arch>
+inline void xty_tile(const float* X, std::size_t ldx, const float* dY, std::size_t ldd, std::size_t m0,
+                        std::size_t m1, float* Gt, std::size_t ldg) {
+  using vec = xsimd::batch<float, Arch>;
+  constexpr std::size_t W = vec::size;
+  vec acc[RA][NB];
+#pragma GCC unroll 16
+  for (std::size_t a = 0; a < RA; ++a)
+#pragma GCC unroll 4
+    for (std::size_t v = 0; v < NB; ++v) acc[a][v] = vec::load_unaligned(Gt + a * ldg + v * W);
+  const float* x = X + m0 * ldx;
+  const float* d = dY + m0 * ldd;
+  for (std::size_t m = m0; m < m1; ++m, x += ldx, d += ldd) {
+    vec dy[NB];
+#pragma GCC unroll 4
+    for (std::size_t v = 0; v < NB; ++v) dy[v] = vec::load_unaligned(d + v * W);
+#pragma GCC unroll 16
+    for (std::size_t a = 0; a < RA; ++a) {
+      const vec xb(x[a]);
+#pragma GCC unroll 4
+      for (std::size_t v = 0; v < NB; ++v) acc[a][v] = xsimd::fma(xb, dy[v], acc[a][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (std::size_t a = 0; a < RA; ++a)
+#pragma GCC unroll 4
+    for (std::size_t v = 0; v < NB; ++v) acc[a][v].store_unaligned(Gt + a * ldg + v * W);
+}
+
+#if defined(__AVX512F__)
+inline __mmask16 lanes_mask(std::size_t n) noexcept { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
+#endif
+
 // dst[c*ldd + r] = src[r*lds + c] for r < rows, c < cols, and 0 for rows <= r < rows_pad.
 template <class Arch>
 void pack_transpose(const float* src, std::size_t lds, std::size_t rows, std::size_t rows_pad, std::size_t cols,
                     float* dst, std::size_t ldd) {
-  std::size_t r0 = 0;
 #if defined(__AVX512F__)
   if constexpr (arch_is_avx512<Arch>) {
-    for (; r0 + 16 <= rows; r0 += 16) {
-      std::size_t c0 = 0;
-      for (; c0 + 16 <= cols; c0 += 16) {
+    for (std::size_t r0 = 0; r0 < rows_pad; r0 += 16) {
+      const std::size_t nr = rows > r0 ? std::min<std::size_t>(16, rows - r0) : 0;
+      const __mmask16 smask = lanes_mask(rows_pad - r0);
+      for (std::size_t c0 = 0; c0 < cols; c0 += 16) {
+        const std::size_t nc = std::min<std::size_t>(16, cols - c0);
+        const __mmask16 cmask = lanes_mask(nc);
         __m512 v[16];
-        for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_ps(src + (r0 + i) * lds + c0);
+        for (std::size_t i = 0; i < 16; ++i)
+          v[i] = i < nr ? _mm512_maskz_loadu_ps(cmask, src + (r0 + i) * lds + c0) : _mm512_setzero_ps();
         transpose16(v);
-        for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + (c0 + i) * ldd + r0, v[i]);
+        for (std::size_t i = 0; i < nc; ++i) _mm512_mask_storeu_ps(dst + (c0 + i) * ldd + r0, smask, v[i]);
       }
-      for (std::size_t c = c0; c < cols; ++c)
-        for (std::size_t r = r0; r < r0 + 16; ++r) dst[c * ldd + r] = src[r * lds + c];
     }
+    return;
   }
 #endif
   constexpr std::size_t tb = 8;  // cache blocking of the portable loop
-  for (std::size_t rb = r0; rb < rows_pad; rb += tb)
+  for (std::size_t rb = 0; rb < rows_pad; rb += tb)
     for (std::size_t cb = 0; cb < cols; cb += tb)
       for (std::size_t c = cb; c < std::min(cols, cb + tb); ++c)
         for (std::size_t r = rb; r < std::min(rows_pad, rb + tb); ++r)
           dst[c * ldd + r] = r < rows ? src[r * lds + c] : 0.0f;
 }
 
-// Y[r*ldy + c] = src[c*lds + r] + (beta ? beta*Y[r*ldy + c] : 0) + (bias ? bias[c] : 0), r < rows, c < cols.
+// Y[r*ldy + c] = src[c*lds + r] + (bias ? bias[c] : 0) + (beta ? beta*Y[r*ldy + c] : 0), r < rows, c < cols.
 // beta == 0 never reads Y.
 template <class Arch>
 void unpack_transpose(const float* src, std::size_t lds, std::size_t rows, std::size_t cols, float* Y,
                       std::size_t ldy, float beta, const float* bias) {
-  std::size_t c0 = 0;
 #if defined(__AVX512F__)
   if constexpr (arch_is_avx512<Arch>) {
-    for (; c0 + 16 <= cols; c0 += 16) {
-      __m512 vb = bias ? _mm512_loadu_ps(bias + c0) : _mm512_setzero_ps();
-      __m512 vbeta = _mm512_set1_ps(beta);
-      std::size_t r0 = 0;
-      for (; r0 + 16 <= rows; r0 += 16) {
+    const __m512 vbeta = _mm512_set1_ps(beta);
+    for (std::size_t r0 = 0; r0 < rows; r0 += 16) {
+      const std::size_t nr = std::min<std::size_t>(16, rows - r0);
+      const __mmask16 rmask = lanes_mask(nr);
+      for (std::size_t c0 = 0; c0 < cols; c0 += 16) {
+        const std::size_t nc = std::min<std::size_t>(16, cols - c0);
+        const __mmask16 cmask = lanes_mask(nc);
         __m512 v[16];
-        for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_ps(src + (c0 + i) * lds + r0);
+        for (std::size_t i = 0; i < 16; ++i)
+          v[i] = i < nc ? _mm512_maskz_loadu_ps(rmask, src + (c0 + i) * lds + r0) : _mm512_setzero_ps();
         transpose16(v);
-        for (int i = 0; i < 16; ++i) {
+        const __m512 vb = bias ? _mm512_maskz_loadu_ps(cmask, bias + c0) : _mm512_setzero_ps();
+        for (std::size_t i = 0; i < nr; ++i) {
           float* y = Y + (r0 + i) * ldy + c0;
           __m512 o = _mm512_add_ps(v[i], vb);
-          if (beta != 0.0f) o = _mm512_fmadd_ps(vbeta, _mm512_loadu_ps(y), o);
-          _mm512_storeu_ps(y, o);
+          if (beta != 0.0f) o = _mm512_fmadd_ps(vbeta, _mm512_maskz_loadu_ps(cmask, y), o);
+          _mm512_mask_storeu_ps(y, cmask, o);
         }
       }
-      for (std::size_t r = r0; r < rows; ++r)
-        for (std::size_t c = c0; c < c0 + 16; ++c) {
-          float& y = Y[r * ldy + c];
-          y = src[c * lds + r] + (bias ? bias[c] : 0.0f) + (beta != 0.0f ? beta * y : 0.0f);
-        }
     }
+    return;
   }
 #endif
   for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t c = c0; c < cols; ++c) {
+    for (std::size_t c = 0; c < cols; ++c) {
       float& y = Y[r * ldy + c];
       y = src[c * lds + r] + (bias ? bias[c] : 0.0f) + (beta != 0.0f ? beta * y : 0.0f);
     }

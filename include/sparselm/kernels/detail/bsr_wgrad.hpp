@@ -41,36 +41,10 @@ inline std::size_t wgrad_chunk(std::size_t in, std::size_t out, std::size_t lo, 
 template <std::size_t B, class Arch>
 inline void wgrad_block_n(const float* X, std::size_t ldx, const float* dY, std::size_t ldd, std::size_t m0,
                           std::size_t m1, std::size_t i, std::size_t j, float* dv) {
-  using vec = xsimd::batch<float, Arch>;
-  constexpr std::size_t W = vec::size, NB = B / W;
+  constexpr std::size_t NB = B / simd_width<float, Arch>;
   constexpr std::size_t RA = std::min<std::size_t>(B, std::bit_floor((vec_regs<Arch> - 4) / NB));
-  for (std::size_t a0 = 0; a0 < B; a0 += RA) {
-    vec acc[RA][NB];
-#pragma GCC unroll 16
-    for (std::size_t a = 0; a < RA; ++a)
-#pragma GCC unroll 4
-      for (std::size_t v = 0; v < NB; ++v) acc[a][v] = vec(0.0f);
-    const float* x = X + m0 * ldx + i * B + a0;
-    const float* d = dY + m0 * ldd + j * B;
-    for (std::size_t m = m0; m < m1; ++m, x += ldx, d += ldd) {
-      vec dy[NB];
-#pragma GCC unroll 4
-      for (std::size_t v = 0; v < NB; ++v) dy[v] = vec::load_unaligned(d + v * W);
-#pragma GCC unroll 16
-      for (std::size_t a = 0; a < RA; ++a) {
-        const vec xb(x[a]);
-#pragma GCC unroll 4
-        for (std::size_t v = 0; v < NB; ++v) acc[a][v] = xsimd::fma(xb, dy[v], acc[a][v]);
-      }
-    }
-#pragma GCC unroll 16
-    for (std::size_t a = 0; a < RA; ++a)
-#pragma GCC unroll 4
-      for (std::size_t v = 0; v < NB; ++v) {
-        float* o = dv + (a0 + a) * B + v * W;
-        (vec::load_unaligned(o) + acc[a][v]).store_unaligned(o);
-      }
-  }
+  for (std::size_t a0 = 0; a0 < B; a0 += RA)
+    xty_tile<RA, NB, Arch>(X + i * B + a0, ldx, dY + j * B, ldd, m0, m1, dv + a0 * B, B);
 }
 
 // ---- 4 <= B < W: G slots of one block row per vector ----------------------------------------------
@@ -188,11 +162,16 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
     if (pb == pe) return;
     if constexpr (B % W == 0) {
       const std::size_t mc = wgrad_chunk(in, out, 16, 256, 1);
+      const std::size_t lxc = padded_ld(in), ldc = padded_ld(out);
+      float* Xc = scratch(mc * lxc, 0);
+      float* dYc = scratch(mc * ldc, 1);
       for (std::size_t m0 = 0; m0 < M; m0 += mc) {
-        const std::size_t m1 = std::min(M, m0 + mc);
+        const std::size_t mv = std::min(mc, M - m0);
+        copy_rows(X + m0 * ldx, ldx, mv, mv, in, Xc, lxc);
+        copy_rows(dY + m0 * ldd, ldd, mv, mv, out, dYc, ldc);
         for (std::size_t q = pb; q < pe; ++q) {
           const std::uint32_t s = p.row_slots[q];
-          wgrad_block_n<B, Arch>(X, ldx, dY, ldd, m0, m1, p.row[s], p.col[s], dvalues + std::size_t(s) * B * B);
+          wgrad_block_n<B, Arch>(Xc, lxc, dYc, ldc, 0, mv, p.row[s], p.col[s], dvalues + std::size_t(s) * B * B);
         }
       }
     } else if constexpr (B >= 4) {
@@ -201,8 +180,13 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
       float* dummy = scratch(B * B, 2);
       std::size_t off[U];
       float* dvs[U];
+      const std::size_t lxc = padded_ld(in), ldc = padded_ld(out);
+      float* Xc = scratch(mc * lxc, 0);
+      float* dYc = scratch(mc * ldc, 1);
       for (std::size_t m0 = 0; m0 < M; m0 += mc) {
-        const std::size_t m1 = std::min(M, m0 + mc);
+        const std::size_t mv = std::min(mc, M - m0);
+        copy_rows(X + m0 * ldx, ldx, mv, mv, in, Xc, lxc);
+        copy_rows(dY + m0 * ldd, ldd, mv, mv, out, dYc, ldc);
         // Walk this thread's positions row by row, U slots of one row at a time.
         std::size_t q = pb;
         while (q < pe) {
@@ -219,7 +203,7 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
                 dvs[u] = dummy;
               }
             }
-            wgrad_group<B, NG, Arch>(X, ldx, dY, ldd, m0, m1, i, off, dvs);
+            wgrad_group<B, NG, Arch>(Xc, lxc, dYc, ldc, 0, mv, i, off, dvs);
           }
           q = re;
         }
