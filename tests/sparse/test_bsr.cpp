@@ -28,6 +28,11 @@ static_assert(sparsity_type<dense> && sparsity_type<block_sparse<1>> && sparsity
 static_assert(block_sparse<8>::block == 8 && block_sparse<4>::is_sparse && !dense::is_sparse);
 
 using portable_arch = xsimd::sse2;
+#if defined(__AVX2__) && defined(__FMA__) && defined(__AVX512F__)
+// A middle path when the native one is AVX-512: 8 lanes (B = 4 and 1 below the width).
+#define SPARSELM_TEST_AVX2 1
+using avx2_arch = xsimd::fma3<xsimd::avx2>;
+#endif
 
 enum class layout { random, skip_first_col, skip_first_row };
 
@@ -220,6 +225,9 @@ TEST_CASE_TEMPLATE("bsr kernels match the dense reference", BC, std::integral_co
   constexpr std::size_t B = BC::value;
   SUBCASE("native arch") { check_all_products<B, native_arch>(); }
   SUBCASE("portable arch") { check_all_products<B, portable_arch>(); }
+#if defined(SPARSELM_TEST_AVX2)
+  SUBCASE("avx2 arch") { check_all_products<B, avx2_arch>(); }
+#endif
 }
 
 TEST_CASE_TEMPLATE("dense_grad_pooled matches the pooled dense reference", BC, std::integral_constant<std::size_t, 1>,
@@ -228,6 +236,9 @@ TEST_CASE_TEMPLATE("dense_grad_pooled matches the pooled dense reference", BC, s
   constexpr std::size_t B = BC::value;
   SUBCASE("native arch") { check_pooled<B, native_arch>(); }
   SUBCASE("portable arch") { check_pooled<B, portable_arch>(); }
+#if defined(SPARSELM_TEST_AVX2)
+  SUBCASE("avx2 arch") { check_pooled<B, avx2_arch>(); }
+#endif
 }
 
 TEST_CASE_TEMPLATE("bsr backward kernels agree with finite differences", BC, std::integral_constant<std::size_t, 1>,

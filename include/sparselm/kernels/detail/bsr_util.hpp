@@ -80,26 +80,6 @@ inline void prefetch_span(const float* p) noexcept {
   if constexpr (N % 16 != 0) __builtin_prefetch(p + N - 1, 0, 3);
 }
 
-// A leading dimension >= n (floats) whose row stride is an odd number of 64-byte lines, so that
-// walking down a column of a packed copy does not hit the same cache sets (a row length of 768 or
-// 3072 floats would map many rows onto one set).
-inline std::size_t padded_ld(std::size_t n) noexcept {
-  const std::size_t lines = (n + 15) / 16;
-  return (lines % 2 ? lines + 2 : lines + 1) * 16;
-}
-
-// Copies rows [0, rows) of src (ld lds, `cols` floats each) to dst (ld ldd) and zero-fills rows
-// [rows, rows_pad).
-inline void copy_rows(const float* src, std::size_t lds, std::size_t rows, std::size_t rows_pad, std::size_t cols,
-                      float* dst, std::size_t ldd) {
-  for (std::size_t r = 0; r < rows_pad; ++r) {
-    if (r < rows)
-      std::memcpy(dst + r * ldd, src + r * lds, cols * sizeof(float));
-    else
-      std::memset(dst + r * ldd, 0, cols * sizeof(float));
-  }
-}
-
 // Threads a kernel may use here: one inside an enclosing parallel region.
 inline int team_size() noexcept { return in_parallel() ? 1 : num_threads(); }
 
