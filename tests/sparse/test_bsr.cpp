@@ -272,18 +272,20 @@ TEST_CASE_TEMPLATE("bsr kernels are deterministic and callable inside a parallel
   set_num_threads(1);
   const result one = run();
   set_num_threads(threads);
+  // Products do not depend on the thread count; the weight gradient sums partial gradients per
+  // thread, so it only agrees to rounding.
   CHECK(one.Y == a.Y);
   CHECK(one.dX == a.dX);
-  CHECK(one.dv == a.dv);
+  check_close(one.dv.data(), 0, a.dv.data(), 0, 1, a.dv.size(), 1e-5 * M, "bsr_weight_grad, 1 vs 2 threads");
   std::vector<result> inner(2);
 #if defined(_OPENMP)
 #pragma omp parallel for num_threads(2)
 #endif
   for (int t = 0; t < 2; ++t) inner[std::size_t(t)] = run();
-  for (const auto& r : inner) {
-    CHECK(r.Y == a.Y);
-    CHECK(r.dX == a.dX);
-    CHECK(r.dv == a.dv);
+  for (const auto& r : inner) {  // serial inside the region: as with one thread
+    CHECK(r.Y == one.Y);
+    CHECK(r.dX == one.dX);
+    CHECK(r.dv == one.dv);
   }
 }
 

@@ -12,7 +12,7 @@
 // fp32, row-major views; B is a compile-time constant (1, 4, 8 or 16) that must equal p.block.
 // beta == 0 never reads the output (NaN or garbage there does not propagate). Multi-threaded with
 // OpenMP; inside a parallel region they run on the calling thread. Results are deterministic for a
-// given thread count (bsr_matmul, bsr_matmul_t and bsr_weight_grad for any thread count). After the
+// given thread count (bsr_matmul, bsr_matmul_t and dense_grad_pooled for any thread count). After the
 // first call of a given shape they allocate nothing (thread-local scratch buffers are reused).
 //
 // See docs/sparsity.md ("Block-sparse kernels") for the micro-kernels and measured speed.

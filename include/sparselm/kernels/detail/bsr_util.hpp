@@ -97,6 +97,15 @@ void run_team(int nt, F&& f) {
   f(0, 1);
 }
 
+// Barrier of a run_team team of T threads (nothing for one thread).
+inline void team_barrier([[maybe_unused]] int T) {
+#if defined(_OPENMP)
+  if (T > 1) {
+#pragma omp barrier
+  }
+#endif
+}
+
 #if defined(__AVX512F__)
 // In-register transpose of 16 rows of 16 floats: r[i][j] -> r[j][i].
 inline void transpose16(__m512 r[16]) noexcept {

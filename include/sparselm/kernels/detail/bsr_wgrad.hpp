@@ -2,8 +2,9 @@
 // dvalues += Xᵀ·dY restricted to the active blocks: slot s = (i, j) gets
 // X[:, iB..iB+B)ᵀ · dY[:, jB..jB+B), a reduction over the M rows.
 //
-// Threads split the slots (in row order, or column order for B = 1); every thread walks all of M in chunks of `mc` rows, so
-// there is no cross-thread reduction and the result does not depend on the number of threads.
+// Threads split M: each walks its rows in chunks of `mc` rows for all slots, thread 0 accumulating
+// into dvalues and the others into partial gradients that are added afterwards in thread order
+// (deterministic for a given thread count).
 // Each chunk is first copied into "strips": for every block column of X (and of dY) its mc x B
 // sub-matrix, contiguous, so a slot reads two sequential strips with every cache line fully used.
 // Micro-kernels:
@@ -22,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "sparselm/kernels/detail/bsr_util.hpp"
@@ -229,7 +231,7 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
   constexpr std::size_t W = vec::size;
   const std::size_t nnz = p.nnz(), in = p.in(), out = p.out();
   if (M == 0 || nnz == 0) return;
-  const int nt = int(std::min<std::size_t>(std::size_t(team_size()), std::max<std::size_t>(1, nnz / 4)));
+  const int nt = int(std::min<std::size_t>(std::size_t(team_size()), std::max<std::size_t>(1, M / 64)));
   // B == 1: each slot is a dot product of an X column and a dY column over a chunk of mc rows
   // (transposed, lanes along M). Slots are walked tile by tile: TM indices of the shorter side,
   // then every index of the longer side with its slots inside the tile, so one operand row is
@@ -260,41 +262,54 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
           ++pos;
         }
     order = ord.data();
-    sums1 = scratch(nnz + W, 3);
-    std::memset(sums1, 0, (nnz + W) * sizeof(float));
+    sums1 = scratch(std::size_t(nt) * (nnz + W), 3);
   }
+  float* const partial = B == 1 || nt == 1 ? nullptr : scratch(std::size_t(nt - 1) * nnz * B * B, 3);
   run_team(nt, [&](int t, int T) {
-    // This thread's slots: positions [pb, pe) of row_slots (of `order` for B == 1).
-    const std::size_t pb = nnz * std::size_t(t) / std::size_t(T), pe = nnz * std::size_t(t + 1) / std::size_t(T);
-    if (pb == pe) return;
+    auto share = [&](std::size_t n) {
+      return std::pair{n * std::size_t(t) / std::size_t(T), n * std::size_t(t + 1) / std::size_t(T)};
+    };
+    // This thread's rows [mb, me); all slots (positions [pb, pe) of row_slots, or of `order`).
+    const std::size_t mb = M * std::size_t(t) / std::size_t(T), me = M * std::size_t(t + 1) / std::size_t(T);
+    const std::size_t pb = 0, pe = nnz;
+    [[maybe_unused]] float* const dv = t == 0 ? dvalues : partial + std::size_t(t - 1) * nnz * B * B;
+    if (B != 1 && t > 0) std::memset(dv, 0, nnz * B * B * sizeof(float));
     if constexpr (B == 1) {
       const std::size_t mc = mc1;
+      float* const mysums = sums1 + std::size_t(t) * (nnz + W);
+      std::memset(mysums, 0, (nnz + W) * sizeof(float));
       float* Xt = scratch(in * mc, 0);
       float* dYt = scratch(out * mc, 1);
-      for (std::size_t m0 = 0; m0 < M; m0 += mc) {
-        const std::size_t mv = std::min(mc, M - m0);
+      for (std::size_t m0 = mb; m0 < me; m0 += mc) {
+        const std::size_t mv = std::min(mc, me - m0);
         const std::size_t mp = (mv + 4 * W - 1) / (4 * W) * (4 * W);
         pack_transpose<Arch>(X + m0 * ldx, ldx, mv, mp, in, Xt, mp);
         pack_transpose<Arch>(dY + m0 * ldd, ldd, mv, mp, out, dYt, mp);
         for (std::size_t q = pb; q < pe; q += W)
-          wgrad_dots<Arch>(Xt, dYt, mp, order + nnz + W + q, order + 2 * (nnz + W) + q, pe - q, sums1 + q);
+          wgrad_dots<Arch>(Xt, dYt, mp, order + nnz + W + q, order + 2 * (nnz + W) + q, pe - q, mysums + q);
       }
-      for (std::size_t q = pb; q < pe; ++q) dvalues[order[q]] += sums1[q];
+      team_barrier(T);
+      const auto [qb, qe] = share(nnz);
+      for (std::size_t q = qb; q < qe; ++q) {
+        float g = 0.0f;
+        for (int u = 0; u < T; ++u) g += sums1[std::size_t(u) * (nnz + W) + q];
+        dvalues[order[q]] += g;
+      }
       return;
     } else {
       const std::size_t mc = wgrad_chunk(in, out, 64, 256, 16);
       float* Xs = scratch(strip_stride<B>(mc) * (in / B), 0);
       float* dYs = scratch(strip_stride<B>(mc) * (out / B), 1);
-      for (std::size_t m0 = 0; m0 < M; m0 += mc) {
-        const std::size_t mv = std::min(mc, M - m0);
+      for (std::size_t m0 = mb; m0 < me; m0 += mc) {
+        const std::size_t mv = std::min(mc, me - m0);
         pack_strips<B>(X + m0 * ldx, ldx, mv, in, Xs);
         pack_strips<B>(dY + m0 * ldd, ldd, mv, out, dYs);
         const std::size_t strip = strip_stride<B>(mv);
         if constexpr (B % W == 0) {
           for (std::size_t q = pb; q < pe; ++q) {
             const std::uint32_t s = p.row_slots[q];
-            if (q + 1 < pe) prefetch_span<B * B>(dvalues + std::size_t(p.row_slots[q + 1]) * B * B);
-            wgrad_block_n<B, Arch>(Xs + p.row[s] * strip, dYs + p.col[s] * strip, mv, dvalues + std::size_t(s) * B * B);
+            if (q + 1 < pe) prefetch_span<B * B>(dv + std::size_t(p.row_slots[q + 1]) * B * B);
+            wgrad_block_n<B, Arch>(Xs + p.row[s] * strip, dYs + p.col[s] * strip, mv, dv + std::size_t(s) * B * B);
           }
         } else {
           // Runs of U slots of one block row; a short run is padded with a repeated column whose
@@ -313,7 +328,7 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
             for (std::size_t u = 0; u < U; ++u) {
               const std::uint32_t s = p.row_slots[q + std::min(u, n - 1)];
               off[u] = std::size_t(p.col[s]) * strip;
-              dvs[u] = u < n ? dvalues + std::size_t(s) * B * B : dummy + u * B * B;
+              dvs[u] = u < n ? dv + std::size_t(s) * B * B : dummy + u * B * B;
             }
 #if defined(__AVX512F__)
             if constexpr (lanes)
@@ -323,6 +338,15 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
               wgrad_group<B, 2, Arch>(Xs + i * strip, dYs, off, mv, dvs);
           });
         }
+      }
+    }
+    if constexpr (B != 1) {
+      // dvalues += partial gradients of threads 1.., in thread order, slots split across threads.
+      team_barrier(T);
+      const auto [sb, se] = share(nnz);
+      for (int u = 1; u < T; ++u) {
+        const float* src = partial + std::size_t(u - 1) * nnz * B * B;
+        for (std::size_t e = sb * B * B; e < se * B * B; ++e) dvalues[e] += src[e];
       }
     }
   });
