@@ -25,6 +25,7 @@
 
 namespace sparselm::kernels::detail {
 
+
 // The block lists a product walks.
 struct bsr_lists {
   const std::uint32_t* ptr;    // n_out_blocks + 1
@@ -110,7 +111,7 @@ inline void tile_lanes_m(const float* P, std::size_t n, const std::uint32_t* kb,
     const float* pn = P + std::size_t(kb[t + 1 < n ? t + 1 : t]) * B * MR;
 #pragma GCC unroll 2
     for (std::size_t k = 0; k < B; ++k) {
-      prefetch_span<MR>(pn + k * MR);
+      if constexpr (B >= 8) prefetch_span<MR>(pn + k * MR);  // (B < 8: more prefetches than FMAs)
       vec x[NV];
 #pragma GCC unroll 8
       for (std::size_t v = 0; v < NV; ++v) x[v] = vec::load_aligned(p + k * MR + v * W);

@@ -2,8 +2,8 @@
 // dvalues += Xᵀ·dY restricted to the active blocks: slot s = (i, j) gets
 // X[:, iB..iB+B)ᵀ · dY[:, jB..jB+B), a reduction over the M rows.
 //
-// Threads split M: each walks its rows in chunks of `mc` rows for all slots, thread 0 accumulating
-// into dvalues and the others into partial gradients that are added afterwards in thread order
+// Threads split M: each walks its rows in chunks of `mc` rows for all slots, accumulating into its
+// own partial gradient; the partials are added to dvalues afterwards in thread order
 // (deterministic for a given thread count).
 // Each chunk is first copied into "strips": for every block column of X (and of dY) its mc x B
 // sub-matrix, contiguous, so a slot reads two sequential strips with every cache line fully used.
@@ -37,9 +37,9 @@
 
 namespace sparselm::kernels::detail {
 
-// Rows of M per chunk: about 512 KiB of X and dY, clamped to [lo, hi], a multiple of `mult`.
+// Rows of M per chunk: about 384 KiB of X and dY, clamped to [lo, hi], a multiple of `mult`.
 inline std::size_t wgrad_chunk(std::size_t in, std::size_t out, std::size_t lo, std::size_t hi, std::size_t mult) {
-  std::size_t mc = (512u * 1024u) / (sizeof(float) * std::max<std::size_t>(in + out, 1));
+  std::size_t mc = (384u * 1024u) / (sizeof(float) * std::max<std::size_t>(in + out, 1));
   mc = std::clamp(mc, lo, hi);
   return std::max(mult, mc / mult * mult);
 }
@@ -264,7 +264,9 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
     order = ord.data();
     sums1 = scratch(std::size_t(nt) * (nnz + W), 3);
   }
-  float* const partial = B == 1 || nt == 1 ? nullptr : scratch(std::size_t(nt - 1) * nnz * B * B, 3);
+  // B > 1: every thread accumulates its rows into its own partial gradient, in row_slots order so
+  // that consecutive slots are adjacent in memory; they are summed into dvalues at the end.
+  float* const partial = B == 1 ? nullptr : scratch(std::size_t(nt) * nnz * B * B, 3);
   run_team(nt, [&](int t, int T) {
     auto share = [&](std::size_t n) {
       return std::pair{n * std::size_t(t) / std::size_t(T), n * std::size_t(t + 1) / std::size_t(T)};
@@ -272,8 +274,8 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
     // This thread's rows [mb, me); all slots (positions [pb, pe) of row_slots, or of `order`).
     const std::size_t mb = M * std::size_t(t) / std::size_t(T), me = M * std::size_t(t + 1) / std::size_t(T);
     const std::size_t pb = 0, pe = nnz;
-    [[maybe_unused]] float* const dv = t == 0 ? dvalues : partial + std::size_t(t - 1) * nnz * B * B;
-    if (B != 1 && t > 0) std::memset(dv, 0, nnz * B * B * sizeof(float));
+    [[maybe_unused]] float* const dv = B == 1 ? nullptr : partial + std::size_t(t) * nnz * B * B;
+    if constexpr (B != 1) std::memset(dv, 0, nnz * B * B * sizeof(float));
     if constexpr (B == 1) {
       const std::size_t mc = mc1;
       float* const mysums = sums1 + std::size_t(t) * (nnz + W);
@@ -297,7 +299,7 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
       }
       return;
     } else {
-      const std::size_t mc = wgrad_chunk(in, out, 64, 256, 16);
+      const std::size_t mc = wgrad_chunk(in, out, 32, 256, 16);
       float* Xs = scratch(strip_stride<B>(mc) * (in / B), 0);
       float* dYs = scratch(strip_stride<B>(mc) * (out / B), 1);
       for (std::size_t m0 = mb; m0 < me; m0 += mc) {
@@ -308,8 +310,7 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
         if constexpr (B % W == 0) {
           for (std::size_t q = pb; q < pe; ++q) {
             const std::uint32_t s = p.row_slots[q];
-            if (q + 1 < pe) prefetch_span<B * B>(dv + std::size_t(p.row_slots[q + 1]) * B * B);
-            wgrad_block_n<B, Arch>(Xs + p.row[s] * strip, dYs + p.col[s] * strip, mv, dv + std::size_t(s) * B * B);
+            wgrad_block_n<B, Arch>(Xs + p.row[s] * strip, dYs + p.col[s] * strip, mv, dv + q * B * B);
           }
         } else {
           // Runs of U slots of one block row; a short run is padded with a repeated column whose
@@ -328,7 +329,7 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
             for (std::size_t u = 0; u < U; ++u) {
               const std::uint32_t s = p.row_slots[q + std::min(u, n - 1)];
               off[u] = std::size_t(p.col[s]) * strip;
-              dvs[u] = u < n ? dv + std::size_t(s) * B * B : dummy + u * B * B;
+              dvs[u] = u < n ? dv + (q + u) * B * B : dummy + u * B * B;
             }
 #if defined(__AVX512F__)
             if constexpr (lanes)
@@ -341,12 +342,18 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
       }
     }
     if constexpr (B != 1) {
-      // dvalues += partial gradients of threads 1.., in thread order, slots split across threads.
+      // dvalues += sum of the partial gradients in thread order; positions split across threads.
       team_barrier(T);
-      const auto [sb, se] = share(nnz);
-      for (int u = 1; u < T; ++u) {
-        const float* src = partial + std::size_t(u - 1) * nnz * B * B;
-        for (std::size_t e = sb * B * B; e < se * B * B; ++e) dvalues[e] += src[e];
+      const auto [qb, qe] = share(nnz);
+      for (std::size_t q = qb; q < qe; ++q) {
+        alignas(64) float g[B * B];
+        std::memcpy(g, partial + q * B * B, sizeof(g));
+        for (int u = 1; u < T; ++u) {
+          const float* src = partial + (std::size_t(u) * nnz + q) * B * B;
+          for (std::size_t e = 0; e < B * B; ++e) g[e] += src[e];
+        }
+        float* o = dvalues + std::size_t(p.row_slots[q]) * B * B;
+        for (std::size_t e = 0; e < B * B; ++e) o[e] += g[e];
       }
     }
   });
