@@ -4,10 +4,11 @@
 //   build/benchmarks/bench_bsr [--threads 2,1] [--sparsity 0.9,0.8] [--blocks 16,8,4,1] [--reps 5]
 //                              [--shapes 768x768,768x3072,3072x768,768x2304] [--m 4096] [--placeholder]
 //
-// Prints one markdown table per thread count: median times (ms) of the sparse step and its three
+// Prints per thread count a markdown table: median times (ms) of the sparse step and its three
 // kernels, the dense step with OpenBLAS (cblas_sgemm) and, with --placeholder, with our own
-// kernels::gemm; speed-ups; "effective GFLOP/s" = sparse FLOPs / sparse time; and the measured FMA
-// peak of the machine (a register-only probe).
+// kernels::gemm (one run); speed-ups; "effective GFLOP/s" = sparse FLOPs / sparse time, also as a
+// share of the machine's FMA peak (a register-only probe); and the time of dense_grad_pooled (sum
+// pooling, the RigL score, run on pattern-update steps only). Then a table of the dense baselines.
 
 #include <cblas.h>
 
@@ -199,6 +200,18 @@ sparse_times time_sparse_b(std::size_t B, const sparse::block_pattern& p, const 
   }
 }
 
+void time_pooled(std::size_t B, const std::vector<float>& X, const std::vector<float>& dY, std::size_t M,
+                 std::size_t in, std::size_t out, std::vector<float>& res) {
+  const const_matrix_view<float> x{X.data(), M, in}, dy{dY.data(), M, out};
+  const matrix_view<float> r{res.data(), in / B, out / B};
+  switch (B) {
+    case 1: kernels::dense_grad_pooled<1>(x, dy, kernels::block_pooling::sum, r); break;
+    case 4: kernels::dense_grad_pooled<4>(x, dy, kernels::block_pooling::sum, r); break;
+    case 8: kernels::dense_grad_pooled<8>(x, dy, kernels::block_pooling::sum, r); break;
+    default: kernels::dense_grad_pooled<16>(x, dy, kernels::block_pooling::sum, r); break;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -218,11 +231,11 @@ int main(int argc, char** argv) {
     openblas_set_num_threads(T);
     const double peak = fma_peak_gflops(T);
     std::printf("\n## %d thread%s, FMA peak %.0f GFLOP/s\n\n", T, T > 1 ? "s" : "", peak);
-    std::printf("| in x out | sparsity | B | fwd ms | bwd-data ms | bwd-w ms | sparse step ms | OpenBLAS step ms |%s "
-                "speed-up vs OpenBLAS |%s effective GFLOP/s | %% of peak |\n",
-                o.placeholder ? " placeholder gemm ms |" : "", o.placeholder ? " speed-up vs placeholder |" : "");
-    std::printf("|---|---|---|---|---|---|---|---|%s---|%s---|---|\n", o.placeholder ? "---|" : "",
-                o.placeholder ? "---|" : "");
+    std::printf("| in x out | sparsity | B | fwd ms | bwd-data ms | bwd-w ms | sparse step ms | OpenBLAS step ms | "
+                "speed-up vs OpenBLAS |%s effective GFLOP/s | %% of peak | dense_grad_pooled ms |\n",
+                o.placeholder ? " placeholder step ms | speed-up vs placeholder |" : "");
+    std::printf("|---|---|---|---|---|---|---|---|---|%s---|---|---|\n", o.placeholder ? "---|---|" : "");
+    std::vector<std::string> dense_rows;
     for (const auto& sh : o.shapes) {
       const auto X = rand_vec(M * sh.in), dY = rand_vec(M * sh.out), bias = rand_vec(sh.out);
       std::vector<float> Y(M * sh.out), dX(M * sh.in);
@@ -250,29 +263,36 @@ int main(int argc, char** argv) {
                       {dWd.data(), sh.in, sh.out});
         t_ph = seconds_since(t0);
       }
-      for (double s : o.sparsity)
-        for (std::size_t B : o.blocks) {
-          if (sh.in % B || sh.out % B) continue;
+      const double dflops = 3.0 * 2.0 * double(M) * double(sh.in * sh.out);
+      char row[256];
+      std::snprintf(row, sizeof row, "| %zux%zu | %.2f | %.0f | %.0f %% |%s\n", sh.in, sh.out, t_blas * 1e3,
+                    dflops / t_blas * 1e-9, 100.0 * dflops / t_blas * 1e-9 / peak,
+                    o.placeholder ? (" " + std::to_string(long(t_ph * 1e3)) + " |").c_str() : "");
+      dense_rows.push_back(row);
+      for (std::size_t B : o.blocks) {
+        if (sh.in % B || sh.out % B) continue;
+        std::vector<float> pooled((sh.in / B) * (sh.out / B));
+        const double t_pool = median_time(o.reps, [&] { time_pooled(B, X, dY, M, sh.in, sh.out, pooled); });
+        for (double s : o.sparsity) {
           const auto p = random_pattern(B, sh.in, sh.out, s, 7);
           const auto values = rand_vec(p.nnz() * B * B);
           std::vector<float> dvalues(p.nnz() * B * B);
           const auto t = time_sparse_b(B, p, X, dY, Y, dX, values, dvalues, bias, M, o.reps);
           const double flops = 3.0 * 2.0 * double(M) * double(p.nnz() * B * B);
           const double gf = flops / t.step * 1e-9;
-          std::printf("| %zux%zu | %.2f | %zu | %.2f | %.2f | %.2f | %.2f | %.2f |", sh.in, sh.out, s, B, t.fwd * 1e3,
-                      t.bwd_data * 1e3, t.bwd_weights * 1e3, t.step * 1e3, t_blas * 1e3);
-          if (o.placeholder) std::printf(" %.0f |", t_ph * 1e3);
-          std::printf(" %.2f |", t_blas / t.step);
-          if (o.placeholder) std::printf(" %.1f |", t_ph / t.step);
-          std::printf(" %.0f | %.0f |\n", gf, 100.0 * gf / peak);
+          std::printf("| %zux%zu | %.2f | %zu | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |", sh.in, sh.out, s, B,
+                      t.fwd * 1e3, t.bwd_data * 1e3, t.bwd_weights * 1e3, t.step * 1e3, t_blas * 1e3, t_blas / t.step);
+          if (o.placeholder) std::printf(" %.0f | %.1f |", t_ph * 1e3, t_ph / t.step);
+          std::printf(" %.0f | %.0f | %.1f |\n", gf, 100.0 * gf / peak, t_pool * 1e3);
           std::fflush(stdout);
         }
-      const double dflops = 3.0 * 2.0 * double(M) * double(sh.in * sh.out);
-      std::printf("| %zux%zu | dense | - | | | | | %.2f (%.0f GFLOP/s, %.0f %% of peak) |%s | %s | |\n", sh.in, sh.out,
-                  t_blas * 1e3, dflops / t_blas * 1e-9, 100.0 * dflops / t_blas * 1e-9 / peak,
-                  o.placeholder ? (" " + std::to_string(int(t_ph * 1e3)) + " |").c_str() : "", o.placeholder ? " |" : "");
-      std::fflush(stdout);
+      }
     }
+    std::printf("\nDense fwd+bwd (NN + NT + TN), %d thread%s:\n\n| in x out | OpenBLAS ms | OpenBLAS GFLOP/s | %% of peak |%s\n"
+                "|---|---|---|---|%s\n",
+                T, T > 1 ? "s" : "", o.placeholder ? " placeholder kernels::gemm ms |" : "", o.placeholder ? "---|" : "");
+    for (const auto& r : dense_rows) std::printf("%s", r.c_str());
+    std::fflush(stdout);
   }
   return 0;
 }
