@@ -40,7 +40,8 @@ struct bsr_tiling {
   static constexpr bool lanes_n = B % W == 0;
   static constexpr std::size_t NB = lanes_n ? B / W : 1;                                  // vectors per block row
   static constexpr std::size_t MR_N = std::min<std::size_t>(24, (vec_regs<Arch> - 4) / NB);  // lanes-N tile rows
-  static constexpr std::size_t NV = std::clamp<std::size_t>((vec_regs<Arch> - 6) / B, 1, 8);  // lanes-M vectors
+  // lanes-M vectors: B = 1 reads one panel vector per FMA, so a smaller panel (L2) beats more chains
+  static constexpr std::size_t NV = B == 1 ? 4 : std::clamp<std::size_t>((vec_regs<Arch> - 6) / B, 1, 8);
   static constexpr std::size_t MR = lanes_n ? MR_N : NV * W;
 };
 
