@@ -2,9 +2,9 @@
 // Internals shared by the block-sparse kernels (kernels/bsr.hpp): architecture traits, reusable
 // thread-local scratch buffers, a thread-team helper, and the panel transposes used for packing.
 //
-// The only ISA-specific code is the 16x16 AVX-512 in-register transpose, used when the kernel's
-// Arch is an AVX-512 arch and the translation unit is compiled with AVX-512F; every other case takes
-// the portable loop beside it (the tests run both).
+// ISA-specific code (AVX-512 16x16 in-register transposes with masked edges, the transpose-add
+// reduction) runs only when the kernel's Arch is an AVX-512 arch and the translation unit is
+// compiled with AVX-512F; otherwise the portable loops beside it run (the tests run both).
 
 #include <algorithm>
 #include <cstddef>
