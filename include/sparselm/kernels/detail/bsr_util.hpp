@@ -86,7 +86,7 @@ inline int team_size() noexcept { return in_parallel() ? 1 : num_threads(); }
 // Runs f(t, T) on a team of up to nt threads (serially, f(0, 1), when nt == 1 or when already
 // inside a parallel region).
 template <class F>
-void run_team(int nt, F&& f) {
+void run_team([[maybe_unused]] int nt, F&& f) {
 #if defined(_OPENMP)
   if (nt > 1 && !in_parallel()) {
 #pragma omp parallel num_threads(nt)
