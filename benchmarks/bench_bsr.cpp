@@ -1,0 +1,298 @@
+// Block-sparse fwd+bwd (bsr_matmul + bsr_matmul_t + bsr_weight_grad) against the dense equivalent
+// (GEMM NN + NT + TN) on the shapes of the dense GEMM benchmark, M = 4096 tokens.
+//
+//   build/benchmarks/bench_bsr [--threads 2,1] [--sparsity 0.9,0.8] [--blocks 16,8,4,1] [--reps 5]
+//                              [--shapes 768x768,768x3072,3072x768,768x2304] [--m 4096] [--placeholder]
+//
+// Prints per thread count a markdown table: median times (ms) of the sparse step and its three
+// kernels, the dense step with OpenBLAS (cblas_sgemm) and, with --placeholder, with our own
+// kernels::gemm (one run); speed-ups; "effective GFLOP/s" = sparse FLOPs / sparse time, also as a
+// share of the machine's FMA peak (a register-only probe); and the time of dense_grad_pooled (sum
+// pooling, the RigL score, run on pattern-update steps only). Then a table of the dense baselines.
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sparselm/core/simd.hpp"
+#include "sparselm/core/threads.hpp"
+#include "sparselm/kernels/bsr.hpp"
+#include "sparselm/kernels/gemm.hpp"
+#include "sparselm/sparse/block_pattern.hpp"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace {
+
+using namespace sparselm;
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// Median wall time of `reps` calls after one warm-up call.
+double median_time(int reps, const std::function<void()>& f) {
+  f();
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = clock_type::now();
+    f();
+    t.push_back(seconds_since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// FMA peak: independent FMA chains in registers on every thread.
+double fma_peak_gflops(int threads) {
+  using vec = simd<float>;
+  constexpr int chains = 16;
+  const long iters = 20'000'000;
+  double best = 0;
+  for (int trial = 0; trial < 3; ++trial) {
+    std::vector<float> sink(std::size_t(threads) * 64);
+    auto t0 = clock_type::now();
+#pragma omp parallel num_threads(threads)
+    {
+      vec acc[chains];
+      for (int c = 0; c < chains; ++c) acc[c] = vec(float(c) * 1e-3f);
+      const vec a(0.999999f), b(1e-7f);
+      for (long i = 0; i < iters; ++i) {
+#pragma GCC unroll 16
+        for (int c = 0; c < chains; ++c) acc[c] = xsimd::fma(acc[c], a, b);
+      }
+      vec s = acc[0];
+      for (int c = 1; c < chains; ++c) s += acc[c];
+      sink[std::size_t(thread_id()) * 64] = xsimd::hadd(s);
+    }
+    const double t = seconds_since(t0);
+    best = std::max(best, double(threads) * iters * chains * vec::size * 2 / t * 1e-9);
+  }
+  return best;
+}
+
+// Uniform pattern with ceil((1 - sparsity) * blocks) active blocks.
+sparse::block_pattern random_pattern(std::size_t B, std::size_t in, std::size_t out, double sparsity, std::uint32_t seed) {
+  sparse::block_pattern p;
+  p.block = B;
+  p.rows_b = in / B;
+  p.cols_b = out / B;
+  const std::size_t cells = p.rows_b * p.cols_b;
+  const std::size_t n = std::size_t(std::ceil((1.0 - sparsity) * double(cells)));
+  std::vector<std::uint32_t> idx(cells);
+  std::iota(idx.begin(), idx.end(), 0u);
+  std::mt19937 rng(seed);
+  for (std::size_t k = 0; k < n; ++k) std::swap(idx[k], idx[k + rng() % (cells - k)]);
+  for (std::size_t k = 0; k < n; ++k) {
+    p.row.push_back(idx[k] / std::uint32_t(p.cols_b));
+    p.col.push_back(idx[k] % std::uint32_t(p.cols_b));
+  }
+  p.finalize("bench");
+  return p;
+}
+
+struct shape {
+  std::size_t in, out;
+};
+
+struct options {
+  std::vector<int> threads{2, 1};
+  std::vector<double> sparsity{0.9, 0.8};
+  std::vector<std::size_t> blocks{16, 8, 4, 1};
+  std::vector<shape> shapes{{768, 768}, {768, 3072}, {3072, 768}, {768, 2304}};
+  std::size_t M = 4096;
+  int reps = 5;
+  bool placeholder = false;
+};
+
+template <class T>
+std::vector<T> parse_list(const std::string& s, T (*conv)(const std::string&)) {
+  std::vector<T> v;
+  std::size_t b = 0;
+  while (b <= s.size()) {
+    std::size_t e = s.find(',', b);
+    if (e == std::string::npos) e = s.size();
+    if (e > b) v.push_back(conv(s.substr(b, e - b)));
+    b = e + 1;
+  }
+  return v;
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int a = 1; a < argc; ++a) {
+    std::string k = argv[a];
+    auto next = [&]() -> std::string {
+      if (a + 1 >= argc) {
+        std::fprintf(stderr, "bench_bsr: %s needs a value\n", k.c_str());
+        std::exit(2);
+      }
+      return argv[++a];
+    };
+    if (k == "--threads") o.threads = parse_list<int>(next(), [](const std::string& s) { return std::stoi(s); });
+    else if (k == "--sparsity") o.sparsity = parse_list<double>(next(), [](const std::string& s) { return std::stod(s); });
+    else if (k == "--blocks")
+      o.blocks = parse_list<std::size_t>(next(), [](const std::string& s) { return std::size_t(std::stoul(s)); });
+    else if (k == "--shapes")
+      o.shapes = parse_list<shape>(next(), [](const std::string& s) {
+        const auto x = s.find('x');
+        return shape{std::stoul(s.substr(0, x)), std::stoul(s.substr(x + 1))};
+      });
+    else if (k == "--m") o.M = std::stoul(next());
+    else if (k == "--reps") o.reps = std::stoi(next());
+    else if (k == "--placeholder") o.placeholder = true;
+    else {
+      std::fprintf(stderr, "usage: bench_bsr [--threads 2,1] [--sparsity 0.9,0.8] [--blocks 16,8,4,1] [--reps 5]\n"
+                           "                 [--shapes 768x768,...] [--m 4096] [--placeholder]\n");
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+struct sparse_times {
+  double fwd, bwd_data, bwd_weights, step;
+};
+
+template <std::size_t B>
+sparse_times time_sparse(const sparse::block_pattern& p, const std::vector<float>& X, const std::vector<float>& dY,
+                         std::vector<float>& Y, std::vector<float>& dX, const std::vector<float>& values,
+                         std::vector<float>& dvalues, const std::vector<float>& bias, std::size_t M, int reps) {
+  const std::size_t in = p.in(), out = p.out();
+  const_matrix_view<float> x{X.data(), M, in}, dy{dY.data(), M, out};
+  matrix_view<float> y{Y.data(), M, out}, dx{dX.data(), M, in};
+  auto fwd = [&] { kernels::bsr_matmul<B>(x, p, values.data(), 0.0f, y, bias.data()); };
+  auto bwd_d = [&] { kernels::bsr_matmul_t<B>(dy, p, values.data(), 0.0f, dx); };
+  auto bwd_w = [&] { kernels::bsr_weight_grad<B>(x, dy, p, dvalues.data()); };
+  sparse_times t{};
+  t.fwd = median_time(reps, fwd);
+  t.bwd_data = median_time(reps, bwd_d);
+  t.bwd_weights = median_time(reps, bwd_w);
+  t.step = median_time(reps, [&] {
+    fwd();
+    bwd_d();
+    bwd_w();
+  });
+  return t;
+}
+
+sparse_times time_sparse_b(std::size_t B, const sparse::block_pattern& p, const std::vector<float>& X,
+                           const std::vector<float>& dY, std::vector<float>& Y, std::vector<float>& dX,
+                           const std::vector<float>& values, std::vector<float>& dvalues, const std::vector<float>& bias,
+                           std::size_t M, int reps) {
+  switch (B) {
+    case 1: return time_sparse<1>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
+    case 4: return time_sparse<4>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
+    case 8: return time_sparse<8>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
+    case 16: return time_sparse<16>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
+    default: std::fprintf(stderr, "bench_bsr: block size %zu is not one of 1, 4, 8, 16\n", B); std::exit(2);
+  }
+}
+
+void time_pooled(std::size_t B, const std::vector<float>& X, const std::vector<float>& dY, std::size_t M,
+                 std::size_t in, std::size_t out, std::vector<float>& res) {
+  const const_matrix_view<float> x{X.data(), M, in}, dy{dY.data(), M, out};
+  const matrix_view<float> r{res.data(), in / B, out / B};
+  switch (B) {
+    case 1: kernels::dense_grad_pooled<1>(x, dy, kernels::block_pooling::sum, r); break;
+    case 4: kernels::dense_grad_pooled<4>(x, dy, kernels::block_pooling::sum, r); break;
+    case 8: kernels::dense_grad_pooled<8>(x, dy, kernels::block_pooling::sum, r); break;
+    default: kernels::dense_grad_pooled<16>(x, dy, kernels::block_pooling::sum, r); break;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const options o = parse(argc, argv);
+  const std::size_t M = o.M;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto rand_vec = [&](std::size_t n) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = u(rng);
+    return v;
+  };
+  std::printf("# bench_bsr: M = %zu, SIMD %s (%zu floats), median of %d\n", M, native_arch::name(), simd_width<float>,
+              o.reps);
+  for (int T : o.threads) {
+    set_num_threads(T);
+    openblas_set_num_threads(T);
+    const double peak = fma_peak_gflops(T);
+    std::printf("\n## %d thread%s, FMA peak %.0f GFLOP/s\n\n", T, T > 1 ? "s" : "", peak);
+    std::printf("| in x out | sparsity | B | fwd ms | bwd-data ms | bwd-w ms | sparse step ms | OpenBLAS step ms | "
+                "speed-up vs OpenBLAS |%s effective GFLOP/s | %% of peak | dense_grad_pooled ms |\n",
+                o.placeholder ? " placeholder step ms | speed-up vs placeholder |" : "");
+    std::printf("|---|---|---|---|---|---|---|---|---|%s---|---|---|\n", o.placeholder ? "---|---|" : "");
+    std::vector<std::string> dense_rows;
+    for (const auto& sh : o.shapes) {
+      const auto X = rand_vec(M * sh.in), dY = rand_vec(M * sh.out), bias = rand_vec(sh.out);
+      std::vector<float> Y(M * sh.out), dX(M * sh.in);
+      // Dense step: Y = X·W (NN), dX = dY·Wᵀ (NT), dW += Xᵀ·dY (TN).
+      auto Wd = rand_vec(sh.in * sh.out);
+      std::vector<float> dWd(sh.in * sh.out);
+      const int in = int(sh.in), out = int(sh.out), m = int(M);
+      const double t_blas = median_time(o.reps, [&] {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, out, in, 1.0f, X.data(), in, Wd.data(), out, 0.0f,
+                    Y.data(), out);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, in, out, 1.0f, dY.data(), out, Wd.data(), out, 0.0f,
+                    dX.data(), in);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, out, m, 1.0f, X.data(), in, dY.data(), out, 1.0f,
+                    dWd.data(), out);
+      });
+      double t_ph = 0;
+      if (o.placeholder) {
+        using kernels::trans;
+        auto t0 = clock_type::now();  // one run: the placeholder is slow
+        kernels::gemm(trans::n, trans::n, 1.0f, {X.data(), M, sh.in}, {Wd.data(), sh.in, sh.out}, 0.0f,
+                      {Y.data(), M, sh.out});
+        kernels::gemm(trans::n, trans::t, 1.0f, {dY.data(), M, sh.out}, {Wd.data(), sh.in, sh.out}, 0.0f,
+                      {dX.data(), M, sh.in});
+        kernels::gemm(trans::t, trans::n, 1.0f, {X.data(), M, sh.in}, {dY.data(), M, sh.out}, 1.0f,
+                      {dWd.data(), sh.in, sh.out});
+        t_ph = seconds_since(t0);
+      }
+      const double dflops = 3.0 * 2.0 * double(M) * double(sh.in * sh.out);
+      char row[256];
+      std::snprintf(row, sizeof row, "| %zux%zu | %.2f | %.0f | %.0f %% |%s\n", sh.in, sh.out, t_blas * 1e3,
+                    dflops / t_blas * 1e-9, 100.0 * dflops / t_blas * 1e-9 / peak,
+                    o.placeholder ? (" " + std::to_string(long(t_ph * 1e3)) + " |").c_str() : "");
+      dense_rows.push_back(row);
+      for (std::size_t B : o.blocks) {
+        if (sh.in % B || sh.out % B) continue;
+        std::vector<float> pooled((sh.in / B) * (sh.out / B));
+        const double t_pool = median_time(o.reps, [&] { time_pooled(B, X, dY, M, sh.in, sh.out, pooled); });
+        for (double s : o.sparsity) {
+          const auto p = random_pattern(B, sh.in, sh.out, s, 7);
+          const auto values = rand_vec(p.nnz() * B * B);
+          std::vector<float> dvalues(p.nnz() * B * B);
+          const auto t = time_sparse_b(B, p, X, dY, Y, dX, values, dvalues, bias, M, o.reps);
+          const double flops = 3.0 * 2.0 * double(M) * double(p.nnz() * B * B);
+          const double gf = flops / t.step * 1e-9;
+          std::printf("| %zux%zu | %.2f | %zu | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |", sh.in, sh.out, s, B,
+                      t.fwd * 1e3, t.bwd_data * 1e3, t.bwd_weights * 1e3, t.step * 1e3, t_blas * 1e3, t_blas / t.step);
+          if (o.placeholder) std::printf(" %.0f | %.1f |", t_ph * 1e3, t_ph / t.step);
+          std::printf(" %.0f | %.0f | %.1f |\n", gf, 100.0 * gf / peak, t_pool * 1e3);
+          std::fflush(stdout);
+        }
+      }
+    }
+    std::printf("\nDense fwd+bwd (NN + NT + TN), %d thread%s:\n\n| in x out | OpenBLAS ms | OpenBLAS GFLOP/s | %% of peak |%s\n"
+                "|---|---|---|---|%s\n",
+                T, T > 1 ? "s" : "", o.placeholder ? " placeholder kernels::gemm ms |" : "", o.placeholder ? "---|" : "");
+    for (const auto& r : dense_rows) std::printf("%s", r.c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}

@@ -1,0 +1,211 @@
+#pragma once
+// Block-sparse products C (M x N) = beta*C + A (M x K) · S [+ bias], where S is block-sparse and
+// walked one output block column at a time: output block column j gets the blocks
+// slots[ptr[j] .. ptr[j+1]); slot s multiplies rows kblk[s]*B .. +B of A's columns.
+//   bsr_matmul:   lists by block column of W, kblk = row, S_s = W_s
+//   bsr_matmul_t: lists by block row of W,    kblk = col, S_s = W_sᵀ
+//
+// Per call the blocks are copied in walking order (K index first), and per M panel of MR rows
+// A is packed k-major (K x MR, zero-padded), so the micro-kernels read both sequentially. Two
+// micro-kernels, chosen by B against the SIMD width W:
+//  * lanes along N (B % W == 0, e.g. B = 16 on AVX-512): an MR x B tile of C lives in registers
+//    across all blocks of the column; per k one row of the block is loaded and MR values of the
+//    panel are broadcast;
+//  * lanes along M (B < W, e.g. B = 1/4/8 on AVX-512): a tile of MR rows x B columns, per k NV
+//    vectors of the panel times one broadcast block value per column; chunks of C come out
+//    column-major and are transposed back with beta and bias fused.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "sparselm/kernels/detail/bsr_util.hpp"
+
+namespace sparselm::kernels::detail {
+
+
+// The block lists a product walks.
+struct bsr_lists {
+  const std::uint32_t* ptr;    // n_out_blocks + 1
+  const std::uint32_t* slots;  // arena slots, ordered per output block
+  const std::uint32_t* kblk;   // per arena slot: the block index along K
+  std::size_t n_out_blocks;
+};
+
+template <std::size_t B, class Arch>
+struct bsr_tiling {
+  static constexpr std::size_t W = simd_width<float, Arch>;
+  static constexpr bool lanes_n = B % W == 0;
+  static constexpr std::size_t NB = lanes_n ? B / W : 1;                                  // vectors per block row
+  static constexpr std::size_t MR_N = std::min<std::size_t>(24, (vec_regs<Arch> - 4) / NB);  // lanes-N tile rows
+  // lanes-M vectors: B = 1 reads one panel vector per FMA, so a smaller panel (L2) beats more chains
+  static constexpr std::size_t NV = B == 1 ? 4 : std::clamp<std::size_t>((vec_regs<Arch> - 6) / B, 1, 8);
+  static constexpr std::size_t MR = lanes_n ? MR_N : NV * W;
+};
+
+// ---- lanes along N -------------------------------------------------------------------------------
+
+// C rows [0, MR) x B columns (at C) = beta*C + P-panel · (sum over n blocks) [+ bias]; rows >= mvalid
+// are computed but not stored. P is the packed panel (K x MR, k-major); block t of the column is
+// V + t*B*B (K index first) and multiplies panel rows kb[t]*B .. +B.
+template <std::size_t B, std::size_t MR, class Arch>
+inline void tile_lanes_n(const float* P, std::size_t n, const std::uint32_t* kb, const float* V, float* C,
+                         std::size_t ldc, std::size_t mvalid, float beta, const float* bias) {
+  using vec = xsimd::batch<float, Arch>;
+  constexpr std::size_t W = vec::size, NB = B / W;
+  vec acc[MR][NB];
+#pragma GCC unroll 32
+  for (std::size_t r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (std::size_t v = 0; v < NB; ++v) acc[r][v] = vec(0.0f);
+  for (std::size_t t = 0; t < n; ++t) {
+    const float* a = P + std::size_t(kb[t]) * B * MR;
+    const float* w = V + t * B * B;
+    // The next block's panel rows are elsewhere in the panel: fetch them while this one computes.
+    const float* an = P + std::size_t(kb[t + 1 < n ? t + 1 : t]) * B * MR;
+    for (std::size_t k = 0; k < B; ++k) {
+      prefetch_span<MR>(an + k * MR);
+      vec wv[NB];
+#pragma GCC unroll 4
+      for (std::size_t v = 0; v < NB; ++v) wv[v] = vec::load_unaligned(w + k * B + v * W);
+#pragma GCC unroll 32
+      for (std::size_t r = 0; r < MR; ++r) {
+        const vec x(a[k * MR + r]);
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < NB; ++v) acc[r][v] = xsimd::fma(x, wv[v], acc[r][v]);
+      }
+    }
+  }
+  const vec vbeta(beta);
+#pragma GCC unroll 32
+  for (std::size_t r = 0; r < MR; ++r) {
+    if (r >= mvalid) break;
+    float* c = C + r * ldc;
+#pragma GCC unroll 4
+    for (std::size_t v = 0; v < NB; ++v) {
+      vec o = acc[r][v];
+      if (bias) o += vec::load_unaligned(bias + v * W);
+      if (beta != 0.0f) o = xsimd::fma(vbeta, vec::load_unaligned(c + v * W), o);
+      o.store_unaligned(c + v * W);
+    }
+  }
+}
+
+// ---- lanes along M -------------------------------------------------------------------------------
+
+// Tile of MR = NV*W rows x B columns from the packed panel P (K x MR, k-major); the result goes to
+// Ct (B x MR, column-major). Blocks as in tile_lanes_n.
+template <std::size_t B, std::size_t NV, class Arch>
+inline void tile_lanes_m(const float* P, std::size_t n, const std::uint32_t* kb, const float* V, float* Ct) {
+  using vec = xsimd::batch<float, Arch>;
+  constexpr std::size_t W = vec::size, MR = NV * W;
+  vec acc[B][NV];
+#pragma GCC unroll 16
+  for (std::size_t c = 0; c < B; ++c)
+#pragma GCC unroll 8
+    for (std::size_t v = 0; v < NV; ++v) acc[c][v] = vec(0.0f);
+  for (std::size_t t = 0; t < n; ++t) {
+    const float* p = P + std::size_t(kb[t]) * B * MR;
+    const float* w = V + t * B * B;
+    const float* pn = P + std::size_t(kb[t + 1 < n ? t + 1 : t]) * B * MR;
+#pragma GCC unroll 2
+    for (std::size_t k = 0; k < B; ++k) {
+      if constexpr (B >= 8) prefetch_span<MR>(pn + k * MR);  // (B < 8: more prefetches than FMAs)
+      vec x[NV];
+#pragma GCC unroll 8
+      for (std::size_t v = 0; v < NV; ++v) x[v] = vec::load_aligned(p + k * MR + v * W);
+#pragma GCC unroll 16
+      for (std::size_t c = 0; c < B; ++c) {
+        const vec wb(w[k * B + c]);
+#pragma GCC unroll 8
+        for (std::size_t v = 0; v < NV; ++v) acc[c][v] = xsimd::fma(x[v], wb, acc[c][v]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (std::size_t c = 0; c < B; ++c)
+#pragma GCC unroll 8
+    for (std::size_t v = 0; v < NV; ++v) acc[c][v].store_aligned(Ct + c * MR + v * W);
+}
+
+// ---- driver --------------------------------------------------------------------------------------
+
+// Block lists in walking order, with the blocks copied contiguously (K index first) so that the
+// micro-kernels stream them; rebuilt per call (nnz*B*B floats, small beside the product).
+struct packed_blocks {
+  const float* values;
+  const std::uint32_t* kb;
+};
+
+// TransV: block element (k, c) of S_s is V[s*B*B + c*B + k] (S_s = W_sᵀ) instead of V[s*B*B + k*B + c].
+template <std::size_t B, bool TransV, class Arch>
+packed_blocks pack_blocks(const bsr_lists& L, const float* V) {
+  const std::size_t nnz = L.ptr[L.n_out_blocks];
+  float* vp = scratch(nnz * B * B, 3);
+  thread_local std::vector<std::uint32_t> kb;
+  kb.resize(std::max(kb.size(), nnz));
+  std::uint32_t* kbp = kb.data();
+  parallel_for(
+      0, nnz,
+      [&](std::size_t t) {
+        const std::uint32_t s = L.slots[t];
+        kbp[t] = L.kblk[s];
+        if constexpr (TransV)
+          pack_transpose<Arch>(V + std::size_t(s) * B * B, B, B, B, B, vp + t * B * B, B);
+        else
+          std::memcpy(vp + t * B * B, V + std::size_t(s) * B * B, B * B * sizeof(float));
+      },
+      256);
+  return {vp, kbp};
+}
+
+// C (M x N, N = n_out_blocks*B) = beta*C + A (M x K) · S [+ bias], S from the lists and V (TransV as
+// in pack_blocks).
+template <std::size_t B, bool TransV, class Arch>
+void bsr_product(const float* A, std::size_t lda, std::size_t M, std::size_t K, const bsr_lists& L, const float* V,
+                 float beta, float* C, std::size_t ldc, const float* bias) {
+  using T = bsr_tiling<B, Arch>;
+  constexpr std::size_t MR = T::MR;
+  const std::size_t N = L.n_out_blocks * B;
+  if (M == 0 || N == 0) return;
+  const packed_blocks pb = pack_blocks<B, TransV, Arch>(L, V);
+  const std::size_t npan = (M + MR - 1) / MR;
+  const int nt = team_size();
+  // Split the output columns too when there are few row panels for the threads.
+  const std::size_t ngrp =
+      npan >= 4 * std::size_t(nt) ? 1 : std::min(L.n_out_blocks, (4 * std::size_t(nt) + npan - 1) / npan);
+  parallel_for(0, npan * ngrp, [&](std::size_t item) {
+    const std::size_t p = item / ngrp, g = item % ngrp;
+    const std::size_t m0 = p * MR, mv = std::min(MR, M - m0);
+    const std::size_t j0 = g * L.n_out_blocks / ngrp, j1 = (g + 1) * L.n_out_blocks / ngrp;
+    if (j0 == j1) return;
+    float* Cp = C + m0 * ldc;
+    // The panel of A, k-major (K x MR) and zero-padded to MR rows.
+    float* P = scratch(K * MR, 0);
+    pack_transpose<Arch>(A + m0 * lda, lda, mv, MR, K, P, MR);
+    if constexpr (T::lanes_n) {
+      for (std::size_t j = j0; j < j1; ++j) {
+        const std::size_t t0 = L.ptr[j];
+        tile_lanes_n<B, MR, Arch>(P, L.ptr[j + 1] - t0, pb.kb + t0, pb.values + t0 * B * B, Cp + j * B, ldc, mv, beta,
+                                  bias ? bias + j * B : nullptr);
+      }
+    } else {
+      // Column chunks of about 128 output columns: the chunk of C (column-major) stays in cache
+      // until it is transposed back.
+      constexpr std::size_t JC = std::max<std::size_t>(1, 128 / B);
+      float* Ct = scratch(JC * B * MR, 1);
+      for (std::size_t jc = j0; jc < j1; jc += JC) {
+        const std::size_t je = std::min(j1, jc + JC);
+        for (std::size_t j = jc; j < je; ++j) {
+          const std::size_t t0 = L.ptr[j];
+          tile_lanes_m<B, T::NV, Arch>(P, L.ptr[j + 1] - t0, pb.kb + t0, pb.values + t0 * B * B, Ct + (j - jc) * B * MR);
+        }
+        unpack_transpose<Arch>(Ct, MR, mv, (je - jc) * B, Cp + jc * B, ldc, beta, bias ? bias + jc * B : nullptr);
+      }
+    }
+  });
+}
+
+}  // namespace sparselm::kernels::detail

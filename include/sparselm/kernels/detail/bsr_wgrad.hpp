@@ -1,0 +1,366 @@
+#pragma once
+// dvalues += Xᵀ·dY restricted to the active blocks: slot s = (i, j) gets
+// X[:, iB..iB+B)ᵀ · dY[:, jB..jB+B), a reduction over the M rows.
+//
+// Threads split M: each walks its rows in chunks of `mc` rows for all slots, accumulating into its
+// own partial gradient; the partials are added to dvalues afterwards in thread order
+// (deterministic for a given thread count).
+// Each chunk is first copied into "strips": for every block column of X (and of dY) its mc x B
+// sub-matrix, contiguous, so a slot reads two sequential strips with every cache line fully used.
+// Micro-kernels:
+//  * B % W == 0 (B = 16 on AVX-512): the B x B block accumulates in registers, lanes along the
+//    block columns: per m one row of the dY strip is loaded and B values of X broadcast;
+//  * AVX-512, B = 4 or 8: a vector holds R = 16/B rows of a block (lanes (r, b)); per m the X strip
+//    row is permuted once into "each value repeated B times" and shared by U slots of the same
+//    block row, whose dY strip rows are broadcast R times: one load per FMA, no horizontal work;
+//  * other 4 <= B < W (e.g. B = 4 on AVX2): G = W/B slots of one block row share a vector, the dY
+//    operand assembled from G pieces;
+//  * B == 1: X and dY chunks are transposed (lanes along M), each slot is a dot product, and W slots
+//    are reduced at once with a horizontal-add transpose.
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "sparselm/kernels/detail/bsr_util.hpp"
+#include "sparselm/sparse/block_pattern.hpp"
+
+#if defined(__GNUC__) && !defined(__clang__)  // see bsr_util.hpp
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+namespace sparselm::kernels::detail {
+
+// Rows of M per chunk: about 384 KiB of X and dY, clamped to [lo, hi], a multiple of `mult`.
+inline std::size_t wgrad_chunk(std::size_t in, std::size_t out, std::size_t lo, std::size_t hi, std::size_t mult) {
+  std::size_t mc = (384u * 1024u) / (sizeof(float) * std::max<std::size_t>(in + out, 1));
+  mc = std::clamp(mc, lo, hi);
+  return std::max(mult, mc / mult * mult);
+}
+
+// Strip stride for `rows` rows of B floats: one spare cache line, so that strips that are read
+// side by side do not fall on the same cache sets.
+template <std::size_t B>
+inline std::size_t strip_stride(std::size_t rows) noexcept {
+  return rows * B + 16;
+}
+
+// dst[(c/B)*strip_stride + r*B + c%B] = src[r*lds + c]: the strips of B columns, each rows x B
+// contiguous. Walks one source cache line (16/B strips) down all rows at a time, so reads stay in
+// few lines and writes are 16/B sequential streams.
+template <std::size_t B>
+inline void pack_strips(const float* src, std::size_t lds, std::size_t rows, std::size_t cols, float* dst) {
+  constexpr std::size_t G = B >= 16 ? 1 : 16 / B;
+  const std::size_t nb = cols / B, ss = strip_stride<B>(rows);
+  for (std::size_t b0 = 0; b0 < nb; b0 += G) {
+    const std::size_t g1 = std::min(G, nb - b0);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const float* s = src + r * lds + b0 * B;
+      float* d = dst + b0 * ss + r * B;
+      for (std::size_t g = 0; g < g1; ++g) std::memcpy(d + g * ss, s + g * B, B * sizeof(float));
+    }
+  }
+}
+
+// ---- B % W == 0 ----------------------------------------------------------------------------------
+
+// dv (B x B) += strip(X)ᵀ · strip(dY) over `rows` rows.
+template <std::size_t B, class Arch>
+inline void wgrad_block_n(const float* xs, const float* ds, std::size_t rows, float* dv) {
+  constexpr std::size_t NB = B / simd_width<float, Arch>;
+  constexpr std::size_t RA = std::min<std::size_t>(B, std::bit_floor((vec_regs<Arch> - 4) / NB));
+  for (std::size_t a0 = 0; a0 < B; a0 += RA) xty_tile<RA, NB, Arch>(xs + a0, B, ds, B, 0, rows, dv + a0 * B, B);
+}
+
+// ---- AVX-512, B = 4 or 8: block lanes ------------------------------------------------------------
+
+#if defined(__AVX512F__)
+// U slots of one block row: X strip xs, dY strips ds + off[u], outputs dvs[u] (B x B, += ).
+template <std::size_t B, std::size_t U>
+inline void wgrad_block_lanes(const float* xs, const float* ds, const std::size_t* off, std::size_t rows,
+                              float* const* dvs) {
+  static_assert(B == 4 || B == 8);
+  constexpr std::size_t R = 16 / B, Q = B / R;  // block rows per vector, vectors per block
+  __m512i idx[Q];
+  for (std::size_t q = 0; q < Q; ++q) {
+    alignas(64) std::int32_t l[16];
+    for (std::size_t e = 0; e < 16; ++e) l[e] = std::int32_t(q * R + e / B);
+    idx[q] = _mm512_load_si512(l);
+  }
+  __m512 acc[U][Q];
+#pragma GCC unroll 16
+  for (std::size_t u = 0; u < U; ++u)
+#pragma GCC unroll 4
+    for (std::size_t q = 0; q < Q; ++q) acc[u][q] = _mm512_loadu_ps(dvs[u] + q * 16);
+  for (std::size_t m = 0; m < rows; ++m, xs += B, ds += B) {
+    __m512 xrow;
+    if constexpr (B == 4)
+      xrow = _mm512_castps128_ps512(_mm_loadu_ps(xs));
+    else
+      xrow = _mm512_castps256_ps512(_mm256_loadu_ps(xs));
+    __m512 xq[Q];
+#pragma GCC unroll 4
+    for (std::size_t q = 0; q < Q; ++q) xq[q] = _mm512_permutexvar_ps(idx[q], xrow);
+#pragma GCC unroll 16
+    for (std::size_t u = 0; u < U; ++u) {
+      __m512 d;
+      if constexpr (B == 4)
+        d = _mm512_broadcast_f32x4(_mm_loadu_ps(ds + off[u]));
+      else
+        d = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(ds + off[u]))));
+#pragma GCC unroll 4
+      for (std::size_t q = 0; q < Q; ++q) acc[u][q] = _mm512_fmadd_ps(xq[q], d, acc[u][q]);
+    }
+  }
+#pragma GCC unroll 16
+  for (std::size_t u = 0; u < U; ++u)
+#pragma GCC unroll 4
+    for (std::size_t q = 0; q < Q; ++q) _mm512_storeu_ps(dvs[u] + q * 16, acc[u][q]);
+}
+#endif
+
+// ---- other 4 <= B < W: G slots of one block row per vector ----------------------------------------
+
+// One vector from G pieces of B floats at base + off[q].
+template <std::size_t B, class Arch>
+inline xsimd::batch<float, Arch> load_pieces(const float* base, const std::size_t* off) {
+  using vec = xsimd::batch<float, Arch>;
+  constexpr std::size_t W = vec::size, G = W / B;
+#if defined(__AVX__)
+  if constexpr (arch_is_avx<Arch> && W == 8 && B == 4) {
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(base + off[0])), _mm_loadu_ps(base + off[1]), 1);
+  } else
+#endif
+  {
+    alignas(64) float buf[W];
+    for (std::size_t q = 0; q < G; ++q) std::memcpy(buf + q * B, base + off[q], B * sizeof(float));
+    return vec::load_aligned(buf);
+  }
+}
+
+// NG groups of G slots of one block row: X strip xs, dY strips ds + off[g*G+q], outputs dvs[g*G+q].
+template <std::size_t B, std::size_t NG, class Arch>
+inline void wgrad_group(const float* xs, const float* ds, const std::size_t* off, std::size_t rows, float* const* dvs) {
+  using vec = xsimd::batch<float, Arch>;
+  constexpr std::size_t W = vec::size, G = W / B;
+  vec acc[NG][B];
+#pragma GCC unroll 4
+  for (std::size_t g = 0; g < NG; ++g)
+#pragma GCC unroll 16
+    for (std::size_t a = 0; a < B; ++a) acc[g][a] = vec(0.0f);
+  for (std::size_t m = 0; m < rows; ++m, xs += B, ds += B) {
+    vec dy[NG];
+#pragma GCC unroll 4
+    for (std::size_t g = 0; g < NG; ++g) dy[g] = load_pieces<B, Arch>(ds, off + g * G);
+#pragma GCC unroll 16
+    for (std::size_t a = 0; a < B; ++a) {
+      const vec xb(xs[a]);
+#pragma GCC unroll 4
+      for (std::size_t g = 0; g < NG; ++g) acc[g][a] = xsimd::fma(xb, dy[g], acc[g][a]);
+    }
+  }
+  alignas(64) float tmp[NG][B][W];
+#pragma GCC unroll 4
+  for (std::size_t g = 0; g < NG; ++g)
+#pragma GCC unroll 16
+    for (std::size_t a = 0; a < B; ++a) acc[g][a].store_aligned(tmp[g][a]);
+  for (std::size_t g = 0; g < NG; ++g)
+    for (std::size_t q = 0; q < G; ++q) {
+      float* o = dvs[g * G + q];
+      for (std::size_t a = 0; a < B; ++a)
+        for (std::size_t b = 0; b < B; ++b) o[a * B + b] += tmp[g][a][q * B + b];
+    }
+}
+
+// ---- B == 1: lanes along M -----------------------------------------------------------------------
+
+// Up to W dot products of length mc (multiple of 4W) between rows xr[q] of Xt and dr[q] of dYt;
+// acc[q] += result (acc: W floats, the tail beyond n is scratch).
+template <class Arch>
+inline void wgrad_dots(const float* Xt, const float* dYt, std::size_t mc, const std::uint32_t* xr,
+                       const std::uint32_t* dr, std::size_t n, float* acc) {
+  using vec = xsimd::batch<float, Arch>;
+  constexpr std::size_t W = vec::size;
+  alignas(64) vec part[W];
+  for (std::size_t q = 0; q < W; ++q) {
+    if (q >= n) {
+      part[q] = vec(0.0f);
+      continue;
+    }
+    const float* x = Xt + std::size_t(xr[q]) * mc;
+    const float* d = dYt + std::size_t(dr[q]) * mc;
+    vec a0(0.0f), a1(0.0f), a2(0.0f), a3(0.0f);
+    for (std::size_t m = 0; m < mc; m += 4 * W) {
+      a0 = xsimd::fma(vec::load_aligned(x + m), vec::load_aligned(d + m), a0);
+      a1 = xsimd::fma(vec::load_aligned(x + m + W), vec::load_aligned(d + m + W), a1);
+      a2 = xsimd::fma(vec::load_aligned(x + m + 2 * W), vec::load_aligned(d + m + 2 * W), a2);
+      a3 = xsimd::fma(vec::load_aligned(x + m + 3 * W), vec::load_aligned(d + m + 3 * W), a3);
+    }
+    part[q] = (a0 + a1) + (a2 + a3);
+  }
+  alignas(64) float sums[W];
+  hsum_rows<Arch>(part, sums);
+  (vec::load_unaligned(acc) + vec::load_aligned(sums)).store_unaligned(acc);
+}
+
+// ---- driver --------------------------------------------------------------------------------------
+
+// Calls f(i, first, count) for this thread's positions [pb, pe) of row_slots in runs of at most U
+// slots of one block row.
+template <std::size_t U, class F>
+void for_row_groups(const sparse::block_pattern& p, std::size_t pb, std::size_t pe, F&& f) {
+  std::size_t q = pb;
+  while (q < pe) {
+    const std::size_t i = p.row[p.row_slots[q]];
+    const std::size_t re = std::min<std::size_t>(pe, p.row_ptr[i + 1]);
+    for (std::size_t g = q; g < re; g += U) f(i, g, std::min(U, re - g));
+    q = re;
+  }
+}
+
+template <std::size_t B, class Arch>
+void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd, std::size_t M,
+               const sparse::block_pattern& p, float* dvalues) {
+  using vec = xsimd::batch<float, Arch>;
+  constexpr std::size_t W = vec::size;
+  const std::size_t nnz = p.nnz(), in = p.in(), out = p.out();
+  if (M == 0 || nnz == 0) return;
+  const int nt = int(std::min<std::size_t>(std::size_t(team_size()), std::max<std::size_t>(1, M / 64)));
+  // B == 1: each slot is a dot product of an X column and a dY column over a chunk of mc rows
+  // (transposed, lanes along M). Slots are walked tile by tile: TM indices of the shorter side,
+  // then every index of the longer side with its slots inside the tile, so one operand row is
+  // reused from L1 and the other comes from a tile of the transposed chunk that stays in L2.
+  [[maybe_unused]] const std::uint32_t* order = nullptr;
+  [[maybe_unused]] std::size_t mc1 = 0;
+  [[maybe_unused]] float* sums1 = nullptr;
+  if constexpr (B == 1) {
+    const bool by_col = in <= out;
+    mc1 = std::max<std::size_t>(4 * W, std::min<std::size_t>(256, (M + 4 * W - 1) / (4 * W) * (4 * W)));
+    const std::size_t TM = std::max<std::size_t>(1, (256u * 1024u) / (sizeof(float) * mc1));
+    const std::size_t minor = by_col ? p.rows_b : p.cols_b, major = by_col ? p.cols_b : p.rows_b;
+    const std::uint32_t* ptr = by_col ? p.col_ptr.data() : p.row_ptr.data();
+    const std::uint32_t* list = by_col ? p.col_slots.data() : p.row_slots.data();
+    const std::uint32_t* minor_of = by_col ? p.row.data() : p.col.data();
+    // Per position: the slot, its X and dY rows, and its running sum (added to dvalues at the end).
+    thread_local std::vector<std::uint32_t> ord, cursor;
+    ord.resize(std::max(ord.size(), 3 * nnz + 2 * W));
+    cursor.assign(ptr, ptr + major);
+    std::size_t pos = 0;
+    for (std::size_t t0 = 0; t0 < minor; t0 += TM)
+      for (std::size_t J = 0; J < major; ++J)
+        while (cursor[J] < ptr[J + 1] && minor_of[list[cursor[J]]] < t0 + TM) {
+          const std::uint32_t s = list[cursor[J]++];
+          ord[pos] = s;
+          ord[nnz + W + pos] = p.row[s];
+          ord[2 * (nnz + W) + pos] = p.col[s];
+          ++pos;
+        }
+    order = ord.data();
+    sums1 = scratch(std::size_t(nt) * (nnz + W), 3);
+  }
+  // B > 1: every thread accumulates its rows into its own partial gradient, in row_slots order so
+  // that consecutive slots are adjacent in memory; they are summed into dvalues at the end.
+  float* const partial = B == 1 ? nullptr : scratch(std::size_t(nt) * nnz * B * B, 3);
+  run_team(nt, [&](int t, int T) {
+    auto share = [&](std::size_t n) {
+      return std::pair{n * std::size_t(t) / std::size_t(T), n * std::size_t(t + 1) / std::size_t(T)};
+    };
+    // This thread's rows [mb, me); all slots (positions [pb, pe) of row_slots, or of `order`).
+    const std::size_t mb = M * std::size_t(t) / std::size_t(T), me = M * std::size_t(t + 1) / std::size_t(T);
+    const std::size_t pb = 0, pe = nnz;
+    [[maybe_unused]] float* const dv = B == 1 ? nullptr : partial + std::size_t(t) * nnz * B * B;
+    if constexpr (B != 1) std::memset(dv, 0, nnz * B * B * sizeof(float));
+    if constexpr (B == 1) {
+      const std::size_t mc = mc1;
+      float* const mysums = sums1 + std::size_t(t) * (nnz + W);
+      std::memset(mysums, 0, (nnz + W) * sizeof(float));
+      float* Xt = scratch(in * mc, 0);
+      float* dYt = scratch(out * mc, 1);
+      for (std::size_t m0 = mb; m0 < me; m0 += mc) {
+        const std::size_t mv = std::min(mc, me - m0);
+        const std::size_t mp = (mv + 4 * W - 1) / (4 * W) * (4 * W);
+        pack_transpose<Arch>(X + m0 * ldx, ldx, mv, mp, in, Xt, mp);
+        pack_transpose<Arch>(dY + m0 * ldd, ldd, mv, mp, out, dYt, mp);
+        for (std::size_t q = pb; q < pe; q += W)
+          wgrad_dots<Arch>(Xt, dYt, mp, order + nnz + W + q, order + 2 * (nnz + W) + q, pe - q, mysums + q);
+      }
+      team_barrier(T);
+      const auto [qb, qe] = share(nnz);
+      for (std::size_t q = qb; q < qe; ++q) {
+        float g = 0.0f;
+        for (int u = 0; u < T; ++u) g += sums1[std::size_t(u) * (nnz + W) + q];
+        dvalues[order[q]] += g;
+      }
+      return;
+    } else {
+      const std::size_t mc = wgrad_chunk(in, out, 32, 256, 16);
+      float* Xs = scratch(strip_stride<B>(mc) * (in / B), 0);
+      float* dYs = scratch(strip_stride<B>(mc) * (out / B), 1);
+      for (std::size_t m0 = mb; m0 < me; m0 += mc) {
+        const std::size_t mv = std::min(mc, me - m0);
+        pack_strips<B>(X + m0 * ldx, ldx, mv, in, Xs);
+        pack_strips<B>(dY + m0 * ldd, ldd, mv, out, dYs);
+        const std::size_t strip = strip_stride<B>(mv);
+        if constexpr (B % W == 0) {
+          for (std::size_t q = pb; q < pe; ++q) {
+            const std::uint32_t s = p.row_slots[q];
+            wgrad_block_n<B, Arch>(Xs + p.row[s] * strip, dYs + p.col[s] * strip, mv, dv + q * B * B);
+          }
+        } else {
+          // Runs of U slots of one block row; a short run is padded with a repeated column whose
+          // result goes to a dummy block.
+#if defined(__AVX512F__)
+          constexpr bool lanes = arch_is_avx512<Arch>;
+#else
+          constexpr bool lanes = false;
+#endif
+          constexpr std::size_t U = lanes ? (B == 4 ? 8 : 4) : 2 * (W / B);
+          float* dummy = scratch(U * B * B, 2);
+          std::memset(dummy, 0, U * B * B * sizeof(float));
+          for_row_groups<U>(p, pb, pe, [&](std::size_t i, std::size_t q, std::size_t n) {
+            std::size_t off[U];
+            float* dvs[U];
+            for (std::size_t u = 0; u < U; ++u) {
+              const std::uint32_t s = p.row_slots[q + std::min(u, n - 1)];
+              off[u] = std::size_t(p.col[s]) * strip;
+              dvs[u] = u < n ? dv + (q + u) * B * B : dummy + u * B * B;
+            }
+#if defined(__AVX512F__)
+            if constexpr (lanes)
+              wgrad_block_lanes<B, U>(Xs + i * strip, dYs, off, mv, dvs);
+            else
+#endif
+              wgrad_group<B, 2, Arch>(Xs + i * strip, dYs, off, mv, dvs);
+          });
+        }
+      }
+    }
+    if constexpr (B != 1) {
+      // dvalues += sum of the partial gradients in thread order; positions split across threads.
+      team_barrier(T);
+      const auto [qb, qe] = share(nnz);
+      for (std::size_t q = qb; q < qe; ++q) {
+        alignas(64) float g[B * B];
+        std::memcpy(g, partial + q * B * B, sizeof(g));
+        for (int u = 1; u < T; ++u) {
+          const float* src = partial + (std::size_t(u) * nnz + q) * B * B;
+          for (std::size_t e = 0; e < B * B; ++e) g[e] += src[e];
+        }
+        float* o = dvalues + std::size_t(p.row_slots[q]) * B * B;
+        for (std::size_t e = 0; e < B * B; ++e) o[e] += g[e];
+      }
+    }
+  });
+}
+
+}  // namespace sparselm::kernels::detail
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
