@@ -1,0 +1,124 @@
+// Dense fp32 GEMM: sparselm::kernels::gemm vs OpenBLAS cblas_sgemm, beside the measured FMA peak.
+//
+// Shapes: the GPT-2 small linear layers, M = 4096 / 1024 / 256 rows (tokens) and (K, N) in
+// {(768,768), (768,3072), (3072,768), (768,2304), (768,50304)}, in NN (forward), NT (dX) and
+// TN (dW) form, at 2 and 1 threads. Counters: GFLOP/s and peak = fraction of the measured
+// FMA peak for that thread count (benchmarks/common/peak.hpp).
+//
+// Names: gemm/<impl>/<op>/M/K/N/threads:<t>, e.g.
+//   ./build/benchmarks/bench_gemm --benchmark_filter='gemm/ours/NN/4096/.*/threads:2'
+//   ./build/benchmarks/bench_gemm --benchmark_filter='/4096/768/768/'
+// Every benchmark runs a fixed number of calls worth ~0.4 s at 300 GFLOP/s (at least one).
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/peak.hpp"
+#include "sparselm/core/threads.hpp"
+#include "sparselm/kernels/gemm.hpp"
+
+namespace {
+
+using sparselm::kernels::trans;
+
+enum class impl { ours, openblas };
+struct op_form {
+  const char* name;
+  trans ta, tb;
+};
+constexpr op_form ops[] = {{"NN", trans::n, trans::n}, {"NT", trans::n, trans::t}, {"TN", trans::t, trans::n}};
+
+// One pool of aligned buffers sized for the largest shape, filled once.
+struct pool {
+  float* a = nullptr;
+  float* b = nullptr;
+  float* c = nullptr;
+  std::size_t na = 0, nb = 0, nc = 0;
+  static float* make(std::size_t n, std::uint32_t seed) {
+    auto* p = static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64));
+    for (std::size_t i = 0; i < n; ++i) {
+      seed = seed * 1664525u + 1013904223u;
+      p[i] = float(seed >> 9) * (1.0f / 8388608.0f) - 1.0f;
+    }
+    return p;
+  }
+  void reserve(std::size_t ma, std::size_t mb, std::size_t mc) {
+    if (ma > na) std::free(a), a = make(ma, 1), na = ma;
+    if (mb > nb) std::free(b), b = make(mb, 2), nb = mb;
+    if (mc > nc) std::free(c), c = make(mc, 3), nc = mc;
+  }
+};
+pool buffers;
+
+double peak_gflops(int threads) {
+  static std::map<int, double> cache;
+  auto it = cache.find(threads);
+  if (it == cache.end()) it = cache.emplace(threads, sparselm::measure_fma_peak_gflops(threads)).first;
+  return it->second;
+}
+
+void run_gemm(impl which, const op_form& op, std::size_t M, std::size_t K, std::size_t N) {
+  const bool at = op.ta == trans::t, bt = op.tb == trans::t;
+  const std::size_t ar = at ? K : M, ac = at ? M : K, br = bt ? N : K, bc = bt ? K : N;
+  if (which == impl::ours) {
+    sparselm::kernels::gemm(op.ta, op.tb, 1.0f, {buffers.a, ar, ac}, {buffers.b, br, bc}, 0.0f, {buffers.c, M, N});
+  } else {
+    cblas_sgemm(CblasRowMajor, at ? CblasTrans : CblasNoTrans, bt ? CblasTrans : CblasNoTrans, int(M), int(N), int(K),
+                1.0f, buffers.a, int(ac), buffers.b, int(bc), 0.0f, buffers.c, int(N));
+  }
+}
+
+void bm_gemm(benchmark::State& state, impl which, op_form op, std::size_t M, std::size_t K, std::size_t N, int threads) {
+  buffers.reserve(M * K, K * N, M * N);
+  sparselm::set_num_threads(threads);
+  openblas_set_num_threads(threads);
+  const double flops = 2.0 * double(M) * double(N) * double(K);
+  if (flops < 2e10) run_gemm(which, op, M, K, N);  // warm-up: threads, workspace, caches
+  double seconds = 0;
+  for (auto _ : state) {
+    auto t0 = std::chrono::steady_clock::now();
+    run_gemm(which, op, M, K, N);
+    auto t1 = std::chrono::steady_clock::now();
+    seconds += std::chrono::duration<double>(t1 - t0).count();
+    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+  }
+  const double gflops = flops * double(state.iterations()) / seconds * 1e-9;
+  state.counters["GFLOP/s"] = gflops;
+  state.counters["peak"] = gflops / peak_gflops(threads);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::size_t Ms[] = {4096, 1024, 256};
+  const std::pair<std::size_t, std::size_t> KNs[] = {{768, 768}, {768, 3072}, {3072, 768}, {768, 2304}, {768, 50304}};
+  for (impl which : {impl::ours, impl::openblas})
+    for (int threads : {2, 1})
+      for (std::size_t M : Ms)
+        for (auto [K, N] : KNs)
+          for (const op_form& op : ops) {
+            const std::string name = std::string("gemm/") + (which == impl::ours ? "ours/" : "openblas/") + op.name + "/" +
+                                     std::to_string(M) + "/" + std::to_string(K) + "/" + std::to_string(N) +
+                                     "/threads:" + std::to_string(threads);
+            const double flops = 2.0 * double(M) * double(N) * double(K);
+            const auto iters = std::max<benchmark::IterationCount>(1, benchmark::IterationCount(0.4 * 300e9 / flops));
+            benchmark::RegisterBenchmark(name.c_str(), bm_gemm, which, op, M, K, N, threads)
+                ->Iterations(iters)
+                ->UseManualTime()
+                ->Unit(benchmark::kMillisecond);
+          }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("peak GFLOP/s (1 thread, 2 threads)",
+                              std::to_string(peak_gflops(1)) + ", " + std::to_string(peak_gflops(2)));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

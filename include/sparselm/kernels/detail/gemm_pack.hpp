@@ -1,0 +1,143 @@
+#pragma once
+// Dense GEMM internals: packing op(A) and op(B) blocks into the micro-kernel layouts
+// (see gemm_kernel.hpp). Every pack zero-pads partial tiles so the micro-kernel always runs
+// full MR x NR tiles.
+//
+// Only op(B) = B^T transposes. Its portable path is a scalar loop; on AVX-512 a 16 x 16
+// register transpose (intrinsics, behind __AVX512F__ and only for an AVX-512 Arch) replaces it
+// for whole 16 x 16 blocks. The tests run both paths against the same reference.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
+
+#include "sparselm/core/simd.hpp"
+#include "sparselm/kernels/detail/gemm_kernel.hpp"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace sparselm::kernels::detail {
+
+// Copies n floats (vector loads/stores of the architecture, scalar tail).
+template <class Arch>
+inline void gemm_copy(float* __restrict dst, const float* __restrict src, std::size_t n) {
+  using batch = xsimd::batch<float, Arch>;
+  constexpr std::size_t W = batch::size;
+  std::size_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    batch x0 = batch::load_unaligned(src + i), x1 = batch::load_unaligned(src + i + W);
+    x0.store_unaligned(dst + i);
+    x1.store_unaligned(dst + i + W);
+  }
+  for (; i + W <= n; i += W) batch::load_unaligned(src + i).store_unaligned(dst + i);
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
+// Packs rows [i0, i0+mc) x depth [p0, p0+kc) of op(A) into ceil(mc/MR) micro-panels, each
+// A_PANEL floats apart. A not transposed: row-major micro-panels (rows are copied); A
+// transposed: k-major micro-panels (rows of the stored A, i.e. columns of op(A), are copied).
+template <class Arch>
+void gemm_pack_a(bool transposed, const float* A, std::size_t lda, std::size_t i0, std::size_t mc, std::size_t p0,
+                 std::size_t kc, float* __restrict dst) {
+  using cfg = gemm_config<Arch>;
+  constexpr std::size_t MR = cfg::MR;
+  for (std::size_t ip = 0; ip < mc; ip += MR, dst += cfg::A_PANEL) {
+    const std::size_t mr = std::min(MR, mc - ip);
+    if (!transposed) {
+      for (std::size_t r = 0; r < mr; ++r) gemm_copy<Arch>(dst + r * cfg::A_STRIDE, A + (i0 + ip + r) * lda + p0, kc);
+      for (std::size_t r = mr; r < MR; ++r) std::memset(dst + r * cfg::A_STRIDE, 0, kc * sizeof(float));
+    } else {
+      const float* src = A + p0 * lda + i0 + ip;
+      if (mr == MR) {
+        for (std::size_t k = 0; k < kc; ++k) gemm_copy<Arch>(dst + k * MR, src + k * lda, MR);
+      } else {
+        for (std::size_t k = 0; k < kc; ++k) {
+          std::size_t r = 0;
+          for (; r < mr; ++r) dst[k * MR + r] = src[k * lda + r];
+          for (; r < MR; ++r) dst[k * MR + r] = 0.0f;
+        }
+      }
+    }
+  }
+}
+
+#if defined(__AVX512F__)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push  // GCC 12 false positive on _mm512_undefined_ps inside the intrinsics
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// dst[l * ldd + r] = src[r * lds + l] for a 16 x 16 block (dst 64-byte aligned rows).
+inline void gemm_transpose16_avx512(const float* src, std::size_t lds, float* dst, std::size_t ldd) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
+  // Interleave pairs of rows: 2x2 blocks.
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  // 4x4 blocks within 128-bit lanes.
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  // 128-bit lanes: first across groups of 4 rows, then of 8.
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+  }
+  // r[l] is now column l of the source block.
+  for (int l = 0; l < 16; ++l) _mm512_store_ps(dst + l * ldd, r[l]);
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
+// Packs depth [p0, p0+kc) x columns [j0, j0+nc) of op(B) into ceil(nc/NR) micro-panels of
+// kc x NR floats each (k-major). B not transposed: rows of B are copied; B transposed: the
+// stored rows (columns of op(B)) are transposed.
+template <class Arch>
+void gemm_pack_b(bool transposed, const float* B, std::size_t ldb, std::size_t p0, std::size_t kc, std::size_t j0,
+                 std::size_t nc, float* __restrict dst) {
+  using cfg = gemm_config<Arch>;
+  constexpr std::size_t NR = cfg::NR;
+  for (std::size_t jp = 0; jp < nc; jp += NR, dst += kc * NR) {
+    const std::size_t nr = std::min(NR, nc - jp);
+    if (!transposed) {
+      const float* src = B + p0 * ldb + j0 + jp;
+      for (std::size_t k = 0; k < kc; ++k) {
+        gemm_copy<Arch>(dst + k * NR, src + k * ldb, nr);
+        for (std::size_t j = nr; j < NR; ++j) dst[k * NR + j] = 0.0f;
+      }
+      continue;
+    }
+    const float* src = B + (j0 + jp) * ldb + p0;  // src[j * ldb + k] = op(B)(p0 + k, j0 + jp + j)
+    std::size_t k0 = 0;
+#if defined(__AVX512F__)
+    if constexpr (std::is_base_of_v<xsimd::avx512f, Arch> && NR % 16 == 0) {
+      if (nr == NR)
+        for (; k0 + 16 <= kc; k0 += 16)
+          for (std::size_t j = 0; j < NR; j += 16) gemm_transpose16_avx512(src + j * ldb + k0, ldb, dst + k0 * NR + j, NR);
+    }
+#endif
+    for (std::size_t k = k0; k < kc; ++k) {
+      std::size_t j = 0;
+      for (; j < nr; ++j) dst[k * NR + j] = src[j * ldb + k];
+      for (; j < NR; ++j) dst[k * NR + j] = 0.0f;
+    }
+  }
+}
+
+}  // namespace sparselm::kernels::detail
