@@ -52,7 +52,7 @@ void philox_bits(const counter_rng& rng, std::uint64_t stream, std::uint64_t fir
   const std::uint64_t seed = rng.seed();
   const std::uint32_t key0 = std::uint32_t(seed), key1 = std::uint32_t(seed >> 32);
   const U mask32(0xffffffffull), m0(0xD2511F53ull), m1(0xCD9E8D57ull);
-  const U s_lo(std::uint64_t(std::uint32_t(stream))), s_hi(std::uint64_t(std::uint32_t(stream >> 32)));
+  const U s_lo = U(std::uint64_t(stream & 0xffffffffu)), s_hi = U(std::uint64_t(stream >> 32));
   alignas(64) std::uint64_t lane[L];
   for (std::size_t l = 0; l < L; ++l) lane[l] = l;
   const U lane_off = U::load_aligned(lane);
