@@ -1,0 +1,113 @@
+#pragma once
+// Small SIMD helpers shared by the element-wise kernels: a fast vector exp, partial loads/stores
+// for row tails, horizontal reductions. Everything is templated on the xsimd architecture so the
+// tests can run the portable (SSE2) and native paths side by side.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "sparselm/core/simd.hpp"
+
+namespace sparselm::kernels::detail {
+
+template <class Arch>
+using fvec = simd<float, Arch>;
+
+// exp(x) for a batch of floats: Cody–Waite range reduction x = n·ln2 + r, |r| <= ln2/2, then
+// e^r = 1 + r + r²·P(r) with the degree-5 minimax P of Cephes' expf (≈1 ulp), and 2^n built in the
+// exponent bits. exp(x) = 0 for x < -87.33 (no denormals), +inf for x > 88.72; NaN stays NaN.
+template <class Arch>
+inline fvec<Arch> exp(fvec<Arch> x) noexcept {
+  using F = fvec<Arch>;
+  using I = simd<std::int32_t, Arch>;
+  const F hi(88.3762626647949f), lo(-87.3365447504019f);
+  F xc = xsimd::min(xsimd::max(x, lo), hi);
+  F n = xsimd::nearbyint(xc * F(1.44269504088896341f));
+  F r = xsimd::fnma(n, F(0.693359375f), xc);  // x - n·ln2 (high part, exact product)
+  r = xsimd::fnma(n, F(-2.12194440e-4f), r);   // ... - n·ln2 (low part)
+  F p(1.9875691500e-4f);
+  p = xsimd::fma(p, r, F(1.3981999507e-3f));
+  p = xsimd::fma(p, r, F(8.3334519073e-3f));
+  p = xsimd::fma(p, r, F(4.1665795894e-2f));
+  p = xsimd::fma(p, r, F(1.6666665459e-1f));
+  p = xsimd::fma(p, r, F(5.0000001201e-1f));
+  F r2 = r * r;
+  p = xsimd::fma(p, r2, r + F(1.0f));
+  I e = (xsimd::to_int(n) + I(127)) << 23;
+  F y = p * xsimd::bitwise_cast<F>(e);
+  y = xsimd::select(x < lo, F(0.0f), y);
+  y = xsimd::select(x > F(88.72283935546875f), F(std::numeric_limits<float>::infinity()), y);
+  return xsimd::select(x != x, x, y);
+}
+
+// Horizontal max of a batch.
+template <class Arch>
+inline float hmax(fvec<Arch> v) noexcept {
+  alignas(64) float t[fvec<Arch>::size];
+  v.store_aligned(t);
+  float m = t[0];
+  for (std::size_t i = 1; i < fvec<Arch>::size; ++i) m = std::max(m, t[i]);
+  return m;
+}
+
+// Horizontal sum of a batch.
+template <class Arch>
+inline float hsum(fvec<Arch> v) noexcept {
+  return xsimd::hadd(v);
+}
+
+// Loads n < W floats from p, filling the other lanes with `fill`.
+template <class Arch>
+inline fvec<Arch> load_partial(const float* p, std::size_t n, float fill) noexcept {
+  alignas(64) float t[fvec<Arch>::size];
+  for (std::size_t i = 0; i < fvec<Arch>::size; ++i) t[i] = i < n ? p[i] : fill;
+  return fvec<Arch>::load_aligned(t);
+}
+
+// Stores the first n < W lanes of v to p.
+template <class Arch>
+inline void store_partial(fvec<Arch> v, float* p, std::size_t n) noexcept {
+  alignas(64) float t[fvec<Arch>::size];
+  v.store_aligned(t);
+  for (std::size_t i = 0; i < n; ++i) p[i] = t[i];
+}
+
+// Lane indices 0, 1, ..., W-1 as floats.
+template <class Arch>
+inline fvec<Arch> iota() noexcept {
+  alignas(64) float t[fvec<Arch>::size];
+  for (std::size_t i = 0; i < fvec<Arch>::size; ++i) t[i] = float(i);
+  return fvec<Arch>::load_aligned(t);
+}
+
+// Loads n <= W floats (the full batch when n == W; other lanes = fill).
+template <class Arch>
+inline fvec<Arch> loadn(const float* p, std::size_t n, float fill = 0.0f) noexcept {
+  return n == fvec<Arch>::size ? fvec<Arch>::load_unaligned(p) : load_partial<Arch>(p, n, fill);
+}
+
+// Stores the first n <= W lanes.
+template <class Arch>
+inline void storen(fvec<Arch> v, float* p, std::size_t n) noexcept {
+  if (n == fvec<Arch>::size)
+    v.store_unaligned(p);
+  else
+    store_partial<Arch>(v, p, n);
+}
+
+// Calls op(i, n) for batches covering [b, e): n == W for all but a possible partial last one.
+// After inlining, the full-batch calls see a constant n, so loadn/storen compile to plain loads.
+template <class Arch, class Op>
+inline void for_each_batch(std::size_t b, std::size_t e, Op&& op) {
+  constexpr std::size_t W = fvec<Arch>::size;
+  std::size_t i = b;
+  for (; i + W <= e; i += W) op(i, W);
+  if (i < e) op(i, e - i);
+}
+
+inline constexpr std::size_t round_up(std::size_t n, std::size_t m) noexcept { return (n + m - 1) / m * m; }
+
+}  // namespace sparselm::kernels::detail
