@@ -33,7 +33,7 @@ struct block_pattern {
   std::size_t nnz() const noexcept { return row.size(); }
   std::size_t in() const noexcept { return rows_b * block; }
   std::size_t out() const noexcept { return cols_b * block; }
-  double density() const noexcept { return rows_b * cols_b ? double(nnz()) / double(rows_b * cols_b) : 0.0; }
+  double density() const noexcept { return (rows_b && cols_b) ? double(nnz()) / double(rows_b * cols_b) : 0.0; }
 
   // Validates (sizes agree, coordinates in range, no block twice) and rebuilds the orderings.
   // `what` names the weight in error messages.
