@@ -1,0 +1,185 @@
+// Every layer's backward against finite differences of its forward (parameters and inputs), plus
+// the bad-input errors of the layer constructors and calls.
+#include <doctest/doctest.h>
+
+#include "layer_harness.hpp"
+#include "sparselm/layers/attention.hpp"
+#include "sparselm/layers/block.hpp"
+#include "sparselm/layers/embedding.hpp"
+#include "sparselm/layers/feed_forward.hpp"
+#include "sparselm/layers/layer_norm.hpp"
+#include "sparselm/layers/linear.hpp"
+#include "sparselm/layers/lm_head.hpp"
+
+using namespace sparselm;
+using sparselm::test::check_layer;
+using sparselm::test::layer_case;
+
+static_assert(layer<linear<float, dense>>);
+static_assert(layer<layer_norm>);
+static_assert(layer<feed_forward<float, dense>>);
+static_assert(layer<self_attention<float, dense>>);
+
+TEST_CASE("linear: gradients by finite differences, with and without bias") {
+  for (bool bias : {true, false}) {
+    for (auto [N, in, out] : {std::tuple{1ul, 1ul, 1ul}, {7ul, 5ul, 3ul}, {9ul, 33ul, 17ul}}) {
+      CAPTURE(bias);
+      CAPTURE(N);
+      auto layout = std::make_shared<arena_layout>();
+      linear<float, dense> l(*layout, "fc", in, out, bias);
+      linear<float, dense>::cache c;
+      layer_case lc{layout, N, in, out};
+      lc.forward = [&](auto& s, auto x, auto y) { l.forward(s, x, y, c); };
+      lc.backward = [&](auto& s, auto dy, auto dx) { l.backward(s, dy, dx, c); };
+      auto r = check_layer(lc);
+      CHECK_MESSAGE(r.ok, r.message);
+      CHECK(r.checked == layout->total() + N * in);
+    }
+  }
+}
+
+TEST_CASE("layer_norm: gradients by finite differences") {
+  auto layout = std::make_shared<arena_layout>();
+  layer_norm ln(*layout, "ln", 13);
+  layer_norm::cache c;
+  layer_case lc{layout, 5, 13, 13};
+  lc.forward = [&](auto& s, auto x, auto y) { ln.forward(s, x, y, c); };
+  lc.backward = [&](auto& s, auto dy, auto dx) { ln.backward(s, dy, dx, c); };
+  auto r = check_layer(lc);
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("feed_forward: gradients by finite differences (tanh and erf GELU)") {
+  auto layout = std::make_shared<arena_layout>();
+  feed_forward<float, dense, kernels::gelu_kind::tanh> f1(*layout, "a", 6, 10);
+  feed_forward<float, dense, kernels::gelu_kind::erf> f2(*layout, "b", 6, 10);
+  decltype(f1)::cache c1;
+  decltype(f2)::cache c2;
+  std::vector<float> mid(7 * 6);
+  layer_case lc{layout, 7, 6, 6};
+  scratch tmp2;
+  lc.forward = [&](auto& s, auto x, auto y) {
+    f1.forward(s, x, matrix_view<float>(mid.data(), 7, 6), c1);
+    f2.forward(s, const_matrix_view<float>(mid.data(), 7, 6), y, c2);
+  };
+  lc.backward = [&](auto& s, auto dy, auto dx) {
+    std::vector<float> dmid(7 * 6);
+    f2.backward(s, dy, matrix_view<float>(dmid.data(), 7, 6), c2);
+    f1.backward(s, const_matrix_view<float>(dmid.data(), 7, 6), dx, c1);
+  };
+  lc.init = [&](arena<float>& p) { counter_rng(3).fill_normal(p.all(), 9, 0.0f, 0.4f); };
+  auto r = check_layer(lc);
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("self_attention: gradients by finite differences, causal, several heads") {
+  for (auto [B, T, H, D] : {std::tuple{1ul, 1ul, 1ul, 4ul}, {2ul, 5ul, 2ul, 3ul}, {1ul, 9ul, 3ul, 2ul}}) {
+    CAPTURE(T);
+    const std::size_t C = 6;
+    auto layout = std::make_shared<arena_layout>();
+    self_attention<float, dense> a(*layout, "attn", C, H, D);
+    decltype(a)::cache c;
+    layer_case lc{layout, B * T, C, C, B, T};
+    lc.forward = [&](auto& s, auto x, auto y) { a.forward(s, x, y, c); };
+    lc.backward = [&](auto& s, auto dy, auto dx) { a.backward(s, dy, dx, c); };
+    auto r = check_layer(lc);
+    CHECK_MESSAGE(r.ok, r.message);
+  }
+}
+
+TEST_CASE("self_attention: padding mask ignores keys past each length") {
+  const std::size_t B = 2, T = 5, C = 4;
+  auto layout = std::make_shared<arena_layout>();
+  self_attention<float, dense, kernels::attention_mask::padding> a(*layout, "attn", C, 2, 2);
+  decltype(a)::cache c;
+  std::vector<std::int32_t> lengths{5, 3};
+  layer_case lc{layout, B * T, C, C, B, T};
+  lc.forward = [&](auto s, auto x, auto y) {
+    s.lengths = lengths;
+    a.forward(s, x, y, c);
+  };
+  lc.backward = [&](auto s, auto dy, auto dx) {
+    s.lengths = lengths;
+    a.backward(s, dy, dx, c);
+  };
+  auto r = check_layer(lc);
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("pre_ln_block: gradients by finite differences") {
+  const std::size_t B = 2, T = 4, C = 6;
+  auto layout = std::make_shared<arena_layout>();
+  block_options o{C, 2, 3, 12};
+  pre_ln_block<float, dense> blk(*layout, "h.0", o, 5);
+  decltype(blk)::cache c;
+  layer_case lc{layout, B * T, C, C, B, T};
+  lc.forward = [&](auto& s, auto x, auto y) { blk.forward(s, x, y, c); };
+  lc.backward = [&](auto& s, auto dy, auto dx) { blk.backward(s, dy, dx, c); };
+  lc.init = [&](arena<float>& p) {
+    counter_rng(4).fill_normal(p.all(), 9, 0.0f, 0.3f);
+    blk.ln1().init(p);  // unit gamma keeps the norms well conditioned
+    blk.ln2().init(p);
+  };
+  auto r = check_layer(lc);
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("embedding and tied head: gradients by finite differences through the loss") {
+  const std::size_t B = 2, T = 3, V = 11, P = 5, C = 4;
+  auto layout = std::make_shared<arena_layout>();
+  token_position_embedding emb(*layout, V, P, C);
+  auto lb = layout->add("head.bias", {V}, param_no_decay);
+  tied_lm_head head(emb.wte(), V, C, param_ref{"head.bias", lb}, /*chunk_rows=*/4);  // several chunks
+  auto lay = std::shared_ptr<const arena_layout>(layout);
+  arena<float> params(lay), grads(lay);
+  counter_rng(5).fill_normal(params.all(), 1, 0.0f, 0.7f);
+  std::vector<std::int32_t> ids{1, 4, 10, 0, 3, 3};
+  std::vector<std::int32_t> targets{4, 10, ignore_index, 3, 3, 7};
+  std::vector<float> weights{1.0f, 0.5f, 1.0f, 2.0f, 0.0f, 1.0f};
+  scratch tmp;
+  auto loss = [&](const arena<float>& p, bool grad) {
+    step_context s;
+    s.params = &p;
+    s.grads = &grads;
+    s.tmp = &tmp;
+    s.batch = B;
+    s.seq = T;
+    std::vector<float> x(B * T * C), dx(grad ? B * T * C : 0);
+    emb.forward(s, ids, matrix_view<float>(x.data(), B * T, C));
+    auto st = head.forward_backward(s, const_matrix_view<float>(x.data(), B * T, C), targets, weights, 0.5f,
+                                    matrix_view<float>(dx.data(), grad ? B * T : 0, C));
+    if (grad) emb.backward(s, ids, matrix_view<float>(dx.data(), B * T, C));
+    return st;
+  };
+  grads.zero();
+  auto st = loss(params, true);
+  CHECK(st.count == 5);
+  CHECK(st.weight_sum == doctest::Approx(4.5));
+  arena<float> probe(lay);
+  auto f = [&](std::span<const float> v) {
+    std::copy(v.begin(), v.end(), probe.all().begin());
+    return 0.5 * loss(probe, false).loss_sum;
+  };
+  std::vector<float> x0(params.all().begin(), params.all().end());
+  auto r = sparselm::test::gradcheck(f, x0, grads.all());
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("layers: bad sizes and shapes are errors naming the layer") {
+  arena_layout layout;
+  using dense_linear = linear<float, dense>;
+  CHECK_THROWS_WITH_AS(dense_linear(layout, "h.0.mlp.c_fc", 0, 4), doctest::Contains("h.0.mlp.c_fc"), sparselm::error);
+  CHECK_THROWS_AS(layer_norm(layout, "ln_x", 0), sparselm::error);
+  using attention_f = self_attention<float>;
+  CHECK_THROWS_AS(attention_f(layout, "attn_x", 4, 0, 2), sparselm::error);
+  auto lay = std::make_shared<arena_layout>();
+  linear<float, dense> l(*lay, "proj", 3, 2);
+  auto clay = std::shared_ptr<const arena_layout>(lay);
+  arena<float> p(clay), g(clay);
+  scratch tmp;
+  step_context s{&p, &g, &tmp};
+  std::vector<float> x(4 * 5), y(4 * 2);
+  linear<float, dense>::cache c;
+  CHECK_THROWS_WITH_AS(l.forward(s, const_matrix_view<float>(x.data(), 4, 5), matrix_view<float>(y.data(), 4, 2), c),
+                       doctest::Contains("proj.weight"), sparselm::error);
+}
