@@ -104,11 +104,19 @@ struct gpt_config {
 };
 
 // One training or evaluation batch: ids and targets (B·T each), optional per-position weights.
-struct lm_batch {
+struct token_batch {
   std::span<const std::int32_t> ids;
   std::span<const std::int32_t> targets;
   std::span<const float> weights;
   std::size_t batch = 0, seq = 0;
+
+  // Σ weights over the targets that are not ignore_index (the count of such targets without weights).
+  double weight_sum() const noexcept {
+    double w = 0;
+    for (std::size_t i = 0; i < targets.size(); ++i)
+      if (targets[i] != ignore_index) w += weights.empty() ? 1.0 : double(weights[i]);
+    return w;
+  }
 };
 
 template <class T = float, sparsity_type Sparsity = dense, kernels::gelu_kind Act = kernels::gelu_kind::tanh>
@@ -116,6 +124,7 @@ class gpt {
  public:
   using block_type = pre_ln_block<T, Sparsity, Act>;
   using config_type = gpt_config;
+  using batch_type = token_batch;
 
   explicit gpt(const gpt_config& cfg) : cfg_(cfg) {
     constexpr const char* act = Act == kernels::gelu_kind::tanh ? "gelu_new" : "gelu";
@@ -179,7 +188,7 @@ class gpt {
   // Forward and backward over one batch. Gradients accumulate: grads += grad_scale · ∂(Σ w·CE)/∂θ.
   // ctx supplies training (dropout), step, micro and the dropout key; the model fills in the rest.
   template <recompute::policy Recompute = recompute::none>
-  loss_stats forward_backward(step_context ctx, const lm_batch& b, float grad_scale) {
+  loss_stats forward_backward(step_context ctx, const token_batch& b, float grad_scale) {
     auto s = bind(ctx, b);
     const std::size_t N = b.batch * b.seq;
     forward_blocks<Recompute>(s, b);
@@ -202,7 +211,7 @@ class gpt {
   }
 
   // Loss without gradients (dropout off unless ctx.training).
-  loss_stats evaluate(const lm_batch& b, step_context ctx = {}) {
+  loss_stats evaluate(const token_batch& b, step_context ctx = {}) {
     auto s = bind(ctx, b);
     const std::size_t N = b.batch * b.seq;
     forward_blocks<recompute::blocks>(s, b);
@@ -211,7 +220,7 @@ class gpt {
 
   // Full logits (B·T, V) for ids (B·T).
   void logits(std::span<const std::int32_t> ids, std::size_t batch, std::size_t seq, matrix_view<float> out) {
-    lm_batch b{ids, {}, {}, batch, seq};
+    token_batch b{ids, {}, {}, batch, seq};
     auto s = bind({}, b);
     SPARSELM_CHECK(out.rows == batch * seq && out.cols == cfg_.vocab_size, "gpt::logits: out ", shape_string(out),
                    " should be (", batch * seq, "x", cfg_.vocab_size, ")");
@@ -225,7 +234,7 @@ class gpt {
   }
 
  private:
-  step_context bind(step_context s, const lm_batch& b) {
+  step_context bind(step_context s, const token_batch& b) {
     SPARSELM_CHECK(b.batch > 0 && b.seq > 0, "gpt: empty batch (", b.batch, " x ", b.seq, ")");
     SPARSELM_CHECK(b.seq <= cfg_.n_positions, "gpt: sequence length ", b.seq, " exceeds n_positions ", cfg_.n_positions);
     SPARSELM_CHECK(b.ids.size() == b.batch * b.seq, "gpt: ", b.ids.size(), " token ids for a ", b.batch, " x ", b.seq,
@@ -243,7 +252,7 @@ class gpt {
   }
 
   template <class Recompute>
-  void forward_blocks(const step_context& s, const lm_batch& b) {
+  void forward_blocks(const step_context& s, const token_batch& b) {
     const std::size_t N = b.batch * b.seq;
     emb_.forward(s, b.ids, residual(0, N));
     for (std::size_t l = 0; l < blocks_.size(); ++l)

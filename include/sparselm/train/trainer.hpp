@@ -1,0 +1,186 @@
+#pragma once
+// trainer<Model, Policies>: one optimiser step = zero grads, forward+backward over the micro-batches
+// (gradient accumulation), global-norm or per-tensor clipping, the scheduled learning rate, the
+// optimiser update, and the hooks a dynamic-sparsity updater needs.
+//
+// The policy bundle fixes at compile time what a step does (DESIGN.md "Policies"):
+//
+//   struct my_policies : sparselm::default_policies {
+//     using recompute = sparselm::recompute::blocks;   // trade ~1/3 more compute for memory
+//   };
+//   sparselm::trainer<sparselm::gpt<>, my_policies> t(model, options, optimizer, schedule);
+//   auto m = t.train_step(micro_batches);             // step_metrics: loss, lr, grad norm, tokens/s
+//
+// A Model provides: batch_type, forward_backward<Recompute>(step_context, batch, grad_scale) ->
+// loss_stats (grads +=), evaluate(batch) -> loss_stats, params(), grads(), layout().
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sparselm/core/error.hpp"
+#include "sparselm/core/rng.hpp"
+#include "sparselm/layers/context.hpp"
+#include "sparselm/layers/lm_head.hpp"
+#include "sparselm/models/config.hpp"
+#include "sparselm/optim/accumulation.hpp"
+#include "sparselm/optim/adam.hpp"
+#include "sparselm/optim/sgd.hpp"
+#include "sparselm/optim/clipping.hpp"
+#include "sparselm/optim/concepts.hpp"
+#include "sparselm/optim/schedules.hpp"
+#include "sparselm/policies/data_parallel.hpp"
+#include "sparselm/policies/pipeline.hpp"
+#include "sparselm/policies/precision.hpp"
+#include "sparselm/policies/recompute.hpp"
+
+namespace sparselm {
+
+// The default policy bundle: keep all activations, one pipeline stage, one replica, fp32, AdamW.
+struct default_policies {
+  using recompute = sparselm::recompute::none;
+  using pipeline = sparselm::pipeline::none;
+  using data_parallel = sparselm::data_parallel::none;
+  using precision = sparselm::precision::fp32;
+  using optimizer = optim::adamw<float>;
+};
+
+template <class Model>
+concept trainable_model = requires(Model& m, const typename Model::batch_type& b, step_context s) {
+  { m.template forward_backward<recompute::none>(s, b, 1.0f) } -> std::same_as<loss_stats>;
+  { m.evaluate(b) } -> std::same_as<loss_stats>;
+  { m.params() } -> std::convertible_to<arena<float>&>;
+  { m.grads() } -> std::convertible_to<arena<float>&>;
+  m.layout();
+};
+
+enum class clip_mode { none, global_norm, per_tensor };
+
+struct trainer_options {
+  optim::grad_accumulation accumulation{};  // micro-batches per step; sum or avg
+  clip_mode clip = clip_mode::global_norm;
+  float max_norm = 1.0f;
+  std::uint64_t dropout_seed = 0;  // key of the dropout streams
+
+  // Fields: accumulation {steps, mode, scale_before}, clip ("none" | "global_norm" | "per_tensor"),
+  // max_norm, dropout_seed.
+  static trainer_options from_json(const json& j, const std::string& context = "trainer config") {
+    config_reader r(j, context);
+    trainer_options o;
+    if (r.has("accumulation")) o.accumulation = optim::grad_accumulation(j.at("accumulation"));
+    r.ignore({"accumulation"});
+    const std::string clip = r.get("clip", std::string("global_norm"), one_of({"none", "global_norm", "per_tensor"}));
+    o.clip = clip == "none" ? clip_mode::none : clip == "per_tensor" ? clip_mode::per_tensor : clip_mode::global_norm;
+    o.max_norm = r.get("max_norm", o.max_norm, in_range(1e-12, 1e12));
+    o.dropout_seed = r.get("dropout_seed", o.dropout_seed);
+    r.finish();
+    return o;
+  }
+};
+
+struct step_metrics {
+  std::size_t step = 0;      // optimiser steps completed, including this one
+  loss_stats loss;           // summed over the micro-batches
+  float lr = 0;
+  double grad_norm = 0;      // global norm of the final gradient, before clipping
+  double seconds = 0;        // wall time of the step
+  std::size_t tokens = 0;    // input positions processed (B·T over the micro-batches)
+  double tokens_per_second() const noexcept { return seconds > 0 ? double(tokens) / seconds : 0.0; }
+};
+
+template <class Model, class Policies = default_policies>
+class trainer {
+  static_assert(recompute::policy<typename Policies::recompute>, "trainer: Policies::recompute is not a recompute policy");
+  static_assert(std::same_as<typename Policies::pipeline, pipeline::none>,
+                "trainer: only pipeline::none is implemented (stage pipelining does not pay on 2 cores)");
+  static_assert(std::same_as<typename Policies::data_parallel, data_parallel::none>,
+                "trainer: only data_parallel::none is implemented in this trainer");
+  static_assert(std::same_as<typename Policies::precision, precision::fp32>,
+                "trainer: only precision::fp32 is implemented");
+  static_assert(optim::optimizer<typename Policies::optimizer>, "trainer: Policies::optimizer is not an optimiser");
+  static_assert(trainable_model<Model>, "trainer: Model does not provide forward_backward/evaluate/params/grads");
+
+ public:
+  using model_type = Model;
+  using batch_type = typename Model::batch_type;
+  using optimizer_type = typename Policies::optimizer;
+  using recompute_policy = typename Policies::recompute;
+
+  // Hooks for a dynamic-sparsity updater (or anything else that acts around the update).
+  struct hooks {
+    std::function<bool(std::size_t step)> needs_dense_grad;   // before the step's backward passes
+    std::function<void(std::size_t step)> after_update;       // after the optimiser update
+  };
+
+  trainer(Model& model, trainer_options o, optimizer_type opt, optim::schedule sched)
+      : model_(model), opt_(std::move(opt)), sched_(std::move(sched)), o_(o) {
+    opt_.attach(model_.layout());
+  }
+
+  Model& model() noexcept { return model_; }
+  optimizer_type& optimizer() noexcept { return opt_; }
+  const optim::schedule& schedule() const noexcept { return sched_; }
+  const trainer_options& options() const noexcept { return o_; }
+  std::size_t step() const noexcept { return step_; }
+  void set_hooks(hooks h) { hooks_ = std::move(h); }
+
+  // One optimiser step over the given micro-batches (exactly accumulation.steps of them).
+  step_metrics train_step(std::span<const batch_type> micro) {
+    SPARSELM_CHECK(micro.size() == o_.accumulation.steps, "trainer: ", micro.size(),
+                   " micro-batches given, gradient accumulation expects ", o_.accumulation.steps);
+    const auto t0 = std::chrono::steady_clock::now();
+    step_metrics m;
+    model_.grads().zero();
+    step_context ctx;
+    ctx.training = true;
+    ctx.step = step_;
+    ctx.rng = counter_rng(o_.dropout_seed);
+    ctx.need_dense_grad = hooks_.needs_dense_grad && hooks_.needs_dense_grad(step_);
+    for (std::size_t k = 0; k < micro.size(); ++k) {
+      ctx.micro = k;
+      const double w = micro[k].weight_sum();
+      SPARSELM_CHECK(w > 0, "trainer: micro-batch ", k, " of step ", step_, " has no targets to learn from");
+      // gradient of the micro-batch's mean loss, times the accumulation's per-micro factor
+      const float scale = float(o_.accumulation.micro_batch_scale() / w);
+      m.loss += model_.template forward_backward<recompute_policy>(ctx, micro[k], scale);
+      m.tokens += micro[k].batch * micro[k].seq;
+    }
+    const float final_scale = float(o_.accumulation.final_scale());
+    float grad_scale = final_scale;
+    m.grad_norm = optim::global_norm(model_.grads()) * double(final_scale);
+    if (o_.clip == clip_mode::global_norm) {
+      grad_scale *= optim::clip_factor(m.grad_norm, o_.max_norm);
+    } else if (o_.clip == clip_mode::per_tensor) {
+      if (final_scale != 1.0f) optim::scale_grads(model_.grads(), final_scale);
+      optim::clip_tensor_norms(model_.grads(), o_.max_norm);
+      grad_scale = 1.0f;
+    }
+    m.lr = sched_(step_);
+    opt_.step(model_.params(), model_.grads(), m.lr, grad_scale);
+    if (hooks_.after_update) hooks_.after_update(step_);
+    ++step_;
+    m.step = step_;
+    m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return m;
+  }
+
+  // Sets the step counter (resume); the optimiser's own counter is restored with its state.
+  void set_step(std::size_t s) noexcept { step_ = s; }
+
+ private:
+  Model& model_;
+  optimizer_type opt_;
+  optim::schedule sched_;
+  trainer_options o_;
+  hooks hooks_;
+  std::size_t step_ = 0;
+};
+
+}  // namespace sparselm
