@@ -157,4 +157,30 @@ inline auto one_of(std::vector<std::string> options) {
   };
 }
 
+// Applies a command-line override "a.b.c=value" to j: the value is parsed as JSON when it parses
+// (numbers, true/false, null, arrays, objects, quoted strings), otherwise taken as a plain string.
+// Intermediate objects are created; indexing into a non-object is an error naming the path.
+inline void apply_override(json& j, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  SPARSELM_CHECK(eq != std::string::npos && eq > 0, "override '", assignment, "': expected key.path=value");
+  const std::string path = assignment.substr(0, eq), text = assignment.substr(eq + 1);
+  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) value = text;
+  json* node = &j;
+  std::size_t start = 0;
+  while (true) {
+    const auto dot = path.find('.', start);
+    const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    SPARSELM_CHECK(!key.empty(), "override '", assignment, "': empty key in '", path, "'");
+    SPARSELM_CHECK(node->is_object() || node->is_null(), "override '", assignment, "': '",
+                   path.substr(0, start ? start - 1 : 0), "' is not an object");
+    if (dot == std::string::npos) {
+      (*node)[key] = value;
+      return;
+    }
+    node = &(*node)[key];
+    start = dot + 1;
+  }
+}
+
 }  // namespace sparselm

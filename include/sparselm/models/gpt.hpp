@@ -166,6 +166,9 @@ class gpt {
   std::size_t num_parameters() const noexcept { return layout_->parameters(); }
   const std::vector<block_type>& blocks() const noexcept { return blocks_; }
   tied_lm_head& head() noexcept { return head_; }
+  const tied_lm_head& head() const noexcept { return head_; }
+  const token_position_embedding& embedding() const noexcept { return emb_; }
+  const layer_norm& final_norm() const noexcept { return ln_f_; }
 
   // GPT-2 initialisation: N(0, σ) for weights and embeddings (σ/sqrt(2L) for c_proj when
   // scale_residual_init), zero biases, unit norms. Deterministic in the seed.
