@@ -34,10 +34,10 @@ class self_attention {
   // prefix e.g. "h.0.attn" gives "h.0.attn.c_attn.weight" and "h.0.attn.c_proj.weight" (HF GPT-2 names).
   self_attention(arena_layout& layout, const std::string& prefix, std::size_t channels, std::size_t heads,
                  std::size_t head_dim, bool qkv_bias = true, bool proj_bias = true, float attn_dropout = 0.0f,
-                 std::uint64_t site = 0)
+                 std::uint64_t site = 0, const sparse_plan* plan = nullptr)
       : c_(channels), h_(heads), d_(head_dim), drop_(attn_dropout), site_(site),
-        qkv_(layout, prefix + ".c_attn", channels, 3 * heads * head_dim, qkv_bias),
-        proj_(layout, prefix + ".c_proj", heads * head_dim, channels, proj_bias) {
+        qkv_(layout, prefix + ".c_attn", channels, 3 * heads * head_dim, qkv_bias, plan),
+        proj_(layout, prefix + ".c_proj", heads * head_dim, channels, proj_bias, plan) {
     SPARSELM_CHECK(heads > 0 && head_dim > 0, "attention '", prefix, "': zero heads or head width");
   }
 

@@ -23,6 +23,7 @@ struct block_options {
   float ln_eps = 1e-5f;
   float attn_dropout = 0.0f, resid_dropout = 0.0f;
   bool qkv_bias = true, proj_bias = true;
+  const sparse_plan* plan = nullptr;  // block-sparse projections: how many blocks each gets
 };
 
 template <class T = float, sparsity_type Sparsity = dense, kernels::gelu_kind Act = kernels::gelu_kind::tanh>
@@ -43,9 +44,9 @@ class pre_ln_block {
       : c_(o.channels), drop_(o.resid_dropout), site_(site),
         ln1_(layout, prefix + ".ln_1", o.channels, o.ln_eps),
         attn_(layout, prefix + ".attn", o.channels, o.heads, o.head_dim, o.qkv_bias, o.proj_bias, o.attn_dropout,
-              mix_stream(site, 1)),
+              mix_stream(site, 1), o.plan),
         ln2_(layout, prefix + ".ln_2", o.channels, o.ln_eps),
-        ffn_(layout, prefix + ".mlp", o.channels, o.hidden) {}
+        ffn_(layout, prefix + ".mlp", o.channels, o.hidden, o.plan) {}
 
   const layer_norm& ln1() const noexcept { return ln1_; }
   const layer_norm& ln2() const noexcept { return ln2_; }

@@ -25,8 +25,10 @@ class feed_forward {
 
   feed_forward() = default;
   // prefix e.g. "h.0.mlp" gives "h.0.mlp.c_fc.weight" and "h.0.mlp.c_proj.weight" (HF GPT-2 names).
-  feed_forward(arena_layout& layout, const std::string& prefix, std::size_t channels, std::size_t hidden)
-      : f_(hidden), fc_(layout, prefix + ".c_fc", channels, hidden), proj_(layout, prefix + ".c_proj", hidden, channels) {}
+  feed_forward(arena_layout& layout, const std::string& prefix, std::size_t channels, std::size_t hidden,
+               const sparse_plan* plan = nullptr)
+      : f_(hidden), fc_(layout, prefix + ".c_fc", channels, hidden, true, plan),
+        proj_(layout, prefix + ".c_proj", hidden, channels, true, plan) {}
 
   const linear_type& fc() const noexcept { return fc_; }
   const linear_type& proj() const noexcept { return proj_; }

@@ -6,20 +6,37 @@
 //   backward: dx (N,in) = dy (N,out) · Wᵀ                           [gemm NT]
 //             dW (in,out) += xᵀ · dy ;  db (out) += colsum(dy)      [gemm TN]
 // The sparsity type is a template parameter: `dense` stores W in full; `block_sparse<B>` (see
-// layers/sparse_linear.hpp) stores only its active blocks.
+// layers/sparse_linear.hpp, included at the end of this header) stores only its active blocks.
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "sparselm/core/arena.hpp"
+#include "sparselm/kernels/bsr.hpp"
 #include "sparselm/kernels/gemm.hpp"
 #include "sparselm/kernels/reduce.hpp"
 #include "sparselm/layers/context.hpp"
+#include "sparselm/sparse/init.hpp"
 #include "sparselm/sparse/sparsity.hpp"
 
 namespace sparselm {
+
+// How many blocks each block-sparse weight gets (ignored by dense layers).
+struct sparse_plan {
+  double sparsity = 0.9;  // fraction of blocks that are zero, in [0, 1)
+  // Optional per-weight count (e.g. ERK allocation computed by a model over all its weights);
+  // without it every weight gets nnz_blocks(sparsity).
+  std::function<std::size_t(const std::string& name, std::size_t in, std::size_t out)> count;
+  kernels::block_pooling pooling = kernels::block_pooling::avg;  // RigL score pooling
+
+  std::size_t blocks(const std::string& name, std::size_t in, std::size_t out, std::size_t block) const {
+    if (count) return count(name, in, out);
+    return sparse::nnz_blocks(name, in, out, block, sparsity);
+  }
+};
 
 template <class T = float, sparsity_type Sparsity = dense>
 class linear;
@@ -34,7 +51,8 @@ class linear<T, dense> {
   };
 
   linear() = default;
-  linear(arena_layout& layout, const std::string& prefix, std::size_t in, std::size_t out, bool bias = true)
+  linear(arena_layout& layout, const std::string& prefix, std::size_t in, std::size_t out, bool bias = true,
+         const sparse_plan* = nullptr)
       : in_(in), out_(out), has_bias_(bias) {
     SPARSELM_CHECK(in > 0 && out > 0, "linear '", prefix, "': zero size (in ", in, ", out ", out, ")");
     w_ = {prefix + ".weight", layout.add(prefix + ".weight", {in, out})};
@@ -88,3 +106,5 @@ class linear<T, dense> {
 };
 
 }  // namespace sparselm
+
+#include "sparselm/layers/sparse_linear.hpp"

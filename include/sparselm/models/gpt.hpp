@@ -126,7 +126,8 @@ class gpt {
   using config_type = gpt_config;
   using batch_type = token_batch;
 
-  explicit gpt(const gpt_config& cfg) : cfg_(cfg) {
+  // plan: block counts of the projections when Sparsity is block_sparse<B> (ignored when dense).
+  explicit gpt(const gpt_config& cfg, const sparse_plan& plan = {}) : cfg_(cfg), plan_(plan) {
     constexpr const char* act = Act == kernels::gelu_kind::tanh ? "gelu_new" : "gelu";
     SPARSELM_CHECK(cfg.activation_function == act, "gpt: config asks for activation '", cfg.activation_function,
                    "' but the model type was compiled for '", act, "'");
@@ -142,6 +143,7 @@ class gpt {
     o.ln_eps = cfg.layer_norm_epsilon;
     o.attn_dropout = cfg.attn_pdrop;
     o.resid_dropout = cfg.resid_pdrop;
+    o.plan = &plan_;
     blocks_.reserve(cfg.n_layer);
     for (std::size_t l = 0; l < cfg.n_layer; ++l)
       blocks_.emplace_back(*layout, "h." + std::to_string(l), o, 16 + l);
@@ -172,6 +174,18 @@ class gpt {
 
   // GPT-2 initialisation: N(0, σ) for weights and embeddings (σ/sqrt(2L) for c_proj when
   // scale_residual_init), zero biases, unit norms. Deterministic in the seed.
+  // The block-sparse projections, for a pattern updater (empty when dense).
+  std::vector<sparse::sparse_weight> sparse_weights() {
+    std::vector<sparse::sparse_weight> r;
+    if constexpr (Sparsity::is_sparse) {
+      for (auto& b : blocks_)
+        for (auto* l : {&b.attn().qkv(), &b.attn().proj(), &b.ffn().fc(), &b.ffn().proj()})
+          r.push_back(l->updater_view(params_));
+    }
+    return r;
+  }
+  const sparse_plan& plan() const noexcept { return plan_; }
+
   void init(std::uint64_t seed) {
     counter_rng rng(seed);
     const float std = cfg_.initializer_range;
@@ -264,6 +278,7 @@ class gpt {
   }
 
   gpt_config cfg_;
+  sparse_plan plan_;
   std::shared_ptr<const arena_layout> layout_;
   arena<float> params_, grads_;
   token_position_embedding emb_;

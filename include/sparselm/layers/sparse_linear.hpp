@@ -1,0 +1,157 @@
+#pragma once
+// Block-sparse linear layer y = x·W + b, W (in, out) stored as its active B×B blocks only.
+//
+// Storage: the parameter arena holds the values, tensor "<prefix>.weight" of shape {nnz, B, B}
+// (flag param_sparse), slot s being block (pattern.row[s], pattern.col[s]); the pattern itself
+// (metadata, not a parameter) lives beside the layer in a shared sparse_weight_state, so that a
+// pattern updater (sparse/update.hpp) can change it between steps. nnz is fixed for the run.
+//
+//   forward:  y = x·W + b                 bsr_matmul     (only active blocks are multiplied)
+//   backward: dx = dy·Wᵀ                  bsr_matmul_t
+//             dvalues += xᵀ·dy at active blocks only    bsr_weight_grad
+//             pooled |xᵀ·dy| per block, all blocks      dense_grad_pooled — only when the step
+//             context asks for it (RigL update steps), into state().pooled
+//
+// The number of blocks comes from a sparse_plan given at construction: uniform sparsity, or a
+// per-weight count (e.g. ERK allocation computed by the model over all its weights).
+
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sparselm/core/arena.hpp"
+#include "sparselm/kernels/bsr.hpp"
+#include "sparselm/kernels/reduce.hpp"
+#include "sparselm/layers/context.hpp"
+#include "sparselm/layers/linear.hpp"
+#include "sparselm/sparse/init.hpp"
+#include "sparselm/sparse/update.hpp"
+
+namespace sparselm {
+
+// The pattern and the RigL score buffer of one sparse weight.
+struct sparse_weight_state {
+  sparse::block_pattern pattern;
+  std::vector<float> pooled;  // (in/B, out/B), filled on dense-gradient steps
+  kernels::block_pooling pooling = kernels::block_pooling::avg;
+};
+
+template <class T, std::size_t B>
+class linear<T, block_sparse<B>> {
+  static_assert(std::is_same_v<T, float>, "sparselm::linear: only float compute is implemented");
+
+ public:
+  static constexpr std::size_t block = B;
+  struct cache {
+    const_matrix_view<float> x;
+  };
+
+  linear() = default;
+  linear(arena_layout& layout, const std::string& prefix, std::size_t in, std::size_t out, bool bias = true,
+         const sparse_plan* plan = nullptr)
+      : in_(in), out_(out), has_bias_(bias), state_(std::make_shared<sparse_weight_state>()) {
+    const std::string name = prefix + ".weight";
+    SPARSELM_CHECK(plan != nullptr, "linear '", prefix, "': a block-sparse weight needs a sparse_plan (sparsity)");
+    sparse::check_block_grid(name, in, out, B);
+    nnz_ = plan->blocks(name, in, out, B);
+    SPARSELM_CHECK(nnz_ >= 1 && nnz_ <= (in / B) * (out / B), "linear '", prefix, "': ", nnz_, " blocks for a ",
+                   in / B, "x", out / B, " block grid");
+    state_->pooling = plan->pooling;
+    w_ = {name, layout.add(name, {nnz_, B, B}, param_sparse)};
+    if (bias) b_ = {prefix + ".bias", layout.add(prefix + ".bias", {out}, param_no_decay | param_no_trust)};
+  }
+
+  std::size_t in() const noexcept { return in_; }
+  std::size_t out() const noexcept { return out_; }
+  std::size_t nnz_blocks() const noexcept { return nnz_; }
+  double density() const noexcept { return double(nnz_) / double((in_ / B) * (out_ / B)); }
+  bool has_bias() const noexcept { return has_bias_; }
+  const param_ref& weight() const noexcept { return w_; }
+  const param_ref& bias() const noexcept { return b_; }
+  sparse_weight_state& state() const noexcept { return *state_; }
+  std::vector<param_ref> parameters() const {
+    std::vector<param_ref> r{w_};
+    if (has_bias_) r.push_back(b_);
+    return r;
+  }
+
+  // Random initial pattern (uniform over the block grid) and values N(0, (std/sqrt(density))²), so a
+  // unit's input sum has the variance of a dense N(0, std²) layer; b = 0.
+  void init(arena<float>& params, const counter_rng& rng, float std) const {
+    state_->pattern = sparse::random_pattern(w_.name, in_, out_, B, nnz_, rng, mix_stream(w_.index, 0x7061));
+    rng.fill_normal(params[w_.index], w_.index, 0.0f, std / float(std::sqrt(density())));
+    if (has_bias_) std::fill(params[b_.index].begin(), params[b_.index].end(), 0.0f);
+  }
+  // Random pattern and density-scaled Glorot-uniform values (SPEC §3, the S1 sparse LM).
+  void init_glorot(arena<float>& params, const counter_rng& rng) const {
+    state_->pattern = sparse::random_pattern(w_.name, in_, out_, B, nnz_, rng, mix_stream(w_.index, 0x7061));
+    sparse::init_values(w_.name, state_->pattern, params[w_.index], rng, w_.index);
+    if (has_bias_) std::fill(params[b_.index].begin(), params[b_.index].end(), 0.0f);
+  }
+
+  void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
+    SPARSELM_CHECK(x.cols == in_ && y.cols == out_ && x.rows == y.rows, "linear '", w_.name, "': x ",
+                   shape_string(x), " and y ", shape_string(y), " do not fit a ", in_, "x", out_, " weight");
+    c.x = x;
+    kernels::bsr_matmul<B>(x, state_->pattern, s.p(w_.index).data(), 0.0f, y,
+                           has_bias_ ? s.p(b_.index).data() : nullptr);
+  }
+
+  void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
+                bool accumulate_dx = false) const {
+    SPARSELM_CHECK(dy.cols == out_ && dy.rows == c.x.rows, "linear '", w_.name, "': dy ", shape_string(dy),
+                   " does not match the forward input ", shape_string(c.x), " and out ", out_);
+    if (dx.rows) {
+      SPARSELM_CHECK(dx.rows == dy.rows && dx.cols == in_, "linear '", w_.name, "': dx ", shape_string(dx),
+                     " should be (", dy.rows, "x", in_, ")");
+      kernels::bsr_matmul_t<B>(dy, state_->pattern, s.p(w_.index).data(), accumulate_dx ? 1.0f : 0.0f, dx);
+    }
+    kernels::bsr_weight_grad<B>(c.x, dy, state_->pattern, s.g(w_.index).data());
+    if (has_bias_) kernels::add_column_sums(dy, s.g(b_.index));
+    if (s.need_dense_grad) {
+      // Scores are pooled per micro-batch and summed over the step's micro-batches (max: maximum).
+      // With one micro-batch per step this is exactly the pooled |dense gradient|.
+      auto& pooled = state_->pooled;
+      const std::size_t n = (in_ / B) * (out_ / B);
+      if (s.micro == 0 || pooled.size() != n) pooled.assign(n, 0.0f);
+      std::vector<float> part(n);
+      kernels::dense_grad_pooled<B>(c.x, dy, state_->pooling, matrix_view<float>(part.data(), in_ / B, out_ / B));
+      for (std::size_t i = 0; i < n; ++i)
+        pooled[i] = state_->pooling == kernels::block_pooling::max ? std::max(pooled[i], part[i]) : pooled[i] + part[i];
+    }
+  }
+
+  // What the pattern updater needs to prune and regrow this weight.
+  sparse::sparse_weight updater_view(arena<float>& params) const {
+    sparse::sparse_weight w;
+    w.name = w_.name;
+    w.pattern = &state_->pattern;
+    w.values = params[w_.index];
+    w.tensor = w_.index;
+    w.pooled_grad = state_->pooled;
+    return w;
+  }
+
+  // W as a dense (in, out) row-major matrix (zeros outside the active blocks).
+  void to_dense(const arena<float>& params, std::span<float> out) const {
+    SPARSELM_CHECK(out.size() == in_ * out_, "linear '", w_.name, "': to_dense needs ", in_ * out_, " floats, got ",
+                   out.size());
+    std::fill(out.begin(), out.end(), 0.0f);
+    const auto& p = state_->pattern;
+    const auto v = params[w_.index];
+    for (std::size_t s = 0; s < p.nnz(); ++s)
+      for (std::size_t r = 0; r < B; ++r)
+        for (std::size_t c = 0; c < B; ++c)
+          out[(p.row[s] * B + r) * out_ + p.col[s] * B + c] = v[s * B * B + r * B + c];
+  }
+
+ private:
+  std::size_t in_ = 0, out_ = 0, nnz_ = 0;
+  bool has_bias_ = false;
+  param_ref w_, b_;
+  std::shared_ptr<sparse_weight_state> state_;
+};
+
+}  // namespace sparselm

@@ -1,0 +1,157 @@
+// Block-sparse linear layer: finite-difference gradients for every block size, agreement with the
+// dense layer on the densified weight, pooled RigL scores, bad input; sparse GPT gradients and a
+// pattern update inside training.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "layer_harness.hpp"
+#include "sparselm/layers/linear.hpp"
+#include "sparselm/models/gpt.hpp"
+#include "sparselm/sparse/update.hpp"
+#include "sparselm/train/trainer.hpp"
+
+using namespace sparselm;
+using sparselm::test::check_layer;
+using sparselm::test::layer_case;
+
+static_assert(layer<linear<float, block_sparse<16>>>);
+
+TEST_CASE_TEMPLATE("block-sparse linear: gradients by finite differences", S, block_sparse<1>, block_sparse<4>,
+                   block_sparse<8>, block_sparse<16>) {
+  constexpr std::size_t B = S::block;
+  for (double sparsity : {0.0, 0.5, 0.75}) {
+    CAPTURE(sparsity);
+    auto layout = std::make_shared<arena_layout>();
+    sparse_plan plan{sparsity};
+    linear<float, S> l(*layout, "fc", 2 * B, 3 * B, true, &plan);
+    typename linear<float, S>::cache c;
+    layer_case lc{layout, 5, 2 * B, 3 * B};
+    lc.init = [&](arena<float>& p) { l.init(p, counter_rng(3), 0.5f); };
+    lc.forward = [&](auto& s, auto x, auto y) { l.forward(s, x, y, c); };
+    lc.backward = [&](auto& s, auto dy, auto dx) { l.backward(s, dy, dx, c); };
+    lc.options.max_checks = 300;
+    auto r = check_layer(lc);
+    CHECK_MESSAGE(r.ok, r.message);
+  }
+}
+
+TEST_CASE("block-sparse linear equals the dense layer on the densified weight; pooled scores") {
+  constexpr std::size_t B = 4, in = 12, out = 16, N = 7;
+  auto ls = std::make_shared<arena_layout>(), ld = std::make_shared<arena_layout>();
+  sparse_plan plan{0.6};
+  linear<float, block_sparse<B>> sp(*ls, "w", in, out, true, &plan);
+  linear<float, dense> dn(*ld, "w", in, out, true);
+  const std::shared_ptr<const arena_layout> cls = ls, cld = ld;
+  arena<float> ps(cls), gs(cls), pd(cld), gd(cld);
+  sp.init(ps, counter_rng(1), 0.3f);
+  counter_rng(2).fill_normal(ps.at("w.bias"), 0, 0.0f, 1.0f);
+  sp.to_dense(ps, pd.at("w.weight"));
+  std::copy(ps.at("w.bias").begin(), ps.at("w.bias").end(), pd.at("w.bias").begin());
+  CHECK(sp.nnz_blocks() == 5);  // ceil(0.4 · 12)
+  std::vector<float> x(N * in), ys(N * out), yd(N * out), dy(N * out), dxs(N * in), dxd(N * in);
+  counter_rng(4).fill_normal(x, 0, 0.0f, 1.0f);
+  counter_rng(5).fill_normal(dy, 0, 0.0f, 1.0f);
+  scratch tmp;
+  step_context ss{&ps, &gs, &tmp}, sd{&pd, &gd, &tmp};
+  ss.need_dense_grad = true;
+  decltype(sp)::cache cs;
+  decltype(dn)::cache cd;
+  gs.zero();
+  gd.zero();
+  sp.forward(ss, {x.data(), N, in}, {ys.data(), N, out}, cs);
+  dn.forward(sd, {x.data(), N, in}, {yd.data(), N, out}, cd);
+  for (std::size_t i = 0; i < ys.size(); ++i) CHECK(ys[i] == doctest::Approx(yd[i]).epsilon(1e-5));
+  sp.backward(ss, {dy.data(), N, out}, {dxs.data(), N, in}, cs);
+  dn.backward(sd, {dy.data(), N, out}, {dxd.data(), N, in}, cd);
+  for (std::size_t i = 0; i < dxs.size(); ++i) CHECK(dxs[i] == doctest::Approx(dxd[i]).epsilon(1e-5));
+  // weight gradient at active blocks equals the dense gradient there; pooled = mean |dense grad|
+  const auto& p = sp.state().pattern;
+  auto gw = gs.at("w.weight");
+  auto gdw = gd.at("w.weight");
+  for (std::size_t s = 0; s < p.nnz(); ++s)
+    for (std::size_t r = 0; r < B; ++r)
+      for (std::size_t c = 0; c < B; ++c)
+        CHECK(gw[s * B * B + r * B + c] ==
+              doctest::Approx(gdw[(p.row[s] * B + r) * out + p.col[s] * B + c]).epsilon(1e-5));
+  const auto& pooled = sp.state().pooled;
+  REQUIRE(pooled.size() == (in / B) * (out / B));
+  for (std::size_t br = 0; br < in / B; ++br)
+    for (std::size_t bc = 0; bc < out / B; ++bc) {
+      double m = 0;
+      for (std::size_t r = 0; r < B; ++r)
+        for (std::size_t c = 0; c < B; ++c) m += std::fabs(gdw[(br * B + r) * out + bc * B + c]);
+      CHECK(pooled[br * (out / B) + bc] == doctest::Approx(m / (B * B)).epsilon(1e-4));
+    }
+}
+
+TEST_CASE("block-sparse linear: bad sizes and sparsity are errors naming the weight") {
+  arena_layout layout;
+  sparse_plan ok{0.5}, bad{1.0};
+  using sl = linear<float, block_sparse<16>>;
+  CHECK_THROWS_WITH_AS(sl(layout, "h.0.mlp.c_fc", 24, 32, true, &ok), doctest::Contains("h.0.mlp.c_fc"),
+                       sparselm::error);
+  CHECK_THROWS_WITH_AS(sl(layout, "h.1.attn.c_attn", 32, 32, true, &bad), doctest::Contains("h.1.attn.c_attn"),
+                       sparselm::error);
+  CHECK_THROWS_WITH_AS(sl(layout, "nop", 32, 32, true, nullptr), doctest::Contains("sparse_plan"), sparselm::error);
+}
+
+TEST_CASE("sparse GPT: whole-model gradients by finite differences; RigL updates during training keep it learning") {
+  auto cfg = gpt_config::from_json(read_json_file(SPARSELM_SOURCE_DIR "/configs/gpt-tiny.json"));
+  cfg.initializer_range = 0.2f;
+  using model_t = gpt<float, block_sparse<4>>;
+  model_t m(cfg, sparse_plan{0.5});
+  m.init(3);
+  CHECK(m.sparse_weights().size() == 4 * cfg.n_layer);
+  const std::size_t B = 2, T = 6;
+  std::vector<std::int32_t> ids(B * T), tg(B * T);
+  counter_rng rng(8);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = std::int32_t(rng.below(0, i, cfg.vocab_size));
+    tg[i] = std::int32_t(rng.below(1, i, cfg.vocab_size));
+  }
+  token_batch batch{ids, tg, {}, B, T};
+  m.grads().zero();
+  m.forward_backward({}, batch, 1.0f);
+  std::vector<float> x0(m.params().all().begin(), m.params().all().end());
+  std::vector<float> g(m.grads().all().begin(), m.grads().all().end());
+  auto f = [&](std::span<const float> v) {
+    std::copy(v.begin(), v.end(), m.params().all().begin());
+    return m.evaluate(batch).loss_sum;
+  };
+  sparselm::test::gradcheck_options o;
+  o.max_checks = 300;
+  o.rtol = 2e-2;
+  o.atol = 2e-4;
+  auto r = sparselm::test::gradcheck(f, x0, g, o);
+  CHECK_MESSAGE(r.ok, r.message);
+  std::copy(x0.begin(), x0.end(), m.params().all().begin());
+
+  // Train with a RigL update every 5 steps: patterns change, nnz stays, loss goes down.
+  trainer_options to;
+  trainer<model_t> t(m, to, optim::adamw<>(json{{"weight_decay", 0.0}}),
+                     optim::schedule(optim::constant_schedule(1e-2f)));
+  sparse::pattern_updater up(sparse::update_config::from_json(
+                                 json{{"prune_ratio", 0.3}, {"update_period", 5}, {"total_steps", 40}, {"regrow", "rigl"}}),
+                             counter_rng(5));
+  for (auto& w : m.sparse_weights()) up.track(w.name, *w.pattern);
+  std::size_t updates = 0, changed = 0;
+  t.set_hooks({[&](std::size_t step) { return up.needs_dense_gradient(step); },
+               [&](std::size_t step) {
+                 if (!up.is_update_step(step)) return;
+                 auto before = m.sparse_weights()[0].pattern->row;
+                 auto st = up.update(step, m.sparse_weights(), [&](std::size_t tensor, std::size_t off, std::size_t n) {
+                   t.optimizer().reset_slots(tensor, off, n);
+                 });
+                 ++updates;
+                 changed += before != m.sparse_weights()[0].pattern->row;
+               }});
+  std::vector<token_batch> micro{batch};
+  const double first = t.train_step(micro).loss.mean_loss();
+  double last = first;
+  for (int i = 1; i < 40; ++i) last = t.train_step(micro).loss.mean_loss();
+  CHECK(updates >= 5);
+  CHECK(changed >= 1);
+  for (auto& w : m.sparse_weights()) CHECK(w.pattern->nnz() == w.values.size() / 16);
+  CHECK(last < 0.5 * first);
+}
