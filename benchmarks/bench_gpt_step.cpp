@@ -23,11 +23,71 @@
 
 using namespace sparselm;
 
+template <class Model>
+void run(const std::string& config, std::size_t B, std::size_t T, std::size_t steps, std::size_t warmup, int threads,
+         bool recompute_blocks, double sparsity) {
+    set_num_threads(threads);
+  auto cfg = gpt_config::from_json(read_json_file(config), config);
+  Model model(cfg, sparse_plan{sparsity});
+  model.init(1);
+  trainer_options o;
+  o.max_norm = 1.0f;
+  o.dropout_seed = 7;
+  trainer<Model> t(model, o, optim::adamw<>(json{{"weight_decay", 0.01}, {"eps", 1e-8}}),
+                   optim::schedule(optim::constant_schedule(1e-4f)));
+  std::vector<std::int32_t> ids(B * (T + 1));
+  counter_rng rng(1);
+  std::vector<double> times;
+  double loss = 0;
+  for (std::size_t s = 0; s < warmup + steps; ++s) {
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int32_t(rng.below(s, i, cfg.vocab_size));
+    std::vector<std::int32_t> in(B * T), tg(B * T);
+    for (std::size_t b = 0; b < B; ++b)
+      for (std::size_t k = 0; k < T; ++k) {
+        in[b * T + k] = ids[b * (T + 1) + k];
+        tg[b * T + k] = ids[b * (T + 1) + k + 1];
+      }
+    std::vector<token_batch> micro{{in, tg, {}, B, T}};
+    step_metrics m;
+    if (recompute_blocks) {
+      // same step with the recompute::blocks policy
+      struct policies : default_policies {
+        using recompute = sparselm::recompute::blocks;
+      };
+      static std::optional<trainer<Model, policies>> tr;
+      if (!tr) tr.emplace(model, o, optim::adamw<>(json{{"weight_decay", 0.01}, {"eps", 1e-8}}),
+                          optim::schedule(optim::constant_schedule(1e-4f)));
+      m = tr->train_step(micro);
+    } else {
+      m = t.train_step(micro);
+    }
+    loss = m.loss.mean_loss();
+    if (s >= warmup) times.push_back(m.seconds);
+  }
+  std::sort(times.begin(), times.end());
+  const double med = times[times.size() / 2];
+  const double wpe = double(cfg.n_positions * cfg.n_embd);
+  const double flops_per_token = 6.0 * (double(model.num_parameters()) - wpe) +
+                                 12.0 * double(cfg.n_layer) * double(cfg.n_embd) * double(T);
+  const double tps = double(B * T) / med;
+  const double peak = bench::measure_fma_peak_gflops(threads);
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  std::printf(
+      "{\"impl\": \"sparselm\", \"sparsity\": %.3f, \"block\": %zu, \"batch\": %zu, \"seq\": %zu, \"threads\": %d, \"recompute\": %s, "
+      "\"step_seconds\": %.4f, \"tokens_per_second\": %.1f, \"model_gflops_per_s\": %.1f, \"fma_peak_gflops\": %.1f, "
+      "\"mfu\": %.4f, \"peak_rss_mb\": %.1f, \"loss\": %.4f}\n",
+      Model::sparsity::is_sparse ? sparsity : 0.0, Model::sparsity::block, B, T, threads, recompute_blocks ? "true" : "false", med, tps, tps * flops_per_token / 1e9, peak,
+      tps * flops_per_token / 1e9 / peak, double(ru.ru_maxrss) / 1024.0, loss);
+}
+
 int main(int argc, char** argv) {
   std::string config = SPARSELM_SOURCE_DIR "/configs/gpt2-small.json";
   std::size_t B = 8, T = 128, steps = 5, warmup = 1;
   int threads = 2;
   bool recompute_blocks = false;
+  std::size_t block = 0;
+  double sparsity = 0.9;
   for (int i = 1; i < argc; ++i) {
     auto arg = [&](const char* name) { return std::strcmp(argv[i], name) == 0 && i + 1 < argc; };
     if (arg("--config")) config = argv[++i];
@@ -36,69 +96,26 @@ int main(int argc, char** argv) {
     else if (arg("--steps")) steps = std::stoul(argv[++i]);
     else if (arg("--warmup")) warmup = std::stoul(argv[++i]);
     else if (arg("--threads")) threads = std::stoi(argv[++i]);
+    else if (arg("--block")) block = std::stoul(argv[++i]);
+    else if (arg("--sparsity")) sparsity = std::stod(argv[++i]);
     else if (std::strcmp(argv[i], "--recompute") == 0) recompute_blocks = true;
     else {
       std::fprintf(stderr,
                    "usage: %s [--config gpt.json] [--batch 8] [--seq 128] [--steps 5] [--warmup 1] [--threads 2] "
-                   "[--recompute]\n",
+                   "[--recompute] [--block 0|1|4|8|16] [--sparsity 0.9]\n",
                    argv[0]);
       return 2;
     }
   }
   try {
-    set_num_threads(threads);
-    auto cfg = gpt_config::from_json(read_json_file(config), config);
-    gpt<> model(cfg);
-    model.init(1);
-    trainer_options o;
-    o.max_norm = 1.0f;
-    o.dropout_seed = 7;
-    trainer<gpt<>> t(model, o, optim::adamw<>(json{{"weight_decay", 0.01}, {"eps", 1e-8}}),
-                     optim::schedule(optim::constant_schedule(1e-4f)));
-    std::vector<std::int32_t> ids(B * (T + 1));
-    counter_rng rng(1);
-    std::vector<double> times;
-    double loss = 0;
-    for (std::size_t s = 0; s < warmup + steps; ++s) {
-      for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int32_t(rng.below(s, i, cfg.vocab_size));
-      std::vector<std::int32_t> in(B * T), tg(B * T);
-      for (std::size_t b = 0; b < B; ++b)
-        for (std::size_t k = 0; k < T; ++k) {
-          in[b * T + k] = ids[b * (T + 1) + k];
-          tg[b * T + k] = ids[b * (T + 1) + k + 1];
-        }
-      std::vector<token_batch> micro{{in, tg, {}, B, T}};
-      step_metrics m;
-      if (recompute_blocks) {
-        // same step with the recompute::blocks policy
-        struct policies : default_policies {
-          using recompute = sparselm::recompute::blocks;
-        };
-        static std::optional<trainer<gpt<>, policies>> tr;
-        if (!tr) tr.emplace(model, o, optim::adamw<>(json{{"weight_decay", 0.01}, {"eps", 1e-8}}),
-                            optim::schedule(optim::constant_schedule(1e-4f)));
-        m = tr->train_step(micro);
-      } else {
-        m = t.train_step(micro);
-      }
-      loss = m.loss.mean_loss();
-      if (s >= warmup) times.push_back(m.seconds);
+    switch (block) {
+      case 0: run<gpt<>>(config, B, T, steps, warmup, threads, recompute_blocks, 0.0); break;
+      case 1: run<gpt<float, block_sparse<1>>>(config, B, T, steps, warmup, threads, recompute_blocks, sparsity); break;
+      case 4: run<gpt<float, block_sparse<4>>>(config, B, T, steps, warmup, threads, recompute_blocks, sparsity); break;
+      case 8: run<gpt<float, block_sparse<8>>>(config, B, T, steps, warmup, threads, recompute_blocks, sparsity); break;
+      case 16: run<gpt<float, block_sparse<16>>>(config, B, T, steps, warmup, threads, recompute_blocks, sparsity); break;
+      default: std::fprintf(stderr, "bench_gpt_step: --block must be 0 (dense), 1, 4, 8 or 16\n"); return 2;
     }
-    std::sort(times.begin(), times.end());
-    const double med = times[times.size() / 2];
-    const double wpe = double(cfg.n_positions * cfg.n_embd);
-    const double flops_per_token = 6.0 * (double(model.num_parameters()) - wpe) +
-                                   12.0 * double(cfg.n_layer) * double(cfg.n_embd) * double(T);
-    const double tps = double(B * T) / med;
-    const double peak = bench::measure_fma_peak_gflops(threads);
-    rusage ru{};
-    getrusage(RUSAGE_SELF, &ru);
-    std::printf(
-        "{\"impl\": \"sparselm\", \"batch\": %zu, \"seq\": %zu, \"threads\": %d, \"recompute\": %s, "
-        "\"step_seconds\": %.4f, \"tokens_per_second\": %.1f, \"model_gflops_per_s\": %.1f, \"fma_peak_gflops\": %.1f, "
-        "\"mfu\": %.4f, \"peak_rss_mb\": %.1f, \"loss\": %.4f}\n",
-        B, T, threads, recompute_blocks ? "true" : "false", med, tps, tps * flops_per_token / 1e9, peak,
-        tps * flops_per_token / 1e9 / peak, double(ru.ru_maxrss) / 1024.0, loss);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gpt_step: %s\n", e.what());
     return 1;

@@ -125,6 +125,7 @@ class gpt {
   using block_type = pre_ln_block<T, Sparsity, Act>;
   using config_type = gpt_config;
   using batch_type = token_batch;
+  using sparsity = Sparsity;
 
   // plan: block counts of the projections when Sparsity is block_sparse<B> (ignored when dense).
   explicit gpt(const gpt_config& cfg, const sparse_plan& plan = {}) : cfg_(cfg), plan_(plan) {
