@@ -1,0 +1,73 @@
+#pragma once
+// Wires a pattern updater (sparse/update.hpp, SPEC §3) into a trainer: on RigL update steps the
+// sparse layers compute pooled dense gradients during backward; after the optimiser step the
+// patterns are pruned and regrown, the optimiser slots of regrown blocks are zeroed, and the
+// statistics of the last update are offered to the metrics log.
+//
+//   sparselm::dynamic_sparsity ds(model, trainer, sparse::update_config::from_json(j), seed);
+//   hooks.extra_metrics = [&](std::size_t) { return ds.take_metrics(); };
+//
+// static sparsity = no dynamic_sparsity object (patterns stay as initialised).
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "sparselm/core/rng.hpp"
+#include "sparselm/sparse/pattern_io.hpp"
+#include "sparselm/sparse/update.hpp"
+
+namespace sparselm {
+
+template <class Model, class Trainer>
+class dynamic_sparsity {
+ public:
+  dynamic_sparsity(Model& model, Trainer& trainer, sparse::update_config cfg, std::uint64_t seed)
+      : model_(model), trainer_(trainer), up_(std::move(cfg), counter_rng(seed)) {
+    up_.config().schedule.validate();
+    for (auto& w : model_.sparse_weights()) up_.track(w.name, *w.pattern);
+    trainer_.set_hooks({[this](std::size_t step) { return up_.needs_dense_gradient(step); },
+                        [this](std::size_t step) { after_update(step); }});
+  }
+  dynamic_sparsity(const dynamic_sparsity&) = delete;
+  dynamic_sparsity& operator=(const dynamic_sparsity&) = delete;
+
+  sparse::pattern_updater& updater() noexcept { return up_; }
+  std::size_t updates() const noexcept { return updates_; }
+
+  // Statistics of the update(s) since the last call, as {"sparsity_update": {...}} (empty when none).
+  nlohmann::json take_metrics() {
+    nlohmann::json j = pending_.is_null() ? nlohmann::json::object() : nlohmann::json{{"sparsity_update", pending_}};
+    pending_ = nullptr;
+    return j;
+  }
+
+ private:
+  void after_update(std::size_t step) {
+    if (!up_.is_update_step(step)) return;
+    auto weights = model_.sparse_weights();
+    auto st = up_.update(step, weights, [this](std::size_t tensor, std::size_t offset, std::size_t count) {
+      trainer_.optimizer().reset_slots(tensor, offset, count);
+    });
+    ++updates_;
+    // totals for the log line; per-weight statistics only when asked (they are long)
+    pending_ = nlohmann::json{{"step", st.step},       {"fraction", st.fraction}, {"pruned", st.pruned},
+                              {"regrown", st.regrown}, {"nnz", st.nnz},           {"explored", st.explored}};
+    if (per_weight_) pending_["weights"] = st.weights;
+  }
+
+ public:
+  // Include each weight's statistics (norms, explored blocks) in the metrics, not only totals.
+  void log_per_weight(bool on) noexcept { per_weight_ = on; }
+
+ private:
+  Model& model_;
+  Trainer& trainer_;
+  sparse::pattern_updater up_;
+  std::size_t updates_ = 0;
+  bool per_weight_ = false;
+  nlohmann::json pending_;
+};
+
+}  // namespace sparselm
