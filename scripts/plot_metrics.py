@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Turn JSON-lines metrics (examples/gpt_train, examples/sparse_lm) into PNG curves with gnuplot.
+
+    scripts/plot_metrics.py runs/gpt-mini/metrics.jsonl -o docs/img/gpt-mini.png
+    scripts/plot_metrics.py runs/a/metrics.jsonl runs/b/metrics.jsonl --labels dense,sparse -o cmp.png
+
+One figure with two panels: loss (training and validation) and validation perplexity (log scale),
+against the optimiser step. Several runs are drawn in one figure, one colour each. Only the
+Python standard library and gnuplot (Debian's gnuplot-nox) are needed.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def read(path):
+    train, evals = [], []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                j = json.loads(line)
+            except json.JSONDecodeError as e:
+                sys.exit(f"{path}:{n}: not a JSON line ({e})")
+            kind = j.get("kind")
+            if kind == "train" and "loss" in j:
+                train.append((j["step"], j["loss"]))
+            elif kind == "eval" and "loss" in j:
+                evals.append((j["step"], j["loss"], j.get("perplexity", 0.0)))
+    if not train and not evals:
+        sys.exit(f"{path}: no training or evaluation lines")
+    return train, evals
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("metrics", nargs="+", help="metrics.jsonl files")
+    ap.add_argument("-o", "--output", required=True, help="PNG file to write")
+    ap.add_argument("--labels", help="comma-separated names of the runs (default: their directories)")
+    ap.add_argument("--title", default="")
+    args = ap.parse_args()
+    labels = args.labels.split(",") if args.labels else [os.path.basename(os.path.dirname(os.path.abspath(m)))
+                                                         for m in args.metrics]
+    if len(labels) != len(args.metrics):
+        sys.exit(f"{len(labels)} labels for {len(args.metrics)} metrics files")
+    tmp = tempfile.mkdtemp(prefix="plot_metrics_")
+    loss_plots, ppl_plots = [], []
+    for k, (path, label) in enumerate(zip(args.metrics, labels)):
+        train, evals = read(path)
+        tf, ef = os.path.join(tmp, f"train{k}.dat"), os.path.join(tmp, f"eval{k}.dat")
+        with open(tf, "w") as f:
+            f.writelines(f"{s} {l}\n" for s, l in train)
+        with open(ef, "w") as f:
+            f.writelines(f"{s} {l} {p}\n" for s, l, p in evals)
+        colour = k + 1
+        if train:
+            loss_plots.append(f"'{tf}' using 1:2 with lines lc {colour} dt 3 title '{label} train'")
+        if evals:
+            loss_plots.append(f"'{ef}' using 1:2 with linespoints lc {colour} pt 7 ps 0.6 title '{label} validation'")
+            ppl_plots.append(f"'{ef}' using 1:3 with linespoints lc {colour} pt 7 ps 0.6 title '{label}'")
+    script = [
+        "set terminal pngcairo size 1200,480 font 'sans,10'" , f"set output '{args.output}'",
+        "set multiplot layout 1,2" + (f" title '{args.title}'" if args.title else ""),
+        "set grid", "set key top right", "set xlabel 'step'",
+        "set ylabel 'cross-entropy (nats)'", "set title 'loss'", "plot " + ", ".join(loss_plots),
+    ]
+    if ppl_plots:
+        script += ["set logscale y", "set ylabel 'perplexity'", "set title 'validation perplexity'",
+                   "plot " + ", ".join(ppl_plots)]
+    script.append("unset multiplot")
+    out_dir = os.path.dirname(os.path.abspath(args.output))
+    os.makedirs(out_dir, exist_ok=True)
+    try:
+        subprocess.run(["gnuplot"], input="\n".join(script), text=True, check=True)
+    except FileNotFoundError:
+        sys.exit("gnuplot not found: install it with scripts/setup.sh (Debian package gnuplot-nox)")
+    print(args.output)
+
+
+if __name__ == "__main__":
+    main()
