@@ -4,8 +4,8 @@
 //   double p = measure_fma_peak_gflops(2);   // GFLOP/s with 2 threads (an FMA counts 2 flops)
 //
 // The probe runs `chains` independent fused multiply-add dependency chains per thread, all in
-// SIMD registers of the native xsimd architecture. With at least latency x pipes chains (Zen 5:
-// 4 cycles x 2 FMA pipes = 8; we use 16) the FMA units never wait for a result, so the rate is the
+// SIMD registers of the native xsimd architecture. With at least latency x pipes chains (Zen 3-5:
+// 4 cycles x 2 FMA pipes = 8; we use 12 or 16) the FMA units never wait for a result, so the rate is the
 // throughput bound. Each repetition is timed as a whole parallel region (wall clock, barrier
 // included); the result is the median over repetitions, after one warm-up repetition. Takes about
 // 10-30 ms. Self-contained: xsimd, OpenMP and the standard library only.
@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include <xsimd/xsimd.hpp>
@@ -50,8 +51,11 @@ template <class Arch, int Chains>
 // Median fp32 FMA throughput in GFLOP/s over a few repetitions with `threads` OpenMP threads.
 template <class Arch = xsimd::default_arch>
 double measure_fma_peak_gflops(int threads, int repetitions = 7) {
-  constexpr int chains = 16;
-  constexpr long iters = 1L << 19;  // 16 chains x 512Ki FMA instructions per thread per repetition
+  // Enough independent chains to cover latency x pipes (8 on Zen 3..5), few enough that the
+  // accumulators and the two constants stay in registers: 16 vector registers on AVX2 (12 chains;
+  // 16 would spill and measure half the peak), 32 on AVX-512 (16 chains).
+  constexpr int chains = std::is_base_of_v<xsimd::avx512f, Arch> ? 16 : 12;
+  constexpr long iters = 1L << 19;  // chains x 512Ki FMA instructions per thread per repetition
   const int nt = std::max(1, threads);
   const double flops =
       double(nt) * double(iters) * chains * double(xsimd::batch<float, Arch>::size) * 2.0;
@@ -64,7 +68,7 @@ double measure_fma_peak_gflops(int threads, int repetitions = 7) {
     {
       float r = detail::fma_chains<Arch, chains>(iters, 1.0f + float(omp_get_thread_num()));
 #pragma omp atomic
-      sink = sink + r;
+      sink = sink + r;  // NOLINT
     }
 #else
     sink = sink + detail::fma_chains<Arch, chains>(iters, 1.0f);
