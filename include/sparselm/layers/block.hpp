@@ -21,6 +21,7 @@ namespace sparselm {
 struct block_options {
   std::size_t channels = 0, heads = 0, head_dim = 0, hidden = 0;
   float ln_eps = 1e-5f;
+  float ln_gamma = 1.0f;  // initial gamma of both norms (the S1 sparse LM uses 0.1)
   float attn_dropout = 0.0f, resid_dropout = 0.0f;
   bool qkv_bias = true, proj_bias = true;
   const sparse_plan* plan = nullptr;  // block-sparse projections: how many blocks each gets
@@ -42,10 +43,10 @@ class pre_ln_block {
   // prefix e.g. "h.3"; site: a small unique number per block for dropout streams.
   pre_ln_block(arena_layout& layout, const std::string& prefix, const block_options& o, std::uint64_t site)
       : c_(o.channels), drop_(o.resid_dropout), site_(site),
-        ln1_(layout, prefix + ".ln_1", o.channels, o.ln_eps),
+        ln1_(layout, prefix + ".ln_1", o.channels, o.ln_eps, o.ln_gamma),
         attn_(layout, prefix + ".attn", o.channels, o.heads, o.head_dim, o.qkv_bias, o.proj_bias, o.attn_dropout,
               mix_stream(site, 1), o.plan),
-        ln2_(layout, prefix + ".ln_2", o.channels, o.ln_eps),
+        ln2_(layout, prefix + ".ln_2", o.channels, o.ln_eps, o.ln_gamma),
         ffn_(layout, prefix + ".mlp", o.channels, o.hidden, o.plan) {}
 
   const layer_norm& ln1() const noexcept { return ln1_; }

@@ -26,6 +26,7 @@
 #include "sparselm/layers/layer_norm.hpp"
 #include "sparselm/layers/lm_head.hpp"
 #include "sparselm/models/config.hpp"
+#include "sparselm/models/lm_loss.hpp"
 #include "sparselm/policies/recompute.hpp"
 #include "sparselm/sparse/sparsity.hpp"
 
@@ -43,6 +44,7 @@ struct gpt_config {
   float initializer_range = 0.02f;
   bool scale_residual_init = true;               // c_proj weights get std / sqrt(2 · n_layer), as GPT-2
   std::string activation_function = "gelu_new";  // "gelu_new" (tanh approximation) or "gelu" (erf)
+  lm_loss_options loss{};                        // "loss": S1 repeated-token weights, autoregression offset
 
   std::size_t hidden() const noexcept { return n_inner ? n_inner : 4 * n_embd; }
   std::size_t head_dim() const noexcept { return n_embd / n_head; }
@@ -71,6 +73,7 @@ struct gpt_config {
     c.initializer_range = r.get("initializer_range", c.initializer_range, in_range(0.0, 10.0));
     c.scale_residual_init = r.get("scale_residual_init", c.scale_residual_init);
     c.activation_function = r.get("activation_function", c.activation_function, one_of({"gelu_new", "gelu"}));
+    c.loss = lm_loss_options::from_json(r.object("loss"), context + " loss");
     // HF keys that do not change the model we build.
     r.ignore({"model_type", "architectures", "bos_token_id", "eos_token_id", "torch_dtype", "transformers_version",
               "use_cache", "summary_activation", "summary_first_dropout", "summary_proj_to_labels", "summary_type",
@@ -78,11 +81,13 @@ struct gpt_config {
     r.finish();
     SPARSELM_CHECK(c.n_embd % c.n_head == 0, context, ": field 'n_embd' (", c.n_embd, ") is not divisible by 'n_head' (",
                    c.n_head, ")");
+    SPARSELM_CHECK(c.loss.autoregression_offset < c.n_positions, context, ": field 'loss.autoregression_offset' (",
+                   c.loss.autoregression_offset, ") must be < n_positions (", c.n_positions, ")");
     return c;
   }
 
   json to_json() const {
-    return json{{"model_type", "gpt2"},
+    json j{{"model_type", "gpt2"},
                 {"architectures", {"GPT2LMHeadModel"}},
                 {"vocab_size", vocab_size},
                 {"n_positions", n_positions},
@@ -100,22 +105,8 @@ struct gpt_config {
                 {"activation_function", activation_function},
                 {"bos_token_id", 50256},
                 {"eos_token_id", 50256}};
-  }
-};
-
-// One training or evaluation batch: ids and targets (B·T each), optional per-position weights.
-struct token_batch {
-  std::span<const std::int32_t> ids;
-  std::span<const std::int32_t> targets;
-  std::span<const float> weights;
-  std::size_t batch = 0, seq = 0;
-
-  // Σ weights over the targets that are not ignore_index (the count of such targets without weights).
-  double weight_sum() const noexcept {
-    double w = 0;
-    for (std::size_t i = 0; i < targets.size(); ++i)
-      if (targets[i] != ignore_index) w += weights.empty() ? 1.0 : double(weights[i]);
-    return w;
+    if (loss.active()) j["loss"] = loss.to_json();
+    return j;
   }
 };
 
@@ -203,7 +194,9 @@ class gpt {
     ln_f_.init(params_);
   }
 
-  // Forward and backward over one batch. Gradients accumulate: grads += grad_scale · ∂(Σ w·CE)/∂θ.
+  // Forward and backward over one batch. Gradients accumulate: grads += grad_scale · ∂(Σ w·CE)/∂θ,
+  // the sum over the positions scored by the config's loss options (weights: the batch's, or S1's
+  // repeated-token weights).
   // ctx supplies training (dropout), step, micro and the dropout key; the model fills in the rest.
   template <recompute::policy Recompute = recompute::none>
   loss_stats forward_backward(step_context ctx, const token_batch& b, float grad_scale) {
@@ -212,7 +205,9 @@ class gpt {
     forward_blocks<Recompute>(s, b);
     auto xf = xf_.matrix(N, cfg_.n_embd);
     auto dxf = s.tmp->matrix(slot_head_x, N, cfg_.n_embd);
-    loss_stats st = head_.forward_backward(s, xf, b.targets, b.weights, grad_scale, dxf);
+    const token_batch& lb = loss_targets_.apply(cfg_.loss, b);
+    loss_stats st = head_.forward_backward(s, xf, lb.targets, lb.weights, grad_scale, dxf);
+    loss_targets_.finish(st);
     auto dres = dres_.matrix(N, cfg_.n_embd);
     ln_f_.backward(s, dxf, dres, lnf_c_);
     for (std::size_t l = blocks_.size(); l-- > 0;) {
@@ -233,8 +228,15 @@ class gpt {
     auto s = bind(ctx, b);
     const std::size_t N = b.batch * b.seq;
     forward_blocks<recompute::blocks>(s, b);
-    return head_.forward_backward(s, xf_.matrix(N, cfg_.n_embd), b.targets, b.weights, 1.0f, {});
+    const token_batch& lb = loss_targets_.apply(cfg_.loss, b);
+    loss_stats st = head_.forward_backward(s, xf_.matrix(N, cfg_.n_embd), lb.targets, lb.weights, 1.0f, {});
+    loss_targets_.finish(st);
+    return st;
   }
+
+  // Denominator of the batch's mean loss under the config's loss options (the trainer scales the
+  // gradient by its inverse): Σ weights, or the number of scored positions (SPEC §2).
+  double loss_normaliser(const token_batch& b) const { return lm_loss_normaliser(cfg_.loss, b); }
 
   // Full logits (B·T, V) for ids (B·T).
   void logits(std::span<const std::int32_t> ids, std::size_t batch, std::size_t seq, matrix_view<float> out) {
@@ -289,6 +291,7 @@ class gpt {
   // activations
   std::vector<typename block_type::cache> caches_;
   layer_norm::cache lnf_c_;
+  lm_loss_targets loss_targets_;
   buffer res_, xf_, dres_;
   scratch tmp_;
 };

@@ -43,7 +43,9 @@ loss_stats evaluate_lm(Model& model, data::lm_eval_pass& pass, std::size_t max_b
 }
 
 inline nlohmann::json loss_json(const loss_stats& s) {
-  return {{"loss", s.mean_loss()}, {"perplexity", s.perplexity()}, {"accuracy", s.accuracy()}, {"tokens", s.count}};
+  // loss: the model's training loss (S1: the weighted loss); xentropy: the unweighted mean CE.
+  return {{"loss", s.mean_loss()},         {"xentropy", s.mean_ce()}, {"perplexity", s.perplexity()},
+          {"accuracy", s.accuracy()}, {"tokens", s.count}};
 }
 
 struct lm_loop_options {

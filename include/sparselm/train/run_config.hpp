@@ -93,7 +93,7 @@ struct lm_run_config {
     json s = schedule;
     const std::string type = s.value("type", "");
     if (type == "bert_power") {
-      if (!s.contains("cooldown")) s["cooldown"] = loop.steps;
+      if (!s.contains("cooldown_steps")) s["cooldown_steps"] = loop.steps;
     } else if (type != "constant" && !s.contains("total_steps")) {
       s["total_steps"] = loop.steps;
     }

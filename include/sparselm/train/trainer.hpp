@@ -61,6 +61,18 @@ concept trainable_model = requires(Model& m, const typename Model::batch_type& b
   m.layout();
 };
 
+namespace detail {
+// Denominator of a micro-batch's mean loss: the model's own (loss options such as S1's weighted
+// loss, models/lm_loss.hpp) when it has one, else the batch's Σ weights.
+template <class Model, class Batch>
+double loss_normaliser(const Model& m, const Batch& b) {
+  if constexpr (requires { { m.loss_normaliser(b) } -> std::convertible_to<double>; })
+    return m.loss_normaliser(b);
+  else
+    return b.weight_sum();
+}
+}  // namespace detail
+
 enum class clip_mode { none, global_norm, per_tensor };
 
 struct trainer_options {
@@ -145,7 +157,7 @@ class trainer {
     ctx.need_dense_grad = hooks_.needs_dense_grad && hooks_.needs_dense_grad(step_);
     for (std::size_t k = 0; k < micro.size(); ++k) {
       ctx.micro = k;
-      const double w = micro[k].weight_sum();
+      const double w = detail::loss_normaliser(model_, micro[k]);
       SPARSELM_CHECK(w > 0, "trainer: micro-batch ", k, " of step ", step_, " has no targets to learn from");
       // gradient of the micro-batch's mean loss, times the accumulation's per-micro factor
       const float scale = float(o_.accumulation.micro_batch_scale() / w);

@@ -1,0 +1,307 @@
+// Trains the S1 dynamic-sparse language model (models/sparse_lm.hpp, SPEC §1-§4) on token files.
+//
+//   ./build/examples/sparse_lm --config configs/s1-tiny-train.json --train runs/data/train.tok \
+//       --valid runs/data/valid.tok --steps 200 --out runs/s1-tiny
+//
+// The run config is train/run_config.hpp's (model, data, batch, steps, optimizer, schedule, trainer,
+// loop, seed, out) plus "sparsity_update" (the pattern update of sparse/update.hpp, and "enabled":
+// false for static sparsity). Every S1 option also has a flag; flags override the config; --set
+// key.path=value overrides anything else. Writes <out>/metrics.jsonl (JSON lines: a "run" line with
+// the resolved config and sizes, "train" lines with loss (weighted), xentropy, perplexity, accuracy,
+// lr, grad_norm, tokens_per_s and, after each pattern update, "sparsity_update" statistics; "eval"
+// lines) and <out>/config.json.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sparselm/core/threads.hpp"
+#include "sparselm/data/lm_batches.hpp"
+#include "sparselm/data/token_file.hpp"
+#include "sparselm/models/sparse_lm.hpp"
+#include "sparselm/train/dynamic_sparsity.hpp"
+#include "sparselm/train/lm_training.hpp"
+#include "sparselm/train/run_config.hpp"
+
+namespace fs = std::filesystem;
+using namespace sparselm;
+
+namespace {
+
+struct cli_values {
+  std::optional<double> sparsity, prune_ratio, phase_delay, period, peak_lr, min_lr, decay_power, max_norm, dropout;
+  std::optional<std::size_t> block_size, update_period, zero_steps, layers, hidden, ff, heads, qkv, embedding, sequence,
+      vocab, steps, batch_size, seq_len, accumulation, warmup_steps, cooldown_steps, autoregression_offset;
+  std::optional<std::string> regrow, pooling, prune_metric, optimizer, clip, dtype, allocation, train, valid, out;
+  std::optional<bool> static_sparsity, weight_repeats;
+  std::optional<std::uint64_t> seed;
+  std::vector<std::string> sets;
+};
+
+template <class V>
+void put(json& j, const char* key, const std::optional<V>& v) {
+  if (v) j[key] = *v;
+}
+
+// Applies the flags to the raw run-config JSON (model already inlined as an object).
+void apply_flags(json& j, const cli_values& c) {
+  json& m = j["model"];
+  put(m, "sparsity", c.sparsity);
+  put(m, "block_size", c.block_size);
+  put(m, "allocation", c.allocation);
+  put(m, "layers", c.layers);
+  put(m, "hidden_length", c.hidden);
+  put(m, "ff_length", c.ff);
+  put(m, "attention_heads", c.heads);
+  put(m, "qkv_length", c.qkv);
+  put(m, "embedding_length", c.embedding);
+  put(m, "sequence_length", c.sequence);
+  put(m, "vocab_size", c.vocab);
+  put(m, "dtype", c.dtype);
+  put(m, "dropout", c.dropout);
+  if (c.weight_repeats) m["loss"]["weight_repeats"] = *c.weight_repeats;
+  if (c.autoregression_offset) m["loss"]["autoregression_offset"] = *c.autoregression_offset;
+  json& u = j["sparsity_update"];
+  if (u.is_null()) u = json::object();
+  put(u, "prune_ratio", c.prune_ratio);
+  put(u, "update_period", c.update_period);
+  put(u, "zero_steps", c.zero_steps);
+  put(u, "phase_delay", c.phase_delay);
+  put(u, "period", c.period);
+  put(u, "regrow", c.regrow);
+  put(u, "pooling", c.pooling);
+  put(u, "prune_metric", c.prune_metric);
+  if (c.static_sparsity) u["enabled"] = !*c.static_sparsity;
+  put(j, "steps", c.steps);
+  put(j, "batch_size", c.batch_size);
+  put(j, "seq_len", c.seq_len);
+  put(j, "seed", c.seed);
+  put(j, "out", c.out);
+  if (c.train) j["data"]["train"] = *c.train;
+  if (c.valid) j["data"]["valid"] = *c.valid;
+  if (c.optimizer) {
+    if (!j.contains("optimizer") || j["optimizer"].value("type", "") != *c.optimizer) j["optimizer"] = json::object();
+    j["optimizer"]["type"] = *c.optimizer;
+  }
+  if (c.clip) j["trainer"]["clip"] = *c.clip;
+  put(j["trainer"], "max_norm", c.max_norm);
+  if (c.accumulation) j["trainer"]["accumulation"]["steps"] = *c.accumulation;
+  if (j["trainer"].empty()) j.erase("trainer");
+  if (c.peak_lr || c.min_lr || c.decay_power || c.warmup_steps || c.cooldown_steps) {
+    json& s = j["schedule"];
+    if (s.is_null() || s.value("type", "") != "bert_power") s = json{{"type", "bert_power"}};
+    put(s, "peak_lr", c.peak_lr);
+    put(s, "min_lr", c.min_lr);
+    put(s, "power", c.decay_power);
+    put(s, "warmup_steps", c.warmup_steps);
+    put(s, "cooldown_steps", c.cooldown_steps);
+  }
+  for (const auto& s : c.sets) apply_override(j, s);
+}
+
+kernels::block_pooling to_block_pooling(sparse::grad_pooling p) {
+  switch (p) {
+    case sparse::grad_pooling::sum: return kernels::block_pooling::sum;
+    case sparse::grad_pooling::max: return kernels::block_pooling::max;
+    default: return kernels::block_pooling::avg;
+  }
+}
+
+struct run_inputs {
+  lm_run_config run;
+  sparse_lm_config model;
+  sparse::update_config update;
+  bool dynamic = true;
+  json resolved;  // the whole resolved config, for the log and <out>/config.json
+};
+
+template <class Model, class Optimizer>
+int train(const run_inputs& in) {
+  struct policies : default_policies {
+    using optimizer = Optimizer;
+  };
+  using trainer_t = trainer<Model, policies>;
+  const auto& rc = in.run;
+  SPARSELM_CHECK(!rc.train_data.empty(), "sparse_lm: no training data (field data.train or --train)");
+  data::token_file train_file(rc.train_data);
+  SPARSELM_CHECK(train_file.vocab_size() <= in.model.vocab_size, rc.train_data, ": vocabulary ", train_file.vocab_size(),
+                 " exceeds the model's vocab_size ", in.model.vocab_size, " (set --vocab)");
+  SPARSELM_CHECK(rc.seq_len <= in.model.sequence_length, "sparse_lm: seq_len ", rc.seq_len,
+                 " exceeds the model's sequence_length ", in.model.sequence_length);
+  SPARSELM_CHECK(in.model.loss.autoregression_offset < rc.seq_len, "sparse_lm: autoregression_offset ",
+                 in.model.loss.autoregression_offset, " leaves no target in a sequence of ", rc.seq_len);
+  std::optional<data::token_file> valid_file;
+  std::optional<data::lm_eval_pass> valid;
+  if (!rc.valid_data.empty()) {
+    valid_file.emplace(rc.valid_data);
+    SPARSELM_CHECK(valid_file->vocab_size() <= in.model.vocab_size, rc.valid_data, ": vocabulary ",
+                   valid_file->vocab_size(), " exceeds the model's vocab_size ", in.model.vocab_size);
+    valid.emplace(*valid_file, rc.batch_size, data::lm_window_options{.seq_len = rc.seq_len});
+  }
+  data::lm_sampler sampler(train_file, {.batch_size = rc.batch_size,
+                                        .windows = {.seq_len = rc.seq_len},
+                                        .order = rc.order == "sequential" ? data::lm_order::sequential
+                                                                          : data::lm_order::shuffled,
+                                        .seed = rc.seed});
+
+  Model model(in.model, to_block_pooling(in.update.pooling));
+  model.init(rc.seed);
+  trainer_t t(model, rc.trainer, Optimizer(rc.optimizer), optim::make_schedule(rc.schedule_json()));
+  fs::create_directories(rc.out);
+  std::ofstream(fs::path(rc.out) / "config.json") << in.resolved.dump(2) << "\n";
+  metrics_log log(fs::path(rc.out) / "metrics.jsonl", /*truncate=*/true);
+  std::size_t nnz = 0, grid = 0;
+  for (auto& w : model.sparse_weights()) {
+    nnz += w.pattern->nnz();
+    grid += w.pattern->rows_b * w.pattern->cols_b;
+  }
+  log.write({{"kind", "run"},
+              {"config", in.resolved},
+              {"parameters", model.num_parameters()},
+              {"sparse_blocks", nnz},
+              {"sparse_grid_blocks", grid},
+              {"sparse_density", grid ? double(nnz) / double(grid) : 1.0},
+              {"train_windows", sampler.windows_per_epoch()},
+              {"threads", num_threads()}});
+  std::fprintf(stderr, "sparse_lm: %zu parameters (%zu of %zu blocks active in the sparse projections), %llu windows\n",
+               model.num_parameters(), nnz, grid, (unsigned long long)sampler.windows_per_epoch());
+  lm_loop_hooks hooks;
+  std::optional<dynamic_sparsity<Model, trainer_t>> ds;
+  if (in.dynamic && Model::sparsity::is_sparse) {
+    ds.emplace(model, t, in.update, rc.seed + 7);
+    hooks.extra_metrics = [&](std::size_t) { return ds->take_metrics(); };
+  }
+  auto r = run_lm_training(t, sampler, valid ? &*valid : nullptr, rc.loop, log, hooks);
+  json summary = {{"steps", r.steps_done},
+                  {"interrupted", r.interrupted},
+                  {"train_seconds", r.train_seconds},
+                  {"tokens", r.tokens},
+                  {"tokens_per_s", r.train_seconds > 0 ? double(r.tokens) / r.train_seconds : 0.0},
+                  {"pattern_updates", ds ? ds->updates() : 0}};
+  if (valid) summary["valid"] = loss_json(r.last_eval);
+  std::printf("%s\n", summary.dump().c_str());
+  return 0;
+}
+
+template <class Model>
+int with_model_optimizer(const run_inputs& in) {
+  return with_optimizer(in.run.optimizer, [&]<class Opt>(Opt&&) { return train<Model, Opt>(in); });
+}
+
+int dispatch(const run_inputs& in) {
+  SPARSELM_CHECK(in.model.activation == "gelu_new", "sparse_lm: this program is built for activation 'gelu_new' only ",
+                 "(the library also has 'gelu' as a template parameter), got '", in.model.activation, "'");
+  switch (in.model.block_size) {
+    case 0: return with_model_optimizer<sparse_lm<float, dense>>(in);
+    case 1: return with_model_optimizer<sparse_lm<float, block_sparse<1>>>(in);
+    case 4: return with_model_optimizer<sparse_lm<float, block_sparse<4>>>(in);
+    case 8: return with_model_optimizer<sparse_lm<float, block_sparse<8>>>(in);
+    case 16: return with_model_optimizer<sparse_lm<float, block_sparse<16>>>(in);
+    default: fail("sparse_lm: block_size ", in.model.block_size, " is not one of 0 (dense), 1, 4, 8, 16");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Train the S1 dynamic-sparse language model (block-sparse projections, RigL/random pattern updates,\n"
+               "factorised embedding, weighted repeated-token loss) on token files written by encode_dataset.\n"
+               "Compute is fp32 only: --dtype accepts float32 and rejects anything else."};
+  std::string config_path;
+  cli_values c;
+  int threads = 0;
+  app.add_option("-c,--config", config_path, "Run config JSON (e.g. configs/s1-tiny-train.json)");
+  app.add_option("--train", c.train, "Training token file");
+  app.add_option("--valid", c.valid, "Validation token file");
+  app.add_option("-o,--out", c.out, "Output directory (metrics.jsonl, config.json)");
+  auto* g = app.add_option_group("model");
+  g->add_option("--layers", c.layers, "Transformer layers (S1 --encoder-layers)");
+  g->add_option("--hidden", c.hidden, "Hidden width H (--hidden-length)");
+  g->add_option("--ff", c.ff, "Feed-forward width F (--ff-length)");
+  g->add_option("--heads", c.heads, "Attention heads (--attention-heads)");
+  g->add_option("--qkv", c.qkv, "Per-head query/key/value width (--qkv-length)");
+  g->add_option("--embedding", c.embedding, "Factorised embedding width E (--embedding-length)");
+  g->add_option("--sequence", c.sequence, "Maximum sequence length of the model (--source-sequence-length)");
+  g->add_option("--vocab", c.vocab, "Vocabulary size V (--source-vocab-length)");
+  g->add_option("--dtype", c.dtype, "Compute dtype: only float32 is implemented (float16 is rejected)");
+  g->add_option("--dropout", c.dropout, "Embedding and residual dropout rate");
+  g->add_option("--weight-repeats", c.weight_repeats, "Weighted repeated-token loss (true/false)");
+  g->add_option("--autoregression-offset", c.autoregression_offset, "Positions at the start of a sequence not scored");
+  auto* sp = app.add_option_group("sparsity");
+  sp->add_option("--sparsity", c.sparsity, "Fraction of zero blocks in each sparse projection");
+  sp->add_option("--block-size", c.block_size, "Block size B: 1, 4, 8, 16, or 0 for a dense model");
+  sp->add_option("--allocation", c.allocation, "Block allocation across projections: uniform or erk");
+  sp->add_option("--prune-ratio", c.prune_ratio, "Fraction of active blocks pruned at an update (before the cosine decay)");
+  sp->add_option("--update-period", c.update_period, "Optimiser steps between pattern updates");
+  sp->add_option("--regrow-type", c.regrow, "Regrowth: rigl or random");
+  sp->add_option("--pooling-type", c.pooling, "RigL gradient pooling per block: sum, avg or max");
+  sp->add_option("--prune-metric", c.prune_metric, "Block magnitude for pruning: l1, l2 or max");
+  sp->add_option("--prune-zero-steps", c.zero_steps, "Cosine prune schedule: no update before this step");
+  sp->add_option("--prune-phase-delay", c.phase_delay, "Cosine prune schedule: phase delay (radians)");
+  sp->add_option("--prune-period", c.period, "Cosine prune schedule: periods over the run (0.5 = half a cosine)");
+  sp->add_flag("--static-sparsity", c.static_sparsity, "Keep the initial patterns (no updates)");
+  auto* o = app.add_option_group("optimisation");
+  o->add_option("--steps", c.steps, "Optimiser steps");
+  o->add_option("--batch-size", c.batch_size, "Sequences per micro-batch");
+  o->add_option("--seq-len", c.seq_len, "Input positions per sequence (a window has seq-len + 1 tokens)");
+  o->add_option("--accumulation", c.accumulation, "Micro-batches per optimiser step");
+  o->add_option("--optimizer", c.optimizer, "adam (S1; eps 1e-2), adamw, sgd or lamb");
+  o->add_option("--clip", c.clip, "Gradient clipping: per_tensor (S1), global_norm or none");
+  o->add_option("--max-norm", c.max_norm, "Clipping norm");
+  o->add_option("--peak-lr", c.peak_lr, "S1 schedule (bert_power): peak learning rate");
+  o->add_option("--min-lr", c.min_lr, "S1 schedule: minimum learning rate");
+  o->add_option("--warmup-steps", c.warmup_steps, "S1 schedule: linear warm-up steps");
+  o->add_option("--cooldown-steps", c.cooldown_steps, "S1 schedule: decay steps");
+  o->add_option("--decay-power", c.decay_power, "S1 schedule: power of the decay (0.5 = square root)");
+  app.add_option("--seed", c.seed, "Seed of initialisation, patterns, data order and dropout");
+  app.add_option("--threads", threads, "Threads (0: all cores)");
+  app.add_option("--set", c.sets, "Override any config field: key.path=value (repeatable)");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (threads > 0) set_num_threads(threads);
+    json j = json::object();
+    fs::path base;
+    if (!config_path.empty()) {
+      j = read_json_file(config_path);
+      SPARSELM_CHECK(j.is_object(), config_path, ": expected a JSON object");
+      base = fs::path(config_path).parent_path();
+    }
+    if (j.contains("model") && j["model"].is_string()) {
+      fs::path p = j["model"].get<std::string>();
+      if (p.is_relative() && !base.empty()) p = base / p;
+      j["model"] = read_json_file(p.string());
+    }
+    if (!j.contains("model")) j["model"] = json::object();
+    if (!j.contains("optimizer")) j["optimizer"] = {{"type", "adam"}};  // S1: Adam, eps 1e-2
+    if (!j.contains("trainer")) j["trainer"] = {{"clip", "per_tensor"}, {"max_norm", 1.0}};
+    apply_flags(j, c);
+    const std::string ctx = config_path.empty() ? std::string("run config") : config_path;
+    run_inputs in;
+    json upd = j.value("sparsity_update", json::object());
+    j.erase("sparsity_update");
+    SPARSELM_CHECK(upd.is_object(), ctx, ": field 'sparsity_update' must be an object");
+    if (upd.contains("enabled")) {
+      SPARSELM_CHECK(upd["enabled"].is_boolean(), ctx, ": field 'sparsity_update.enabled' must be true or false");
+      in.dynamic = upd["enabled"].get<bool>();
+      upd.erase("enabled");
+    }
+    in.model = sparse_lm_config::from_json(j["model"], ctx + " model");
+    in.run = lm_run_config::from_json(j, ctx, base);
+    in.update = sparse::update_config::from_json(upd, ctx + " sparsity_update");
+    if (in.update.schedule.total_steps == 0) in.update.schedule.total_steps = in.run.loop.steps;
+    in.resolved = j;
+    in.resolved["model"] = in.model.to_json();
+    in.resolved["sparsity_update"] = in.update;
+    in.resolved["sparsity_update"]["enabled"] = in.dynamic;
+    in.resolved["schedule"] = in.run.schedule_json();
+    return dispatch(in);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sparse_lm: error: %s\n", e.what());
+    return 1;
+  }
+}
