@@ -77,7 +77,8 @@ struct gpt_config {
     // HF keys that do not change the model we build.
     r.ignore({"model_type", "architectures", "bos_token_id", "eos_token_id", "torch_dtype", "transformers_version",
               "use_cache", "summary_activation", "summary_first_dropout", "summary_proj_to_labels", "summary_type",
-              "summary_use_proj", "task_specific_params", "scale_attn_weights", "_name_or_path"});
+              "summary_use_proj", "task_specific_params", "scale_attn_weights", "_name_or_path",
+              "sparselm"});
     r.finish();
     SPARSELM_CHECK(c.n_embd % c.n_head == 0, context, ": field 'n_embd' (", c.n_embd, ") is not divisible by 'n_head' (",
                    c.n_head, ")");

@@ -8,6 +8,7 @@
 //   io.add_i32(name + ".pattern", sparse::pattern_shape(p), sparse::pattern_to_i32(p));
 //   sparse::pattern_from_i32(name, p, io.i32(name + ".pattern"));
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -86,6 +87,21 @@ inline explored_map explored_from_i32(const std::string& name, std::size_t rows_
     m.count += std::size_t(buf[g]);
   }
   return m;
+}
+
+// The weight as a dense (in, out) row-major matrix: values (nnz, B, B) placed at their blocks
+// (slot s is block (row[s], col[s]), input index first inside a block), zeros elsewhere.
+inline void pattern_to_dense(const std::string& name, const block_pattern& p, std::span<const float> values,
+                             std::span<float> out) {
+  const std::size_t B = p.block, bb = B * B, cols = p.out();
+  SPARSELM_CHECK(values.size() == p.nnz() * bb, name, ": ", values.size(), " values for ", p.nnz(), " blocks of ", B,
+                 "x", B);
+  SPARSELM_CHECK(out.size() == p.in() * cols, name, ": dense output of ", out.size(), " floats for a ", p.in(), "x",
+                 cols, " weight");
+  std::fill(out.begin(), out.end(), 0.0f);
+  for (std::size_t s = 0; s < p.nnz(); ++s)
+    for (std::size_t r = 0; r < B; ++r)
+      std::copy_n(values.data() + s * bb + r * B, B, out.data() + (p.row[s] * B + r) * cols + p.col[s] * B);
 }
 
 }  // namespace sparselm::sparse

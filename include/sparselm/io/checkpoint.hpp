@@ -1,0 +1,385 @@
+#pragma once
+// Checkpoints: the model (config.json + model.safetensors, readable by HuggingFace-style tools),
+// the training state (optimiser slots, step, data position, sparsity state) and the directory of
+// numbered checkpoints a training run keeps.
+//
+//   io::save_model(dir, model);                      // config.json + model.safetensors, atomic each
+//   io::save_model(dir, model, {.dense_export = true});  // block-sparse weights written dense (in, out)
+//   io::load_model(dir, model);                      // names, shapes, dtypes checked; patterns restored
+//   io::save_training_state(dir / "training_state.safetensors", trainer, run_json, updater);
+//   json run = io::load_training_state(dir / "training_state.safetensors", trainer, updater);
+//
+// Tensor names are the parameter arena's names, which follow HF GPT-2 (`wte.weight`,
+// `h.0.attn.c_attn.weight` in Conv1D (in, out) layout, `ln_f.bias`, ...). A block-sparse weight is
+// stored as its values `(nnz, B, B)` under the weight's name plus `<name>.pattern`, an I32 `(nnz, 2)`
+// tensor of (block row, block column) per slot; with dense_export it is one dense `(in, out)` tensor
+// under the weight's name, loadable by the dense model of the same config.
+//
+// Run directories (checkpoint_dir): <out>/checkpoints/step-000200/{config.json, model.safetensors,
+// training_state.safetensors} and <out>/checkpoints/latest naming the newest. A checkpoint is written
+// into a temporary directory and renamed into place, then `latest` is replaced atomically, so a
+// crash (kill -9) at any moment leaves the previous checkpoint intact and resumable.
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sparselm/core/arena.hpp"
+#include "sparselm/core/error.hpp"
+#include "sparselm/io/atomic_file.hpp"
+#include "sparselm/io/safetensors.hpp"
+#include "sparselm/sparse/pattern_io.hpp"
+#include "sparselm/sparse/update.hpp"
+
+namespace sparselm::io {
+
+inline constexpr const char* model_file = "model.safetensors";
+inline constexpr const char* config_file = "config.json";
+inline constexpr const char* state_file = "training_state.safetensors";
+
+namespace detail {
+// Names and shapes of a layout as JSON, stored in checkpoints to detect a mismatched model.
+inline std::string layout_fingerprint(const arena_layout& l) {
+  nlohmann::json j = nlohmann::json::array();
+  for (auto& t : l) j.push_back({t.name, t.shape});
+  return j.dump();
+}
+
+// The sparse weights of a model (none for dense models or models without sparse_weights()).
+template <class Model>
+std::vector<sparse::sparse_weight> sparse_weights_of(Model& m) {
+  if constexpr (requires { m.sparse_weights(); })
+    return m.sparse_weights();
+  else
+    return {};
+}
+
+inline const sparse::sparse_weight* find_weight(const std::vector<sparse::sparse_weight>& ws, std::size_t tensor) {
+  for (auto& w : ws)
+    if (w.tensor == tensor) return &w;
+  return nullptr;
+}
+
+// HF GPT-2 files may prefix names with "transformer." and carry tensors that are not parameters
+// here: the causal-mask buffers and the tied lm_head.
+inline std::string strip_hf_prefix(const std::string& n) {
+  constexpr std::string_view p = "transformer.";
+  return n.rfind(p, 0) == 0 ? n.substr(p.size()) : n;
+}
+inline bool is_hf_extra(const std::string& n) {
+  auto ends = [&](std::string_view s) { return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0; };
+  return n == "lm_head.weight" || ends(".attn.bias") || ends(".attn.masked_bias");
+}
+}  // namespace detail
+
+struct save_options {
+  bool dense_export = false;  // write block-sparse weights as dense (in, out) matrices
+};
+
+// The model's config JSON (config.json). For a block-sparse GPT the block size and sparsity are
+// recorded under "sparselm" (the dense config ignores that key).
+template <class Model>
+nlohmann::json model_config_json(Model& model, const save_options& o = {}) {
+  nlohmann::json j = model.config().to_json();
+  if constexpr (requires { model.plan(); }) {
+    if constexpr (Model::sparsity::is_sparse) {
+      if (!o.dense_export && !j.contains("block_size"))
+        j["sparselm"] = {{"block_size", Model::sparsity::block}, {"sparsity", model.plan().sparsity}};
+    }
+  }
+  return j;
+}
+
+// Writes model.safetensors (and config.json unless write_config is false) into dir.
+template <class Model>
+void save_model(const std::filesystem::path& dir, Model& model, const save_options& o = {}) {
+  const arena_layout& layout = *model.layout();
+  const auto& params = model.params();
+  auto weights = detail::sparse_weights_of(model);
+  safetensors_writer w;
+  std::vector<std::vector<float>> dense;  // dense exports, alive until write()
+  dense.reserve(weights.size());
+  for (std::size_t i = 0; i < layout.count(); ++i) {
+    const auto& t = layout[i];
+    if (const auto* sw = detail::find_weight(weights, i)) {
+      const auto& p = *sw->pattern;
+      if (o.dense_export) {
+        dense.emplace_back(p.in() * p.out());
+        sparse::pattern_to_dense(t.name, p, params[i], dense.back());
+        w.add(t.name, {p.in(), p.out()}, std::span<const float>(dense.back()));
+        continue;
+      }
+      w.add_owned(t.name + ".pattern", sparse::pattern_shape(p), sparse::pattern_to_i32(p));
+    }
+    w.add(t.name, t.shape, params[i]);
+  }
+  w.set_metadata("format", "pt");  // what HF loaders expect
+  w.set_metadata("sparselm.layout", o.dense_export ? std::string() : detail::layout_fingerprint(layout));
+  std::filesystem::create_directories(dir);
+  w.write(dir / model_file);
+  atomic_write_text(dir / config_file, model_config_json(model, o).dump(2) + "\n");
+}
+
+// Reads <dir>/config.json.
+inline nlohmann::json read_model_config(const std::filesystem::path& dir) {
+  const auto path = dir / config_file;
+  SPARSELM_CHECK(std::filesystem::exists(path), path.string(), ": no model config (is '", dir.string(),
+                 "' a checkpoint directory?)");
+  try {
+    return nlohmann::json::parse(read_text_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail(path.string(), ": not valid JSON (", e.what(), ")");
+  }
+}
+
+struct load_options {
+  bool allow_hf_extras = true;  // ignore HF GPT-2's mask buffers and tied lm_head.weight
+};
+
+// Loads <dir>/model.safetensors (or the file `path` itself) into model.params(). Every parameter
+// must be present with its shape; float tensors may be F32, F16 or BF16. Block-sparse weights take
+// their pattern from `<name>.pattern`. Tensors in the file that the model does not have are an
+// error (except HF extras). On error the model may be partly loaded; nothing on disk changes.
+template <class Model>
+void load_model(const std::filesystem::path& path, Model& model, const load_options& o = {}) {
+  const auto file = std::filesystem::is_directory(path) ? path / model_file : path;
+  safetensors_file f(file);
+  const arena_layout& layout = *model.layout();
+  auto& params = model.params();
+  auto weights = detail::sparse_weights_of(model);
+  // Map stripped names to file names.
+  std::map<std::string, std::string> names;
+  for (auto& t : f.tensors()) names[detail::strip_hf_prefix(t.name)] = t.name;
+  std::set<std::string> used;
+  for (std::size_t i = 0; i < layout.count(); ++i) {
+    const auto& t = layout[i];
+    auto it = names.find(t.name);
+    SPARSELM_CHECK(it != names.end(), file.string(), ": missing tensor '", t.name, "' (shape ", dims_string(t.shape),
+                   ")");
+    used.insert(it->second);
+    if (const auto* sw = detail::find_weight(weights, i)) {
+      auto& p = *sw->pattern;
+      const auto& info = f.info(it->second);
+      SPARSELM_CHECK(!(info.shape.size() == 2 && info.shape[0] == p.in() && info.shape[1] == p.out()), file.string(),
+                     ": tensor '", t.name, "' is dense ", dims_string(info.shape), " but the model is block-sparse (",
+                     p.nnz(), " blocks of ", p.block, "x", p.block,
+                     "); a dense export loads into the dense model of the same config");
+      const std::string pname = it->second + ".pattern";
+      SPARSELM_CHECK(f.contains(pname), file.string(), ": block-sparse tensor '", t.name, "' has no '", pname, "'");
+      used.insert(pname);
+      sparse::pattern_from_i32(t.name, p, f.read_i32(pname, sparse::pattern_shape(p)));
+    }
+    f.read_f32(it->second, t.shape, params[i]);
+  }
+  std::string extra;
+  for (auto& t : f.tensors())
+    if (!used.contains(t.name) && !(o.allow_hf_extras && detail::is_hf_extra(detail::strip_hf_prefix(t.name))))
+      extra += (extra.empty() ? "'" : ", '") + t.name + "'";
+  SPARSELM_CHECK(extra.empty(), file.string(), ": tensors the model does not have: ", extra,
+                 " (a checkpoint of a different model or config?)");
+}
+
+// ---- training state -----------------------------------------------------------------------
+
+// Writes the optimiser slots ("optimizer.<slot>.<tensor>"), the trainer and optimiser step
+// counters, the explored maps of a pattern updater ("explored.<weight>") and `run` (any JSON the
+// caller needs to resume, e.g. the data sampler's state) to one safetensors file, atomically.
+template <class Trainer>
+void save_training_state(const std::filesystem::path& path, Trainer& t, const nlohmann::json& run,
+                         const sparse::pattern_updater* updater = nullptr) {
+  auto& model = t.model();
+  const arena_layout& layout = *model.layout();
+  auto st = t.optimizer().state();
+  using S = typename Trainer::optimizer_type::slot_type;
+  safetensors_writer w;
+  for (auto& s : st.slots)
+    for (std::size_t i = 0; i < layout.count(); ++i) {
+      const auto& ti = layout[i];
+      if (ti.flags & param_frozen) continue;
+      w.add("optimizer." + s.name + "." + ti.name, dtype_of<S>(), ti.shape, (*s.slots)[i].data());
+    }
+  nlohmann::json meta = {{"step", t.step()}, {"optimizer_step", st.step}, {"run", run}};
+  if (updater) {
+    auto ws = detail::sparse_weights_of(model);
+    for (auto& sw : ws)
+      if (const auto* ex = updater->explored(sw.name))
+        w.add_owned("explored." + sw.name, {sw.pattern->rows_b, sw.pattern->cols_b}, sparse::explored_to_i32(*ex));
+  }
+  w.set_metadata("sparselm.training_state", meta.dump());
+  w.set_metadata("sparselm.layout", detail::layout_fingerprint(layout));
+  w.write(path);
+}
+
+// Restores what save_training_state wrote into the trainer (its step and optimiser) and the
+// updater's explored maps; returns the `run` JSON. The model's parameters must be loaded separately
+// (load_model). Throws, naming the file, when the state belongs to a different model layout or
+// optimiser.
+template <class Trainer>
+nlohmann::json load_training_state(const std::filesystem::path& path, Trainer& t,
+                                   sparse::pattern_updater* updater = nullptr) {
+  safetensors_file f(path);
+  auto& model = t.model();
+  const arena_layout& layout = *model.layout();
+  SPARSELM_CHECK(f.metadata("sparselm.layout") == detail::layout_fingerprint(layout), path.string(),
+                 ": the training state is for a different model (parameter names or shapes differ)");
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(f.metadata("sparselm.training_state"));
+  } catch (const nlohmann::json::exception& e) {
+    fail(path.string(), ": metadata 'sparselm.training_state' is not valid JSON (", e.what(), ")");
+  }
+  for (const char* k : {"step", "optimizer_step"})
+    SPARSELM_CHECK(meta.contains(k) && meta[k].is_number_unsigned(), path.string(), ": training state has no '", k,
+                   "'");
+  auto st = t.optimizer().state();
+  using S = typename Trainer::optimizer_type::slot_type;
+  std::size_t expected = 0;
+  for (auto& s : st.slots)
+    for (std::size_t i = 0; i < layout.count(); ++i) {
+      const auto& ti = layout[i];
+      if (ti.flags & param_frozen) continue;
+      const std::string name = "optimizer." + s.name + "." + ti.name;
+      SPARSELM_CHECK(f.contains(name), path.string(), ": no optimiser slot '", name,
+                     "' (saved with a different optimiser?)");
+      f.read_exact<S>(name, ti.shape, (*s.slots)[i]);
+      ++expected;
+    }
+  std::size_t have = 0;
+  for (auto& ti : f.tensors()) have += ti.name.rfind("optimizer.", 0) == 0;
+  SPARSELM_CHECK(have == expected, path.string(), ": ", have, " optimiser slot tensors, this optimiser has ", expected,
+                 " (saved with a different optimiser?)");
+  st.step = meta["optimizer_step"].get<std::size_t>();
+  t.optimizer().restore(st);
+  if (updater) {
+    for (auto& sw : detail::sparse_weights_of(model)) {
+      const std::string name = "explored." + sw.name;
+      if (!f.contains(name)) {
+        updater->track(sw.name, *sw.pattern);
+        continue;
+      }
+      const auto& p = *sw.pattern;
+      updater->restore_explored(sw.name,
+                                sparse::explored_from_i32(name, p.rows_b, p.cols_b, f.read_i32(name, {p.rows_b, p.cols_b})));
+    }
+  }
+  t.set_step(meta["step"].get<std::size_t>());
+  return meta.value("run", nlohmann::json::object());
+}
+
+// ---- run directories --------------------------------------------------------------------------
+
+// The numbered checkpoints of a run: <root>/step-NNNNNN/ and <root>/latest.
+class checkpoint_dir {
+ public:
+  explicit checkpoint_dir(std::filesystem::path root, std::size_t keep = 2) : root_(std::move(root)), keep_(keep) {}
+
+  const std::filesystem::path& root() const noexcept { return root_; }
+  static std::string step_name(std::size_t step) {
+    std::string s = std::to_string(step);
+    return "step-" + std::string(s.size() < 6 ? 6 - s.size() : 0, '0') + s;
+  }
+
+  // Writes checkpoint `step`: fill(tmp_dir) writes its files, then the directory is renamed into
+  // place and `latest` updated; older checkpoints beyond `keep` are removed. Returns its path.
+  template <class Fill>
+  std::filesystem::path save(std::size_t step, Fill&& fill) {
+    namespace fs = std::filesystem;
+    fs::create_directories(root_);
+    const fs::path final_dir = root_ / step_name(step);
+    const fs::path tmp = detail::temp_path_for(final_dir);
+    std::error_code ec;
+    try {
+      fs::create_directories(tmp);
+      fill(tmp);
+    } catch (...) {
+      fs::remove_all(tmp, ec);
+      throw;
+    }
+    if (fs::exists(final_dir)) {  // the same step saved again (e.g. after a resume): swap it out
+      const fs::path old = detail::temp_path_for(final_dir);
+      fs::rename(final_dir, old, ec);
+      SPARSELM_CHECK(!ec, final_dir.string(), ": cannot move the previous checkpoint aside: ", ec.message());
+      fs::rename(tmp, final_dir, ec);
+      fs::remove_all(old, ec);
+    } else {
+      fs::rename(tmp, final_dir, ec);
+      SPARSELM_CHECK(!ec, final_dir.string(), ": cannot rename the new checkpoint into place: ", ec.message());
+    }
+    sparselm::io::detail::sync_directory(root_);
+    atomic_write_text(root_ / "latest", step_name(step) + "\n");
+    prune(step);
+    return final_dir;
+  }
+
+  // The newest complete checkpoint: the one `latest` names if it is complete, else the highest
+  // numbered complete one; nullopt when there is none.
+  std::optional<std::filesystem::path> latest() const {
+    namespace fs = std::filesystem;
+    if (!fs::is_directory(root_)) return std::nullopt;
+    if (fs::exists(root_ / "latest")) {
+      std::string name = read_text_file(root_ / "latest");
+      while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+      if (!name.empty() && complete(root_ / name)) return root_ / name;
+    }
+    auto all = steps();
+    for (auto it = all.rbegin(); it != all.rend(); ++it)
+      if (complete(root_ / step_name(*it))) return root_ / step_name(*it);
+    return std::nullopt;
+  }
+
+  static bool complete(const std::filesystem::path& d) {
+    namespace fs = std::filesystem;
+    return fs::exists(d / model_file) && fs::exists(d / config_file) && fs::exists(d / state_file);
+  }
+
+  // Steps of the step-NNNNNN directories, ascending.
+  std::vector<std::size_t> steps() const {
+    std::vector<std::size_t> r;
+    if (!std::filesystem::is_directory(root_)) return r;
+    for (auto& e : std::filesystem::directory_iterator(root_)) {
+      const std::string n = e.path().filename().string();
+      if (!e.is_directory() || n.rfind("step-", 0) != 0 || n.size() < 6) continue;
+      if (n.find_first_not_of("0123456789", 5) != std::string::npos) continue;
+      r.push_back(std::stoull(n.substr(5)));
+    }
+    std::sort(r.begin(), r.end());
+    return r;
+  }
+
+ private:
+  void prune(std::size_t newest) {
+    if (keep_ == 0) return;
+    auto all = steps();
+    std::size_t kept = 0;
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      if (*it > newest) continue;  // never delete a newer one (left by an earlier, longer run)
+      if (++kept > keep_) {
+        std::error_code ec;
+        std::filesystem::remove_all(root_ / step_name(*it), ec);
+      }
+    }
+  }
+
+  std::filesystem::path root_;
+  std::size_t keep_;
+};
+
+// A checkpoint directory from a user's path: a checkpoint itself (has model.safetensors), or a run
+// directory / checkpoints root whose latest checkpoint is taken.
+inline std::filesystem::path resolve_checkpoint(const std::filesystem::path& p) {
+  namespace fs = std::filesystem;
+  SPARSELM_CHECK(fs::exists(p), p.string(), ": no such checkpoint or run directory");
+  if (fs::is_regular_file(p) || fs::exists(p / model_file)) return p;
+  for (const fs::path& root : {p / "checkpoints", p}) {
+    if (auto l = checkpoint_dir(root).latest()) return *l;
+  }
+  fail(p.string(), ": no checkpoint found (expected ", model_file, " or checkpoints/latest)");
+}
+
+}  // namespace sparselm::io

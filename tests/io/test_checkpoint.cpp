@@ -1,0 +1,375 @@
+// Checkpoints: the safetensors container (against hand-built bytes, and every kind of bad file),
+// model save/load (dense, block-sparse, dense export), training state and exact resume (dense GPT
+// with dropout; block-sparse GPT with RigL pattern updates on both sides of the checkpoint), and the
+// numbered checkpoint directory of a run.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "sparselm/data/lm_batches.hpp"
+#include "sparselm/data/token_file.hpp"
+#include "sparselm/io/checkpoint.hpp"
+#include "sparselm/models/gpt.hpp"
+#include "sparselm/train/dynamic_sparsity.hpp"
+#include "sparselm/train/lm_training.hpp"
+#include "sparselm/train/trainer.hpp"
+
+using namespace sparselm;
+namespace fs = std::filesystem;
+
+namespace {
+fs::path io_dir(const std::string& name) {
+  fs::path d = fs::path(SPARSELM_TEST_TMPDIR) / "io" / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+void spit(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
+
+// A safetensors file built by hand: length prefix, header text, data bytes.
+std::string st_bytes(const std::string& header, const std::string& data) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = char((std::uint64_t(header.size()) >> (8 * i)) & 0xff);
+  return s + header + data;
+}
+std::string float_bytes(std::initializer_list<float> v) {
+  std::string s;
+  for (float x : v) s.append(reinterpret_cast<const char*>(&x), 4);
+  return s;
+}
+
+gpt_config tiny(float dropout = 0.0f) {
+  auto c = gpt_config::from_json(read_json_file(SPARSELM_SOURCE_DIR "/configs/gpt-tiny.json"), "gpt-tiny");
+  c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = dropout;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("safetensors: reads a file built by hand, metadata and all dtypes") {
+  auto d = io_dir("hand");
+  // a (2,2) F32, an I32 (3), a BF16 (2): 1.0 = 0x3F80, -2.0 = 0xC000
+  std::string data = float_bytes({1, 2, 3, 4});
+  const std::int32_t ints[3] = {7, -1, 42};
+  data.append(reinterpret_cast<const char*>(ints), 12);
+  data += std::string("\x80\x3f\x00\xc0", 4);
+  const std::string header =
+      R"({"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},)"
+      R"("ids":{"dtype":"I32","shape":[3],"data_offsets":[16,28]},"h":{"dtype":"BF16","shape":[2],"data_offsets":[28,32]}})";
+  spit(d / "a.safetensors", st_bytes(header, data));
+  io::safetensors_file f(d / "a.safetensors");
+  CHECK(f.metadata("format") == "pt");
+  CHECK(f.tensors().size() == 3);
+  std::vector<float> w(4), h(2);
+  f.read_f32("w", {2, 2}, w);
+  CHECK(w == std::vector<float>{1, 2, 3, 4});
+  f.read_f32("h", {2}, h);
+  CHECK(h == std::vector<float>{1.0f, -2.0f});
+  CHECK(f.read_i32("ids", {3}) == std::vector<std::int32_t>{7, -1, 42});
+  CHECK_THROWS_WITH_AS(f.read_f32("w", {4}, w), doctest::Contains("'w' has shape [2, 2], expected [4]"), error);
+  CHECK_THROWS_WITH_AS(f.read_f32("nope", {}, w), doctest::Contains("no tensor named 'nope'"), error);
+  CHECK_THROWS_WITH_AS(f.read_i32("w"), doctest::Contains("expected I32"), error);
+  CHECK_THROWS_WITH_AS(f.metadata("missing"), doctest::Contains("'missing'"), error);
+}
+
+TEST_CASE("safetensors: writer output is the documented layout and round-trips") {
+  auto d = io_dir("write");
+  std::vector<float> a = {1.5f, -2.0f, 0.25f, 8.0f, 9.0f, 10.0f};
+  std::vector<std::int32_t> b = {3, 1, 4};
+  std::vector<bf16> c = {bf16(1.0f), bf16(-0.5f)};
+  io::safetensors_writer w;
+  w.add("a", {2, 3}, std::span<const float>(a));
+  w.add("b", {3}, std::span<const std::int32_t>(b));
+  w.add("c", io::st_dtype::bf16, {2}, c.data());
+  w.set_metadata("k", "v");
+  w.write(d / "x.safetensors");
+  const std::string bytes = slurp(d / "x.safetensors");
+  std::uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= std::uint64_t(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  CHECK(n % 8 == 0);  // data section 8-byte aligned
+  CHECK(bytes.size() == 8 + n + 24 + 12 + 4);
+  auto h = nlohmann::json::parse(bytes.substr(8, n));
+  CHECK(h["a"]["dtype"] == "F32");
+  CHECK(h["a"]["data_offsets"] == nlohmann::json({0, 24}));
+  CHECK(h["c"]["dtype"] == "BF16");
+  CHECK(h["__metadata__"]["k"] == "v");
+  CHECK(std::memcmp(bytes.data() + 8 + n, a.data(), 24) == 0);
+  io::safetensors_file f(d / "x.safetensors");
+  std::vector<float> a2(6);
+  f.read_f32("a", {2, 3}, a2);
+  CHECK(a2 == a);
+  std::vector<bf16> c2(2);
+  f.read_exact<bf16>("c", {2}, c2);
+  CHECK(float(c2[1]) == -0.5f);
+  CHECK_THROWS_WITH_AS(f.read_exact<float>("c", {2}, std::span<float>(a2).subspan(0, 2)),
+                       doctest::Contains("expected F32"), error);
+  CHECK_THROWS_WITH_AS(w.add("a", {1}, std::span<const float>(a).subspan(0, 1)), doctest::Contains("added twice"),
+                       error);
+  // no temporary files left behind
+  std::size_t files = 0;
+  for (auto& e : fs::directory_iterator(d)) files += e.is_regular_file();
+  CHECK(files == 1);
+}
+
+TEST_CASE("safetensors: bad files are errors naming the file and the problem") {
+  auto d = io_dir("bad");
+  const std::string good_header = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  const std::string good = st_bytes(good_header, float_bytes({1, 2}));
+  auto expect = [&](const std::string& bytes, const char* what) {
+    spit(d / "f.safetensors", bytes);
+    CHECK_THROWS_WITH_AS(io::safetensors_file(d / "f.safetensors"), doctest::Contains(what), error);
+  };
+  expect("", "truncated");
+  expect(good.substr(0, 5), "truncated");
+  expect(good.substr(0, 20), "truncated");                    // header cut
+  expect(good.substr(0, good.size() - 3), "outside the");     // data cut
+  expect(st_bytes("{not json", ""), "not valid JSON");
+  expect(st_bytes("[1,2]", ""), "not a JSON object");
+  expect(st_bytes(R"({"w":{"dtype":"F99","shape":[2],"data_offsets":[0,8]}})", float_bytes({1, 2})), "unsupported dtype");
+  expect(st_bytes(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", float_bytes({1, 2})), "8 bytes for shape [3]");
+  expect(st_bytes(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", float_bytes({1, 2})), "non-integer");
+  expect(st_bytes(R"({"w":{"dtype":"F32","shape":[2]}})", float_bytes({1, 2})), "needs dtype, shape and data_offsets");
+  expect(st_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                  float_bytes({1, 2})),
+         "overlap");
+  std::string huge(8, '\xff');
+  expect(huge + "xxxx", "implausible");
+  CHECK_THROWS_WITH_AS(io::safetensors_file(d / "does-not-exist.safetensors"), doctest::Contains("does-not-exist"),
+                       error);
+}
+
+TEST_CASE("atomic_write: a failing writer leaves the old file untouched") {
+  auto d = io_dir("atomic");
+  io::atomic_write_text(d / "f.txt", "old\n");
+  CHECK_THROWS_AS(io::atomic_write(d / "f.txt", [](std::FILE* f) {
+                    std::fputs("half of the new", f);
+                    fail("disk full (simulated)");
+                  }),
+                  error);
+  CHECK(slurp(d / "f.txt") == "old\n");
+  std::size_t files = 0;
+  for (auto& e : fs::directory_iterator(d)) files += e.is_regular_file();
+  CHECK(files == 1);
+}
+
+TEST_CASE("checkpoint: dense GPT save/load round trip and mismatch errors") {
+  auto d = io_dir("gpt");
+  gpt<> a(tiny());
+  a.init(11);
+  io::save_model(d / "ck", a);
+  CHECK(fs::exists(d / "ck" / "config.json"));
+  auto cfg = gpt_config::from_json(io::read_model_config(d / "ck"), "config.json");
+  CHECK(cfg.n_embd == 16);
+  gpt<> b(cfg);
+  b.init(99);
+  io::load_model(d / "ck", b);
+  CHECK(std::memcmp(a.params().all().data(), b.params().all().data(), a.params().all().size() * 4) == 0);
+
+  // HF names in the file
+  io::safetensors_file f(d / "ck" / "model.safetensors");
+  for (const char* n : {"wte.weight", "wpe.weight", "h.0.attn.c_attn.weight", "h.1.mlp.c_proj.bias", "ln_f.weight"})
+    CHECK_MESSAGE(f.contains(n), n);
+  CHECK(f.info("h.0.attn.c_attn.weight").shape == std::vector<std::size_t>{16, 48});  // Conv1D (in, out)
+
+  auto other = tiny();
+  other.n_embd = 32;
+  gpt<> c(other);
+  CHECK_THROWS_WITH_AS(io::load_model(d / "ck", c), doctest::Contains("'wte.weight' has shape [61, 16], expected [61, 32]"),
+                       error);
+  auto deeper = tiny();
+  deeper.n_layer = 3;
+  gpt<> e(deeper);
+  CHECK_THROWS_WITH_AS(io::load_model(d / "ck", e), doctest::Contains("missing tensor 'h.2."), error);
+  auto shallower = tiny();
+  shallower.n_layer = 1;
+  gpt<> g(shallower);
+  CHECK_THROWS_WITH_AS(io::load_model(d / "ck", g), doctest::Contains("tensors the model does not have: 'h.1."), error);
+  CHECK_THROWS_WITH_AS(io::load_model(d / "nowhere", b), doctest::Contains("nowhere"), error);
+}
+
+TEST_CASE("checkpoint: block-sparse GPT keeps its patterns; dense export loads into the dense model") {
+  auto d = io_dir("sparse");
+  using sparse_gpt = gpt<float, block_sparse<4>>;
+  sparse_gpt a(tiny(), sparse_plan{0.5});
+  a.init(3);
+  io::save_model(d / "ck", a);
+  auto j = io::read_model_config(d / "ck");
+  CHECK(j["sparselm"]["block_size"] == 4);
+  sparse_gpt b(gpt_config::from_json(j), sparse_plan{0.5});
+  b.init(77);  // other patterns, other values
+  io::load_model(d / "ck", b);
+  auto wa = a.sparse_weights(), wb = b.sparse_weights();
+  REQUIRE(wa.size() == wb.size());
+  for (std::size_t i = 0; i < wa.size(); ++i) {
+    CHECK(wa[i].pattern->row == wb[i].pattern->row);
+    CHECK(wa[i].pattern->col == wb[i].pattern->col);
+  }
+  CHECK(std::memcmp(a.params().all().data(), b.params().all().data(), a.params().all().size() * 4) == 0);
+
+  // dense export: a dense gpt<> of the same config gives the same logits
+  io::save_model(d / "dense", a, {.dense_export = true});
+  gpt<> dense(gpt_config::from_json(io::read_model_config(d / "dense")));
+  io::load_model(d / "dense", dense);
+  std::vector<std::int32_t> ids = {1, 5, 9, 2, 60, 33, 7, 0};
+  std::vector<float> la(8 * 61), ld(8 * 61);
+  a.logits(ids, 2, 4, {la.data(), 8, 61});
+  dense.logits(ids, 2, 4, {ld.data(), 8, 61});
+  for (std::size_t i = 0; i < la.size(); ++i) REQUIRE(ld[i] == doctest::Approx(la[i]).epsilon(1e-5));
+  // a dense export does not load into the sparse model, and says why
+  CHECK_THROWS_WITH_AS(io::load_model(d / "dense", b), doctest::Contains("is dense [16, 48] but the model is block-sparse"),
+                       error);
+  // a pattern that is out of the grid
+  {
+    io::safetensors_file f(d / "ck" / "model.safetensors");
+    io::safetensors_writer w;
+    std::vector<std::vector<float>> keep;
+    for (auto& t : f.tensors()) {
+      if (t.dtype == io::st_dtype::i32) {
+        auto v = f.read_i32(t.name);
+        if (t.name == "h.0.attn.c_proj.weight.pattern") v[0] = 1000;
+        w.add_owned(t.name, t.shape, v);
+      } else {
+        keep.emplace_back(t.elements());
+        f.read_f32(t.name, t.shape, keep.back());
+        w.add(t.name, t.shape, std::span<const float>(keep.back()));
+      }
+    }
+    fs::create_directories(d / "broken");
+    w.write(d / "broken" / "model.safetensors");
+  }
+  CHECK_THROWS_WITH_AS(io::load_model(d / "broken", b), doctest::Contains("h.0.attn.c_proj.weight: slot 0 at block (1000"),
+                       error);
+}
+
+namespace {
+// A small token stream and the full training set-up around a model type, rebuilt from scratch
+// for each segment of a run so that nothing but the checkpoint carries state across.
+template <class Model>
+struct run_fixture {
+  fs::path dir;
+  data::token_file file;
+  gpt_config cfg;
+  sparse_plan plan;
+  bool dynamic;
+  run_fixture(fs::path d, float dropout, double sparsity, bool dyn)
+      : dir(std::move(d)), file(make_tokens(dir)), cfg(tiny(dropout)), plan{sparsity}, dynamic(dyn) {}
+
+  static data::token_file make_tokens(const fs::path& dir) {
+    std::vector<std::int32_t> ids(3000);
+    counter_rng rng(5);
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int32_t((i * 7 + rng.below(0, i, 5)) % 61);
+    data::write_token_file(dir / "train.tok", ids, 61);
+    return data::token_file(dir / "train.tok");
+  }
+
+  // Trains from `from` (0 = fresh, else the checkpoint in dir/ck) to step `to`; returns the losses
+  // of those steps, and saves a checkpoint at `to`.
+  std::vector<double> train(std::size_t from, std::size_t to, std::vector<std::vector<std::uint32_t>>* patterns = nullptr) {
+    Model m(cfg, plan);
+    m.init(21);
+    trainer_options o;
+    o.dropout_seed = 4;
+    trainer<Model> t(m, o, optim::adamw<>(json{{"weight_decay", 0.1}}),
+                     optim::make_schedule({{"type", "warmup_cosine"}, {"max_lr", 3e-3}, {"warmup_steps", 2}, {"total_steps", 12}}));
+    std::optional<dynamic_sparsity<Model, trainer<Model>>> ds;
+    if (dynamic)
+      ds.emplace(m, t,
+                 sparse::update_config::from_json(
+                     {{"prune_ratio", 0.5}, {"update_period", 2}, {"total_steps", 12}, {"regrow", "rigl"}}),
+                 9);
+    data::lm_sampler s(file, {.batch_size = 3, .windows = {.seq_len = 8}, .seed = 13});
+    if (from > 0) {
+      io::load_model(dir / "ck", m);
+      auto run = io::load_training_state(dir / "ck" / io::state_file, t, ds ? &ds->updater() : nullptr);
+      s.restore(run.at("sampler").template get<data::lm_sampler_state>());
+      REQUIRE(t.step() == from);
+    }
+    std::vector<double> losses;
+    data::lm_batch b;
+    while (t.step() < to) {
+      s.next(b);
+      token_batch tb = as_token_batch(b);
+      losses.push_back(t.train_step(std::span<const token_batch>(&tb, 1)).loss.mean_loss());
+    }
+    io::save_model(dir / "ck", m);
+    io::save_training_state(dir / "ck" / io::state_file, t, {{"sampler", s.state()}}, ds ? &ds->updater() : nullptr);
+    if (patterns)
+      for (auto& w : m.sparse_weights()) patterns->push_back(w.pattern->row), patterns->push_back(w.pattern->col);
+    return losses;
+  }
+};
+
+template <class Model>
+void check_exact_resume(const std::string& name, float dropout, double sparsity, bool dynamic) {
+  run_fixture<Model> f(io_dir(name), dropout, sparsity, dynamic);
+  std::vector<std::vector<std::uint32_t>> p_full, p_resumed;
+  const auto full = f.train(0, 12, &p_full);
+  auto first = f.train(0, 5);
+  const auto second = f.train(5, 12, &p_resumed);
+  first.insert(first.end(), second.begin(), second.end());
+  REQUIRE(first.size() == full.size());
+  for (std::size_t i = 0; i < full.size(); ++i) CHECK_MESSAGE(first[i] == full[i], "step ", i + 1);  // bit-identical
+  CHECK(p_full == p_resumed);
+  CHECK(full.back() < full.front());
+}
+}  // namespace
+
+TEST_CASE("resume: dense GPT with dropout continues bit-identically") {
+  check_exact_resume<gpt<>>("resume-dense", 0.1f, 0.0, false);
+}
+
+TEST_CASE("resume: block-sparse GPT with RigL updates before and after the checkpoint") {
+  check_exact_resume<gpt<float, block_sparse<4>>>("resume-sparse", 0.0f, 0.6, true);
+}
+
+TEST_CASE("training state: mismatches are errors naming the cause") {
+  run_fixture<gpt<>> f(io_dir("state-bad"), 0.0f, 0.0, false);
+  f.train(0, 2);
+  auto other = tiny();
+  other.n_layer = 1;
+  gpt<> m(other);
+  trainer<gpt<>> t(m, {}, optim::adamw<>(json::object()), optim::schedule(optim::constant_schedule(1e-3f)));
+  CHECK_THROWS_WITH_AS(io::load_training_state(f.dir / "ck" / io::state_file, t), doctest::Contains("different model"),
+                       error);
+  struct sgd_policies : default_policies {
+    using optimizer = optim::sgd<>;
+  };
+  gpt<> m2(tiny());
+  trainer<gpt<>, sgd_policies> t2(m2, {}, optim::sgd<>(json{{"momentum", 0.9}}),
+                                  optim::schedule(optim::constant_schedule(1e-3f)));
+  CHECK_THROWS_WITH_AS(io::load_training_state(f.dir / "ck" / io::state_file, t2), doctest::Contains("optimiser"), error);
+}
+
+TEST_CASE("checkpoint_dir: numbered checkpoints, latest, pruning, and nothing lost on failure") {
+  auto d = io_dir("dir");
+  io::checkpoint_dir cd(d / "checkpoints", 2);
+  CHECK(!cd.latest());
+  auto fill = [](const fs::path& p) {
+    for (const char* n : {io::model_file, io::config_file, io::state_file}) io::atomic_write_text(p / n, "x");
+  };
+  cd.save(10, fill);
+  cd.save(20, fill);
+  CHECK(cd.latest() == d / "checkpoints" / "step-000020");
+  CHECK_THROWS_AS(cd.save(30, [](const fs::path& p) {
+                    io::atomic_write_text(p / io::model_file, "x");
+                    fail("interrupted (simulated)");
+                  }),
+                  error);
+  CHECK(cd.latest() == d / "checkpoints" / "step-000020");
+  CHECK(cd.steps() == std::vector<std::size_t>{10, 20});
+  cd.save(30, fill);
+  CHECK(cd.steps() == std::vector<std::size_t>{20, 30});  // keep 2
+  // latest names a checkpoint that is gone: fall back to the newest complete one
+  io::atomic_write_text(d / "checkpoints" / "latest", "step-000040\n");
+  CHECK(cd.latest() == d / "checkpoints" / "step-000030");
+  CHECK(io::resolve_checkpoint(d) == d / "checkpoints" / "step-000030");
+  CHECK(io::resolve_checkpoint(d / "checkpoints" / "step-000020") == d / "checkpoints" / "step-000020");
+  CHECK_THROWS_WITH_AS(io::resolve_checkpoint(d / "missing"), doctest::Contains("missing"), error);
+}
