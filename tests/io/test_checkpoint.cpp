@@ -373,3 +373,41 @@ TEST_CASE("checkpoint_dir: numbered checkpoints, latest, pruning, and nothing lo
   CHECK(io::resolve_checkpoint(d / "checkpoints" / "step-000020") == d / "checkpoints" / "step-000020");
   CHECK_THROWS_WITH_AS(io::resolve_checkpoint(d / "missing"), doctest::Contains("missing"), error);
 }
+
+TEST_CASE("checkpoint: an independent PyTorch GPT-2 loading our files gives our loss") {
+  const bool torch = std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") == 0;
+  if (!torch) {
+    MESSAGE("torch not importable by /usr/bin/python3: PyTorch loading check not run");
+    return;
+  }
+  auto d = io_dir("torch");
+  auto cfg = tiny();
+  // trained a few steps, so the weights are not the initial ones
+  gpt<float, block_sparse<4>> m(cfg, sparse_plan{0.5});
+  m.init(8);
+  trainer<gpt<float, block_sparse<4>>> t(m, {}, optim::adamw<>(json::object()),
+                                         optim::schedule(optim::constant_schedule(3e-3f)));
+  std::vector<std::int32_t> ids, targets;
+  counter_rng rng(2);
+  for (std::size_t i = 0; i < 3 * 9; ++i) ids.push_back(std::int32_t(rng.below(0, i, 61)));
+  targets.assign(ids.begin() + 1, ids.end());
+  targets.push_back(ids[0]);
+  token_batch b{ids, targets, {}, 3, 9};
+  for (int s = 0; s < 3; ++s) t.train_step(std::span<const token_batch>(&b, 1));
+  const double ours = m.evaluate(b).mean_loss();
+  io::save_model(d / "dense", m, {.dense_export = true});
+  std::ofstream(d / "tokens.json") << json{{"batch", 3}, {"seq", 9}, {"ids", ids}, {"targets", targets}}.dump();
+  const std::string cmd = "/usr/bin/python3 " SPARSELM_SOURCE_DIR "/tests/reference/load_checkpoint.py " +
+                          (d / "dense").string() + " " + (d / "tokens.json").string() + " > " + (d / "out.json").string();
+  REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, "failed: " << cmd);
+  const double theirs = json::parse(slurp(d / "out.json"))["loss"].get<double>();
+  CHECK(theirs == doctest::Approx(ours).epsilon(1e-5));
+  // the dense model's own checkpoint too (no export step)
+  gpt<> dense(cfg);
+  io::load_model(d / "dense", dense);
+  io::save_model(d / "plain", dense);
+  const std::string cmd2 = "/usr/bin/python3 " SPARSELM_SOURCE_DIR "/tests/reference/load_checkpoint.py " +
+                           (d / "plain").string() + " " + (d / "tokens.json").string() + " > " + (d / "out2.json").string();
+  REQUIRE(std::system(cmd2.c_str()) == 0);
+  CHECK(json::parse(slurp(d / "out2.json"))["loss"].get<double>() == doctest::Approx(dense.evaluate(b).mean_loss()).epsilon(1e-5));
+}

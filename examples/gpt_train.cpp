@@ -1,0 +1,229 @@
+// Trains a GPT (models/gpt.hpp) on token files written by encode_dataset: progress bar, validation
+// perplexity against the unigram baseline, JSON-lines metrics, checkpoints that HF-style tools read,
+// exact resume.
+//
+//   ./build/examples/encode_dataset -i data/corpus/train -o runs/data/train.tok \
+//       --validation-input data/corpus/valid --validation-output runs/data/valid.tok
+//   ./build/examples/gpt_train --config configs/gpt-mini-train.json
+//   ./build/examples/gpt_train --config configs/gpt-mini-train.json --resume     # after Ctrl-C or a crash
+//
+// The run config is train/run_config.hpp's; every flag overrides its field and --set key.path=value
+// overrides anything. Outputs in --out: config.json (resolved), metrics.jsonl, checkpoints/.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sparselm/core/threads.hpp"
+#include "sparselm/models/gpt.hpp"
+#include "sparselm/train/lm_job.hpp"
+#include "sparselm/train/run_config.hpp"
+
+namespace fs = std::filesystem;
+using namespace sparselm;
+
+namespace {
+
+bool resume_flag = false;  // --resume
+
+struct cli_values {
+  std::optional<std::string> train, valid, out, optimizer, clip, recompute, order;
+  std::optional<std::size_t> steps, batch_size, seq_len, accumulation, warmup_steps, eval_every, eval_batches, log_every,
+      checkpoint_every, layers, heads, embd, vocab, positions, block_size;
+  std::optional<double> max_lr, min_lr, weight_decay, max_norm, dropout, sparsity;
+  std::optional<std::uint64_t> seed;
+  std::optional<int> threads;
+  std::vector<std::string> sets;
+};
+
+template <class V>
+void put(json& j, const char* key, const std::optional<V>& v) {
+  if (v) j[key] = *v;
+}
+
+void apply_flags(json& j, const cli_values& c) {
+  json& m = j["model"];
+  put(m, "n_layer", c.layers);
+  put(m, "n_head", c.heads);
+  put(m, "n_embd", c.embd);
+  put(m, "vocab_size", c.vocab);
+  put(m, "n_positions", c.positions);
+  if (c.dropout) m["embd_pdrop"] = m["attn_pdrop"] = m["resid_pdrop"] = *c.dropout;
+  put(j, "steps", c.steps);
+  put(j, "batch_size", c.batch_size);
+  put(j, "seq_len", c.seq_len);
+  put(j, "seed", c.seed);
+  put(j, "threads", c.threads);
+  put(j, "out", c.out);
+  put(j, "order", c.order);
+  put(j, "eval_every", c.eval_every);
+  put(j, "eval_batches", c.eval_batches);
+  put(j, "log_every", c.log_every);
+  put(j, "checkpoint_every", c.checkpoint_every);
+  if (c.train) j["data"]["train"] = *c.train;
+  if (c.valid) j["data"]["valid"] = *c.valid;
+  if (c.optimizer) {
+    if (!j.contains("optimizer") || j["optimizer"].value("type", "") != *c.optimizer) j["optimizer"] = json::object();
+    j["optimizer"]["type"] = *c.optimizer;
+  }
+  if (c.weight_decay) j["optimizer"]["weight_decay"] = *c.weight_decay;
+  if (c.clip) j["trainer"]["clip"] = *c.clip;
+  if (c.max_norm) j["trainer"]["max_norm"] = *c.max_norm;
+  if (c.accumulation) j["trainer"]["accumulation"]["steps"] = *c.accumulation;
+  if (c.max_lr || c.min_lr || c.warmup_steps) {
+    json& s = j["schedule"];
+    if (s.is_null()) s = json{{"type", "warmup_cosine"}};
+    put(s, "max_lr", c.max_lr);
+    put(s, "min_lr", c.min_lr);
+    put(s, "warmup_steps", c.warmup_steps);
+  }
+  json& sp = j["sparsity"];
+  put(sp, "block_size", c.block_size);
+  put(sp, "sparsity", c.sparsity);
+  if (sp.empty()) j.erase("sparsity");
+  put(j, "recompute", c.recompute);
+  for (const auto& s : c.sets) apply_override(j, s);
+}
+
+// Run config fields this program adds to lm_run_config's: "sparsity" {block_size, sparsity} for
+// block-sparse projections, "recompute" ("none" | "blocks").
+struct gpt_job {
+  lm_run_config run;
+  gpt_config model;
+  std::size_t block = 0;
+  double sparsity = 0.9;
+  bool recompute = false;
+  json resolved;
+};
+
+template <class Model, class Recompute, class Optimizer>
+int train(const gpt_job& job) {
+  struct policies : default_policies {
+    using recompute = Recompute;
+    using optimizer = Optimizer;
+  };
+  Model model(job.model, sparse_plan{job.sparsity});
+  model.init(job.run.seed);
+  trainer<Model, policies> t(model, job.run.trainer, Optimizer(job.run.optimizer),
+                             optim::make_schedule(job.run.schedule_json()));
+  lm_job runner(job.run, job.resolved, "gpt_train");
+  return runner.run(model, t, {.resume = resume_flag}).value("interrupted", false) ? 130 : 0;
+}
+
+template <class Model>
+int with_policies(const gpt_job& job) {
+  return with_optimizer(job.run.optimizer, [&]<class Opt>(Opt&&) {
+    return job.recompute ? train<Model, recompute::blocks, Opt>(job) : train<Model, recompute::none, Opt>(job);
+  });
+}
+
+int dispatch(const gpt_job& job) {
+  switch (job.block) {
+    case 0: return with_policies<gpt<>>(job);
+    case 1: return with_policies<gpt<float, block_sparse<1>>>(job);
+    case 4: return with_policies<gpt<float, block_sparse<4>>>(job);
+    case 8: return with_policies<gpt<float, block_sparse<8>>>(job);
+    case 16: return with_policies<gpt<float, block_sparse<16>>>(job);
+    default: fail("gpt_train: sparsity.block_size ", job.block, " is not one of 0 (dense), 1, 4, 8, 16");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Train a GPT (pre-LN decoder, tied LM head; dense or with block-sparse projections) on token files written\n"
+      "by encode_dataset. Writes <out>/config.json, <out>/metrics.jsonl (JSON lines) and <out>/checkpoints/\n"
+      "(step-NNNNNN/{config.json, model.safetensors, training_state.safetensors}, latest). Flags override the\n"
+      "run config's fields; --set overrides any field."};
+  std::string config_path;
+  cli_values c;
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
+  app.add_option("-c,--config", config_path, "Run config JSON (e.g. configs/gpt-mini-train.json)");
+  app.add_option("--train", c.train, "Training token file (data.train)");
+  app.add_option("--valid", c.valid, "Validation token file (data.valid)");
+  app.add_option("-o,--out", c.out, "Output directory (out)");
+  app.add_flag("--resume", resume_flag, "Continue the run in --out from its newest checkpoint (exact resume)");
+  auto* g = app.add_option_group("model");
+  g->add_option("--layers", c.layers, "Transformer blocks (model.n_layer)");
+  g->add_option("--heads", c.heads, "Attention heads (model.n_head)");
+  g->add_option("--embd", c.embd, "Width C (model.n_embd)");
+  g->add_option("--vocab", c.vocab, "Vocabulary size (model.vocab_size; token ids must be below it)");
+  g->add_option("--positions", c.positions, "Maximum sequence length (model.n_positions)");
+  g->add_option("--dropout", c.dropout, "Embedding, attention and residual dropout (model.*_pdrop)");
+  g->add_option("--block-size", c.block_size, "Block-sparse projections with this block: 1, 4, 8, 16 (0: dense)");
+  g->add_option("--sparsity", c.sparsity, "Fraction of zero blocks in the sparse projections (static pattern)");
+  auto* o = app.add_option_group("optimisation");
+  o->add_option("--steps", c.steps, "Optimiser steps in total (a resumed run continues up to it)");
+  o->add_option("--batch-size", c.batch_size, "Sequences per micro-batch");
+  o->add_option("--seq-len", c.seq_len, "Input positions per sequence");
+  o->add_option("--accumulation", c.accumulation, "Micro-batches per optimiser step (trainer.accumulation.steps)");
+  o->add_option("--optimizer", c.optimizer, "adamw, adam, sgd or lamb");
+  o->add_option("--weight-decay", c.weight_decay, "Weight decay (optimizer.weight_decay)");
+  o->add_option("--lr", c.max_lr, "Peak learning rate (schedule.max_lr)");
+  o->add_option("--min-lr", c.min_lr, "Final learning rate of the cosine (schedule.min_lr)");
+  o->add_option("--warmup-steps", c.warmup_steps, "Linear warm-up steps (schedule.warmup_steps)");
+  o->add_option("--clip", c.clip, "Gradient clipping: global_norm, per_tensor or none");
+  o->add_option("--max-norm", c.max_norm, "Clipping norm");
+  o->add_option("--recompute", c.recompute, "Activation memory policy: none or blocks (recompute each block in backward)");
+  auto* l = app.add_option_group("loop");
+  l->add_option("--eval-every", c.eval_every, "Evaluate on the validation split every N steps (0: only at the end)");
+  l->add_option("--eval-batches", c.eval_batches, "Validation batches per evaluation (0: all)");
+  l->add_option("--log-every", c.log_every, "Training metrics line every N steps");
+  l->add_option("--checkpoint-every", c.checkpoint_every, "Checkpoint every N steps (0: only at the end and on Ctrl-C)");
+  l->add_option("--order", c.order, "Training windows: shuffled or sequential");
+  app.add_option("--seed", c.seed, "Seed of initialisation, data order and dropout");
+  app.add_option("--threads", c.threads, "Threads (0: all cores)");
+  app.add_option("--set", c.sets, "Override any run-config field: key.path=value (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    json j = json::object();
+    fs::path base;
+    if (!config_path.empty()) {
+      j = read_json_file(config_path);
+      SPARSELM_CHECK(j.is_object(), config_path, ": expected a JSON object");
+      base = fs::path(config_path).parent_path();
+    }
+    if (j.contains("model") && j["model"].is_string()) {
+      fs::path p = j["model"].get<std::string>();
+      if (p.is_relative() && !base.empty()) p = base / p;
+      j["model"] = read_json_file(p.string());
+    }
+    if (!j.contains("model")) j["model"] = read_json_file(SPARSELM_SOURCE_DIR "/configs/gpt-mini.json");
+    apply_flags(j, c);
+    const std::string ctx = config_path.empty() ? std::string("run config") : config_path;
+    gpt_job job;
+    json sp = j.value("sparsity", json::object());
+    SPARSELM_CHECK(sp.is_object(), ctx, ": field 'sparsity' must be an object {block_size, sparsity}");
+    {
+      config_reader r(sp, ctx + " sparsity");
+      job.block = r.get("block_size", job.block);
+      job.sparsity = r.get("sparsity", job.sparsity, in_range(0.0, 0.999999));
+      r.finish();
+    }
+    const std::string rec = j.value("recompute", std::string("none"));
+    SPARSELM_CHECK(rec == "none" || rec == "blocks", ctx, ": field 'recompute' must be \"none\" or \"blocks\", got '",
+                   rec, "'");
+    job.recompute = rec == "blocks";
+    json run = j;
+    run.erase("sparsity");
+    run.erase("recompute");
+    job.model = gpt_config::from_json(run["model"], ctx + " model");
+    job.run = lm_run_config::from_json(run, ctx, base);
+    SPARSELM_CHECK(job.run.seq_len <= job.model.n_positions, ctx, ": seq_len ", job.run.seq_len,
+                   " exceeds the model's n_positions ", job.model.n_positions);
+    if (job.run.threads > 0) set_num_threads(job.run.threads);
+    job.resolved = j;
+    job.resolved["model"] = job.model.to_json();
+    job.resolved["schedule"] = job.run.schedule_json();
+    return dispatch(job);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpt_train: error: %s\n", e.what());
+    return 1;
+  }
+}
