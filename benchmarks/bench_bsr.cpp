@@ -2,13 +2,14 @@
 // (GEMM NN + NT + TN) on the shapes of the dense GEMM benchmark, M = 4096 tokens.
 //
 //   build/benchmarks/bench_bsr [--threads 2,1] [--sparsity 0.9,0.8] [--blocks 16,8,4,1] [--reps 5]
-//                              [--shapes 768x768,768x3072,3072x768,768x2304] [--m 4096] [--placeholder]
+//                              [--shapes 768x768,768x3072,3072x768,768x2304] [--m 4096] [--no-blas]
 //
 // Prints per thread count a markdown table: median times (ms) of the sparse step and its three
-// kernels, the dense step with OpenBLAS (cblas_sgemm) and, with --placeholder, with our own
-// kernels::gemm (one run); speed-ups; "effective GFLOP/s" = sparse FLOPs / sparse time, also as a
-// share of the machine's FMA peak (a register-only probe); and the time of dense_grad_pooled (sum
-// pooling, the RigL score, run on pattern-update steps only). Then a table of the dense baselines.
+// kernels; the dense step with our own kernels::gemm (the baseline, measured in the same run) and
+// with OpenBLAS (cblas_sgemm, a second reference; --no-blas skips it); speed-ups against both;
+// "effective GFLOP/s" = sparse FLOPs / sparse time, also as a share of the machine's FMA peak (a
+// register-only probe); and the time of dense_grad_pooled (sum pooling, the RigL score, run on
+// pattern-update steps only). Then a table of the dense baselines, per GEMM.
 
 #include <cblas.h>
 
@@ -113,7 +114,7 @@ struct options {
   std::vector<shape> shapes{{768, 768}, {768, 3072}, {3072, 768}, {768, 2304}};
   std::size_t M = 4096;
   int reps = 5;
-  bool placeholder = false;
+  bool blas = true;
 };
 
 template <class T>
@@ -151,10 +152,10 @@ options parse(int argc, char** argv) {
       });
     else if (k == "--m") o.M = std::stoul(next());
     else if (k == "--reps") o.reps = std::stoi(next());
-    else if (k == "--placeholder") o.placeholder = true;
+    else if (k == "--no-blas") o.blas = false;
     else {
       std::fprintf(stderr, "usage: bench_bsr [--threads 2,1] [--sparsity 0.9,0.8] [--blocks 16,8,4,1] [--reps 5]\n"
-                           "                 [--shapes 768x768,...] [--m 4096] [--placeholder]\n");
+                           "                 [--shapes 768x768,...] [--m 4096] [--no-blas]\n");
       std::exit(2);
     }
   }
@@ -231,10 +232,10 @@ int main(int argc, char** argv) {
     openblas_set_num_threads(T);
     const double peak = fma_peak_gflops(T);
     std::printf("\n## %d thread%s, FMA peak %.0f GFLOP/s\n\n", T, T > 1 ? "s" : "", peak);
-    std::printf("| in x out | sparsity | B | fwd ms | bwd-data ms | bwd-w ms | sparse step ms | OpenBLAS step ms | "
-                "speed-up vs OpenBLAS |%s effective GFLOP/s | %% of peak | dense_grad_pooled ms |\n",
-                o.placeholder ? " placeholder step ms | speed-up vs placeholder |" : "");
-    std::printf("|---|---|---|---|---|---|---|---|---|%s---|---|---|\n", o.placeholder ? "---|---|" : "");
+    std::printf("| in x out | sparsity | B | fwd ms | bwd-data ms | bwd-w ms | sparse step ms | gemm step ms | "
+                "speed-up vs gemm |%s effective GFLOP/s | %% of peak | dense_grad_pooled ms |\n",
+                o.blas ? " OpenBLAS step ms | speed-up vs OpenBLAS |" : "");
+    std::printf("|---|---|---|---|---|---|---|---|---|%s---|---|---|\n", o.blas ? "---|---|" : "");
     std::vector<std::string> dense_rows;
     for (const auto& sh : o.shapes) {
       const auto X = rand_vec(M * sh.in), dY = rand_vec(M * sh.out), bias = rand_vec(sh.out);
@@ -242,33 +243,46 @@ int main(int argc, char** argv) {
       // Dense step: Y = X·W (NN), dX = dY·Wᵀ (NT), dW += Xᵀ·dY (TN).
       auto Wd = rand_vec(sh.in * sh.out);
       std::vector<float> dWd(sh.in * sh.out);
-      const int in = int(sh.in), out = int(sh.out), m = int(M);
-      const double t_blas = median_time(o.reps, [&] {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, out, in, 1.0f, X.data(), in, Wd.data(), out, 0.0f,
-                    Y.data(), out);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, in, out, 1.0f, dY.data(), out, Wd.data(), out, 0.0f,
-                    dX.data(), in);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, out, m, 1.0f, X.data(), in, dY.data(), out, 1.0f,
-                    dWd.data(), out);
-      });
-      double t_ph = 0;
-      if (o.placeholder) {
-        using kernels::trans;
-        auto t0 = clock_type::now();  // one run: the placeholder is slow
+      using kernels::trans;
+      auto g_nn = [&] {
         kernels::gemm(trans::n, trans::n, 1.0f, {X.data(), M, sh.in}, {Wd.data(), sh.in, sh.out}, 0.0f,
-                      {Y.data(), M, sh.out});
+                      {Y.data(), M, sh.out}, bias.data());
+      };
+      auto g_nt = [&] {
         kernels::gemm(trans::n, trans::t, 1.0f, {dY.data(), M, sh.out}, {Wd.data(), sh.in, sh.out}, 0.0f,
                       {dX.data(), M, sh.in});
+      };
+      auto g_tn = [&] {
         kernels::gemm(trans::t, trans::n, 1.0f, {X.data(), M, sh.in}, {dY.data(), M, sh.out}, 1.0f,
                       {dWd.data(), sh.in, sh.out});
-        t_ph = seconds_since(t0);
-      }
+      };
+      const double t_nn = median_time(o.reps, g_nn), t_nt = median_time(o.reps, g_nt),
+                   t_tn = median_time(o.reps, g_tn);
+      const double t_gemm = median_time(o.reps, [&] {
+        g_nn();
+        g_nt();
+        g_tn();
+      });
+      const int in = int(sh.in), out = int(sh.out), m = int(M);
+      double t_blas = 0;
+      if (o.blas)
+        t_blas = median_time(o.reps, [&] {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, out, in, 1.0f, X.data(), in, Wd.data(), out, 0.0f,
+                      Y.data(), out);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, in, out, 1.0f, dY.data(), out, Wd.data(), out, 0.0f,
+                      dX.data(), in);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, out, m, 1.0f, X.data(), in, dY.data(), out, 1.0f,
+                      dWd.data(), out);
+        });
       const double dflops = 3.0 * 2.0 * double(M) * double(sh.in * sh.out);
-      char row[256];
-      std::snprintf(row, sizeof row, "| %zux%zu | %.2f | %.0f | %.0f %% |%s\n", sh.in, sh.out, t_blas * 1e3,
-                    dflops / t_blas * 1e-9, 100.0 * dflops / t_blas * 1e-9 / peak,
-                    o.placeholder ? (" " + std::to_string(long(t_ph * 1e3)) + " |").c_str() : "");
-      dense_rows.push_back(row);
+      char row[512];
+      int n = std::snprintf(row, sizeof row, "| %zux%zu | %.2f | %.2f | %.2f | %.2f | %.0f | %.0f %% |", sh.in, sh.out,
+                            t_nn * 1e3, t_nt * 1e3, t_tn * 1e3, t_gemm * 1e3, dflops / t_gemm * 1e-9,
+                            100.0 * dflops / t_gemm * 1e-9 / peak);
+      if (o.blas)
+        std::snprintf(row + n, sizeof row - std::size_t(n), " %.2f | %.0f | %.0f %% |", t_blas * 1e3,
+                      dflops / t_blas * 1e-9, 100.0 * dflops / t_blas * 1e-9 / peak);
+      dense_rows.push_back(std::string(row) + "\n");
       for (std::size_t B : o.blocks) {
         if (sh.in % B || sh.out % B) continue;
         std::vector<float> pooled((sh.in / B) * (sh.out / B));
@@ -281,16 +295,17 @@ int main(int argc, char** argv) {
           const double flops = 3.0 * 2.0 * double(M) * double(p.nnz() * B * B);
           const double gf = flops / t.step * 1e-9;
           std::printf("| %zux%zu | %.2f | %zu | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |", sh.in, sh.out, s, B,
-                      t.fwd * 1e3, t.bwd_data * 1e3, t.bwd_weights * 1e3, t.step * 1e3, t_blas * 1e3, t_blas / t.step);
-          if (o.placeholder) std::printf(" %.0f | %.1f |", t_ph * 1e3, t_ph / t.step);
+                      t.fwd * 1e3, t.bwd_data * 1e3, t.bwd_weights * 1e3, t.step * 1e3, t_gemm * 1e3, t_gemm / t.step);
+          if (o.blas) std::printf(" %.2f | %.2f |", t_blas * 1e3, t_blas / t.step);
           std::printf(" %.0f | %.0f | %.1f |\n", gf, 100.0 * gf / peak, t_pool * 1e3);
           std::fflush(stdout);
         }
       }
     }
-    std::printf("\nDense fwd+bwd (NN + NT + TN), %d thread%s:\n\n| in x out | OpenBLAS ms | OpenBLAS GFLOP/s | %% of peak |%s\n"
-                "|---|---|---|---|%s\n",
-                T, T > 1 ? "s" : "", o.placeholder ? " placeholder kernels::gemm ms |" : "", o.placeholder ? "---|" : "");
+    std::printf("\nDense fwd+bwd, %d thread%s:\n\n| in x out | gemm NN ms | gemm NT ms | gemm TN ms | gemm step ms | "
+                "gemm GFLOP/s | %% of peak |%s\n|---|---|---|---|---|---|---|%s\n",
+                T, T > 1 ? "s" : "", o.blas ? " OpenBLAS step ms | OpenBLAS GFLOP/s | % of peak |" : "",
+                o.blas ? "---|---|---|" : "");
     for (const auto& r : dense_rows) std::printf("%s", r.c_str());
     std::fflush(stdout);
   }
