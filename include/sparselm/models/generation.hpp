@@ -143,6 +143,10 @@ inline void cached_attention(const_matrix_view<float> qkv, const kv_cache& cache
                  "cached_attention: qkv ", shape_string(qkv), ", att ", shape_string(att), " do not fit B=", B,
                  " n=", n, " H=", H, " D=", D, " past=", past, " capacity=", T);
   const float scale = 1.0f / std::sqrt(float(D));
+  // About 4·n·(past + n)·D flops per (b, h): run short decode steps on fewer threads, where a
+  // fork/join would cost more than the work.
+  const std::size_t work = std::max<std::size_t>(1, 4 * n * (past + n) * D);
+  const std::size_t min_tasks = std::max<std::size_t>(1, (std::size_t(1) << 15) / work);
   parallel_for(0, B * H, [&](std::size_t bh) {
     const std::size_t b = bh / H, h = bh % H;
     const auto K = cache.keys(layer, b), V = cache.values(layer, b);
@@ -156,7 +160,7 @@ inline void cached_attention(const_matrix_view<float> qkv, const kv_cache& cache
       std::fill(o, o + D, 0.0f);
       for (std::size_t j = 0; j < visible; ++j) axpy(s[j], V.row(j) + h * D, o, D);
     }
-  });
+  }, min_tasks);
 }
 
 }  // namespace detail

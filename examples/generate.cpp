@@ -1,0 +1,129 @@
+// Generates text from a trained GPT checkpoint (SPEC §7): the prompt and its continuation on
+// stdout, tokens/s on stderr.
+//
+//   generate --checkpoint runs/gpt-mini/final --prompt "The meaning of life is" --max-new-tokens 50
+//            --temperature 0.8 --top-k 40 --top-p 0.95 --seed 1 [--no-cache] [--vocab-dir data/gpt2]
+//            [--threads N]
+//
+// The checkpoint directory holds config.json (HF GPT-2 keys; a block-sparse model also records
+// "sparselm": {"block_size", "sparsity"}) and model.safetensors (io/checkpoint.hpp). Generation
+// itself lives in sparselm/models/generation.hpp; this is argument parsing, loading and output.
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "sparselm/core/threads.hpp"
+#include "sparselm/data/gpt2_bpe.hpp"
+#include "sparselm/io/checkpoint.hpp"
+#include "sparselm/models/generation.hpp"
+
+using namespace sparselm;
+using sparselm::data::gpt2_bpe;
+using sparselm::data::specials;
+
+namespace {
+
+struct run_options {
+  std::filesystem::path checkpoint;
+  std::string prompt;
+  generation_options gen;
+};
+
+template <class Model>
+int run(const run_options& ro, const gpt_config& cfg, const sparse_plan& plan, gpt2_bpe& bpe) {
+  Model model(cfg, plan);
+  if constexpr (Model::sparsity::is_sparse) model.init(0);  // sizes the block patterns that loading restores
+  io::load_model(ro.checkpoint, model);
+  generation_options o = ro.gen;
+  if (o.stop_token >= 0 && std::size_t(o.stop_token) >= cfg.vocab_size) {
+    std::fprintf(stderr, "note: the model's vocabulary (%zu) has no <|endoftext|>; no stop token\n", cfg.vocab_size);
+    o.stop_token = -1;
+  }
+  const std::vector<std::int32_t> prompt = bpe.encode(ro.prompt, specials::allow);
+  std::fwrite(ro.prompt.data(), 1, ro.prompt.size(), stdout);
+  std::fflush(stdout);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::int32_t> out = generate(model, prompt, o, [&](std::size_t, std::int32_t id) {
+    const auto bytes = bpe.token_bytes(id);
+    std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+    std::fflush(stdout);
+  });
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("\n");
+  std::fflush(stdout);
+  std::fprintf(stderr, "%zu prompt tokens, %zu new tokens in %.3f s: %.2f tokens/s (%s, %d threads, prefill included)\n",
+               prompt.size(), out.size(), s, s > 0 ? double(out.size()) / s : 0.0,
+               o.use_cache ? "KV cache" : "no cache", num_threads());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Generate text from a GPT checkpoint (config.json + model.safetensors) with the GPT-2 tokenizer.\n"
+               "Sampling: temperature (0: greedy), then top-k (0: off), then top-p (1: off); a seed gives the same\n"
+               "text for any thread count."};
+  run_options ro;
+  std::string vocab_dir = std::string(SPARSELM_SOURCE_DIR) + "/data/gpt2", overflow = "error";
+  int threads = 0;
+  bool no_cache = false, no_stop = false;
+  auto& s = ro.gen.sampling;
+  s.temperature = 0.8f;
+  s.top_k = 40;
+  s.top_p = 0.95f;
+  s.seed = 1;
+  app.add_option("--checkpoint", ro.checkpoint, "Checkpoint directory (config.json + model.safetensors)")->required();
+  app.add_option("--prompt", ro.prompt, "Prompt text (must encode to at least one token)")->required();
+  app.add_option("--max-new-tokens", ro.gen.max_new_tokens, "Tokens to generate at most")->capture_default_str();
+  app.add_option("--temperature", s.temperature, "Softmax temperature; 0 is greedy")->capture_default_str();
+  app.add_option("--top-k", s.top_k, "Keep the k most likely tokens; 0 is off")->capture_default_str();
+  app.add_option("--top-p", s.top_p, "Nucleus: smallest most-likely set with this mass, in (0, 1]; 1 is off")
+      ->capture_default_str();
+  app.add_option("--seed", s.seed, "Sampling seed")->capture_default_str();
+  app.add_flag("--no-cache", no_cache, "Recompute the whole context every token instead of using the KV cache");
+  app.add_flag("--no-stop", no_stop, "Do not stop at <|endoftext|>");
+  app.add_option("--overflow", overflow,
+                 "Context longer than n_positions: error, or restart (keep the last half of the context)")
+      ->check(CLI::IsMember({"error", "restart"}))
+      ->capture_default_str();
+  app.add_option("--vocab-dir", vocab_dir, "Directory with GPT-2's encoder.json and vocab.bpe")->capture_default_str();
+  app.add_option("--threads", threads, "Threads (0: OpenMP default)")->check(CLI::NonNegativeNumber);
+  CLI11_PARSE(app, argc, argv);
+  ro.gen.use_cache = !no_cache;
+  ro.gen.stop_token = no_stop ? -1 : gpt2_endoftext_id;
+  ro.gen.overflow = overflow == "restart" ? context_overflow::restart : context_overflow::error;
+  try {
+    if (threads > 0) set_num_threads(threads);
+    auto bpe = gpt2_bpe::from_directory(vocab_dir);
+    json j = io::read_model_config(ro.checkpoint);
+    std::size_t block = 0;
+    sparse_plan plan;
+    if (j.contains("sparselm")) {  // block-sparse checkpoint: block size and sparsity
+      config_reader r(j["sparselm"], (ro.checkpoint / "config.json").string() + " sparselm");
+      block = r.require<std::size_t>("block_size");
+      plan.sparsity = r.require<double>("sparsity");
+      r.finish();
+      j.erase("sparselm");
+    }
+    const auto cfg = gpt_config::from_json(j, (ro.checkpoint / "config.json").string());
+    const bool erf = cfg.activation_function == "gelu";
+    using kernels::gelu_kind;
+    if (block == 0) return erf ? run<gpt<float, dense, gelu_kind::erf>>(ro, cfg, plan, bpe)
+                               : run<gpt<float, dense, gelu_kind::tanh>>(ro, cfg, plan, bpe);
+    SPARSELM_CHECK(!erf, "generate: block-sparse checkpoints with activation 'gelu' (erf) are not supported here");
+    switch (block) {
+      case 4: return run<gpt<float, block_sparse<4>>>(ro, cfg, plan, bpe);
+      case 8: return run<gpt<float, block_sparse<8>>>(ro, cfg, plan, bpe);
+      case 16: return run<gpt<float, block_sparse<16>>>(ro, cfg, plan, bpe);
+      default: fail("generate: unsupported block size ", block, " (4, 8 or 16)");
+    }
+  } catch (const sparselm::error& e) {
+    std::fprintf(stderr, "generate: %s\n", e.what());
+    return 1;
+  }
+}
