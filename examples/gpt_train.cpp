@@ -182,18 +182,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    json j = json::object();
-    fs::path base;
-    if (!config_path.empty()) {
-      j = read_json_file(config_path);
-      SPARSELM_CHECK(j.is_object(), config_path, ": expected a JSON object");
-      base = fs::path(config_path).parent_path();
-    }
-    if (j.contains("model") && j["model"].is_string()) {
-      fs::path p = j["model"].get<std::string>();
-      if (p.is_relative() && !base.empty()) p = base / p;
-      j["model"] = read_json_file(p.string());
-    }
+    auto [j, base] = read_run_json(config_path);
     if (!j.contains("model")) j["model"] = read_json_file(SPARSELM_SOURCE_DIR "/configs/gpt-mini.json");
     apply_flags(j, c);
     const std::string ctx = config_path.empty() ? std::string("run config") : config_path;

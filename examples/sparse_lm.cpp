@@ -14,17 +14,14 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "sparselm/core/threads.hpp"
-#include "sparselm/data/lm_batches.hpp"
-#include "sparselm/data/token_file.hpp"
 #include "sparselm/models/sparse_lm.hpp"
 #include "sparselm/train/dynamic_sparsity.hpp"
-#include "sparselm/train/lm_training.hpp"
+#include "sparselm/train/lm_job.hpp"
 #include "sparselm/train/run_config.hpp"
 
 namespace fs = std::filesystem;
@@ -116,6 +113,7 @@ struct run_inputs {
   sparse_lm_config model;
   sparse::update_config update;
   bool dynamic = true;
+  bool resume = false;
   json resolved;  // the whole resolved config, for the log and <out>/config.json
 };
 
@@ -126,65 +124,18 @@ int train(const run_inputs& in) {
   };
   using trainer_t = trainer<Model, policies>;
   const auto& rc = in.run;
-  SPARSELM_CHECK(!rc.train_data.empty(), "sparse_lm: no training data (field data.train or --train)");
-  data::token_file train_file(rc.train_data);
-  SPARSELM_CHECK(train_file.vocab_size() <= in.model.vocab_size, rc.train_data, ": vocabulary ", train_file.vocab_size(),
-                 " exceeds the model's vocab_size ", in.model.vocab_size, " (set --vocab)");
   SPARSELM_CHECK(rc.seq_len <= in.model.sequence_length, "sparse_lm: seq_len ", rc.seq_len,
                  " exceeds the model's sequence_length ", in.model.sequence_length);
   SPARSELM_CHECK(in.model.loss.autoregression_offset < rc.seq_len, "sparse_lm: autoregression_offset ",
                  in.model.loss.autoregression_offset, " leaves no target in a sequence of ", rc.seq_len);
-  std::optional<data::token_file> valid_file;
-  std::optional<data::lm_eval_pass> valid;
-  if (!rc.valid_data.empty()) {
-    valid_file.emplace(rc.valid_data);
-    SPARSELM_CHECK(valid_file->vocab_size() <= in.model.vocab_size, rc.valid_data, ": vocabulary ",
-                   valid_file->vocab_size(), " exceeds the model's vocab_size ", in.model.vocab_size);
-    valid.emplace(*valid_file, rc.batch_size, data::lm_window_options{.seq_len = rc.seq_len});
-  }
-  data::lm_sampler sampler(train_file, {.batch_size = rc.batch_size,
-                                        .windows = {.seq_len = rc.seq_len},
-                                        .order = rc.order == "sequential" ? data::lm_order::sequential
-                                                                          : data::lm_order::shuffled,
-                                        .seed = rc.seed});
-
   Model model(in.model, to_block_pooling(in.update.pooling));
   model.init(rc.seed);
   trainer_t t(model, rc.trainer, Optimizer(rc.optimizer), optim::make_schedule(rc.schedule_json()));
-  fs::create_directories(rc.out);
-  std::ofstream(fs::path(rc.out) / "config.json") << in.resolved.dump(2) << "\n";
-  metrics_log log(fs::path(rc.out) / "metrics.jsonl", /*truncate=*/true);
-  std::size_t nnz = 0, grid = 0;
-  for (auto& w : model.sparse_weights()) {
-    nnz += w.pattern->nnz();
-    grid += w.pattern->rows_b * w.pattern->cols_b;
-  }
-  log.write({{"kind", "run"},
-              {"config", in.resolved},
-              {"parameters", model.num_parameters()},
-              {"sparse_blocks", nnz},
-              {"sparse_grid_blocks", grid},
-              {"sparse_density", grid ? double(nnz) / double(grid) : 1.0},
-              {"train_windows", sampler.windows_per_epoch()},
-              {"threads", num_threads()}});
-  std::fprintf(stderr, "sparse_lm: %zu parameters (%zu of %zu blocks active in the sparse projections), %llu windows\n",
-               model.num_parameters(), nnz, grid, (unsigned long long)sampler.windows_per_epoch());
-  lm_loop_hooks hooks;
   std::optional<dynamic_sparsity<Model, trainer_t>> ds;
-  if (in.dynamic && Model::sparsity::is_sparse) {
-    ds.emplace(model, t, in.update, rc.seed + 7);
-    hooks.extra_metrics = [&](std::size_t) { return ds->take_metrics(); };
-  }
-  auto r = run_lm_training(t, sampler, valid ? &*valid : nullptr, rc.loop, log, hooks);
-  json summary = {{"steps", r.steps_done},
-                  {"interrupted", r.interrupted},
-                  {"train_seconds", r.train_seconds},
-                  {"tokens", r.tokens},
-                  {"tokens_per_s", r.train_seconds > 0 ? double(r.tokens) / r.train_seconds : 0.0},
-                  {"pattern_updates", ds ? ds->updates() : 0}};
-  if (valid) summary["valid"] = loss_json(r.last_eval);
-  std::printf("%s\n", summary.dump().c_str());
-  return 0;
+  if (in.dynamic && Model::sparsity::is_sparse) ds.emplace(model, t, in.update, rc.seed + 7);
+  lm_job job(rc, in.resolved, "sparse_lm");
+  const auto summary = job.run(model, t, {.resume = in.resume}, ds ? &*ds : nullptr);
+  return summary.value("interrupted", false) ? 130 : 0;
 }
 
 template <class Model>
@@ -214,10 +165,13 @@ int main(int argc, char** argv) {
   std::string config_path;
   cli_values c;
   int threads = 0;
+  bool resume = false;
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
   app.add_option("-c,--config", config_path, "Run config JSON (e.g. configs/s1-tiny-train.json)");
   app.add_option("--train", c.train, "Training token file");
   app.add_option("--valid", c.valid, "Validation token file");
-  app.add_option("-o,--out", c.out, "Output directory (metrics.jsonl, config.json)");
+  app.add_option("-o,--out", c.out, "Output directory (metrics.jsonl, config.json, checkpoints/)");
+  app.add_flag("--resume", resume, "Continue the run in --out from its newest checkpoint (exact, patterns included)");
   auto* g = app.add_option_group("model");
   g->add_option("--layers", c.layers, "Transformer layers (S1 --encoder-layers)");
   g->add_option("--hidden", c.hidden, "Hidden width H (--hidden-length)");
@@ -259,29 +213,20 @@ int main(int argc, char** argv) {
   o->add_option("--decay-power", c.decay_power, "S1 schedule: power of the decay (0.5 = square root)");
   app.add_option("--seed", c.seed, "Seed of initialisation, patterns, data order and dropout");
   app.add_option("--threads", threads, "Threads (0: all cores)");
-  app.add_option("--set", c.sets, "Override any config field: key.path=value (repeatable)");
+  app.add_option("--set", c.sets, "Override any config field: key.path=value (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   CLI11_PARSE(app, argc, argv);
 
   try {
     if (threads > 0) set_num_threads(threads);
-    json j = json::object();
-    fs::path base;
-    if (!config_path.empty()) {
-      j = read_json_file(config_path);
-      SPARSELM_CHECK(j.is_object(), config_path, ": expected a JSON object");
-      base = fs::path(config_path).parent_path();
-    }
-    if (j.contains("model") && j["model"].is_string()) {
-      fs::path p = j["model"].get<std::string>();
-      if (p.is_relative() && !base.empty()) p = base / p;
-      j["model"] = read_json_file(p.string());
-    }
+    auto [j, base] = read_run_json(config_path);
     if (!j.contains("model")) j["model"] = json::object();
     if (!j.contains("optimizer")) j["optimizer"] = {{"type", "adam"}};  // S1: Adam, eps 1e-2
     if (!j.contains("trainer")) j["trainer"] = {{"clip", "per_tensor"}, {"max_norm", 1.0}};
     apply_flags(j, c);
     const std::string ctx = config_path.empty() ? std::string("run config") : config_path;
     run_inputs in;
+    in.resume = resume;
     json upd = j.value("sparsity_update", json::object());
     j.erase("sparsity_update");
     SPARSELM_CHECK(upd.is_object(), ctx, ": field 'sparsity_update' must be an object");

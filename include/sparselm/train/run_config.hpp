@@ -18,6 +18,7 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
 
 #include "sparselm/models/config.hpp"
 #include "sparselm/optim/adam.hpp"
@@ -101,6 +102,24 @@ struct lm_run_config {
     return s;
   }
 };
+
+// Reads a run-config file (or starts from {} when path is empty) and inlines a "model" given as a
+// file name, resolved against the config's directory. Returns the JSON and that directory.
+inline std::pair<json, std::filesystem::path> read_run_json(const std::string& path) {
+  json j = json::object();
+  std::filesystem::path base;
+  if (!path.empty()) {
+    j = read_json_file(path);
+    SPARSELM_CHECK(j.is_object(), path, ": expected a JSON object");
+    base = std::filesystem::path(path).parent_path();
+  }
+  if (j.contains("model") && j["model"].is_string()) {
+    std::filesystem::path p = j["model"].get<std::string>();
+    if (p.is_relative() && !base.empty()) p = base / p;
+    j["model"] = read_json_file(p.string());
+  }
+  return {std::move(j), std::move(base)};
+}
 
 // Calls f.template operator()<Optimizer>(optimizer) with the optimiser named by cfg["type"]
 // (adamw, adam, sgd, lamb), so a program picks its optimiser policy at run time.
