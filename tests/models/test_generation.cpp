@@ -99,7 +99,7 @@ TEST_CASE("generation: cached logits equal the full forward at every position") 
   SUBCASE("two sequences, mixed chunks, up to the full context") {
     check_cache_against_full(m, 2, {4, 1, 2, 1, 3, 1, 1, 1, 2});
   }
-  SUBCASE("last-position logits equal the last row of the all-position logits") {
+  SUBCASE("last-position logits (row-dot head) equal the last row of the all-position logits (GEMM head)") {
     const std::size_t V = m.config().vocab_size;
     const auto ids = random_ids(2 * 6, V, 5);
     gpt_decoder<gpt<>> a(m, 2), b(m, 2);
@@ -107,7 +107,7 @@ TEST_CASE("generation: cached logits equal the full forward at every position") 
     a.forward(ids, 6, {all.data(), 12, V});
     b.forward(ids, 6, {last.data(), 2, V});
     for (std::size_t s = 0; s < 2; ++s)
-      CHECK(rel_diff(last.data() + s * V, all.data() + (s * 6 + 5) * V, V) == 0.0);
+      CHECK(rel_diff(last.data() + s * V, all.data() + (s * 6 + 5) * V, V) < 1e-6);  // head: row dots vs GEMM
   }
 }
 

@@ -54,6 +54,9 @@ class tied_lm_head {
       : e_(std::move(embedding)), b_(std::move(bias)), v_(vocab), c_(channels), chunk_(std::max<std::size_t>(1, chunk_rows)) {}
 
   std::size_t chunk_rows() const noexcept { return chunk_; }
+  // The tied (V,C) tensor and the optional (V) bias.
+  const param_ref& embedding() const noexcept { return e_; }
+  const std::optional<param_ref>& bias() const noexcept { return b_; }
   void set_chunk_rows(std::size_t r) { chunk_ = std::max<std::size_t>(1, r); }
 
   // Loss over x's rows. When dx has rows, also computes dx (assigned) and accumulates dE (and db),

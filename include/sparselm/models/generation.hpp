@@ -13,7 +13,7 @@
 //   per layer:        h = ln1(x); qkv (N,3HD) = h·Wqkv + b; K,V rows -> cache[P, P+n);
 //                     a (N,HD) = softmax(q·Kᵀ/sqrt(D)) V over cached positions [0, P+i];
 //                     x += a·Wo + b; x += ffn(ln2(x))
-//   head:             logits = ln_f(x)·wteᵀ (tied)
+//   head:             logits = ln_f(x)·wteᵀ (tied); a row-streaming product for <= 4 rows
 //
 // Dropout is off. The linear layers' own forward methods run the projections, so a block-sparse
 // gpt<float, block_sparse<B>> decodes as well as a dense one.
@@ -163,6 +163,24 @@ inline void cached_attention(const_matrix_view<float> qkv, const kv_cache& cache
   }, min_tasks);
 }
 
+// out (M,V) = x (M,C) · Eᵀ (+ bias (V)) for a few rows M (decode steps). Each row of E is read
+// once, contiguously, and dotted with every x row; parallel over vocabulary ranges. The GEMM
+// would pack (transpose) all of E for an M of 1, which costs more than the product itself.
+inline void few_row_logits(const_matrix_view<float> x, const_matrix_view<float> E, const float* bias,
+                           matrix_view<float> out) {
+  SPARSELM_CHECK(x.cols == E.cols && out.rows == x.rows && out.cols == E.rows, "few_row_logits: x ", shape_string(x),
+                 ", E ", shape_string(E), ", out ", shape_string(out), " do not fit");
+  const std::size_t M = x.rows, C = x.cols;
+  parallel_chunks(E.rows, [&](int, std::size_t v0, std::size_t v1) {
+    for (std::size_t v = v0; v < v1; ++v) {
+      const float* e = E.row(v);
+      const float b = bias ? bias[v] : 0.0f;
+      for (std::size_t m = 0; m < M; ++m) out(m, v) = dot(x.row(m), e, C) + b;
+    }
+  }, 256);
+}
+inline constexpr std::size_t few_rows = 4;  // up to this many rows few_row_logits beats the GEMM
+
 }  // namespace detail
 
 // ---------------------------------------------------------------------------------------------
@@ -250,7 +268,12 @@ class gpt_decoder {
     }
     auto xf = h_.matrix(rows.rows, C);
     model_->final_norm().forward(s, rows, xf, ln_c_);
-    model_->head().logits(s, xf, out);
+    const auto& head = model_->head();
+    if (xf.rows <= detail::few_rows)
+      detail::few_row_logits(xf, s.pm(head.embedding().index), head.bias() ? s.p(head.bias()->index).data() : nullptr,
+                             out);
+    else
+      head.logits(s, xf, out);
   }
 
  private:
