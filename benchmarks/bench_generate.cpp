@@ -110,7 +110,9 @@ int main(int argc, char** argv) {
       static bool first = true;
       if (first) models.clear(), first = false;
       const std::string path = next("--config");
-      models.emplace_back(path.substr(path.find_last_of('/') + 1), path);
+      std::string name = path.substr(path.find_last_of('/') + 1);
+      if (name.size() > 5 && name.ends_with(".json")) name.resize(name.size() - 5);
+      models.emplace_back(name, path);
     } else {
       std::fprintf(stderr,
                    "usage: bench_generate [--threads N] [--prompt T] [--new N] [--runs R] [--config file.json]...\n");
