@@ -4,7 +4,7 @@
 //   dynamic      projections block_sparse<16> at sparsity s, pattern pruned and regrown (SPEC §3)
 //   static       the same model and initial pattern, never updated
 //   dense-flops  dense, projection width chosen so its projection FLOPs match the sparse models'
-//   dense-width  dense, the same width as the sparse models (s times more projection FLOPs)
+//   dense-width  dense, the same width as the sparse models (1/density times the projection FLOPs)
 //
 //   ./build/examples/sparsity_study --train runs/data/train.tok --valid runs/data/valid.tok
 //       --model configs/gpt-mini.json --steps 600 --out runs/study

@@ -3,6 +3,7 @@
 
     scripts/plot_metrics.py runs/gpt-mini/metrics.jsonl -o docs/img/gpt-mini.png
     scripts/plot_metrics.py runs/a/metrics.jsonl runs/b/metrics.jsonl --labels dense,sparse -o cmp.png
+    scripts/plot_metrics.py runs/study/*.jsonl --validation-only --min-step 100 -o study.png
 
 One figure with two panels: loss (training and validation) and validation perplexity (log scale),
 against the optimiser step. Several runs are drawn in one figure, one colour each. Only the
@@ -43,15 +44,26 @@ def main():
     ap.add_argument("-o", "--output", required=True, help="PNG file to write")
     ap.add_argument("--labels", help="comma-separated names of the runs (default: their directories)")
     ap.add_argument("--title", default="")
+    ap.add_argument("--validation-only", action="store_true", help="leave out the training-loss curves")
+    ap.add_argument("--loss-range", help="y range of the loss panel, LO:HI (default: automatic)")
+    ap.add_argument("--min-step", type=int, default=0, help="leave out points before this step")
     args = ap.parse_args()
-    labels = args.labels.split(",") if args.labels else [os.path.basename(os.path.dirname(os.path.abspath(m)))
-                                                         for m in args.metrics]
+    if args.labels:
+        labels = args.labels.split(",")
+    else:  # the runs' directories, or the file names when they share one (sparsity_study's <variant>.jsonl)
+        labels = [os.path.basename(os.path.dirname(os.path.abspath(m))) for m in args.metrics]
+        if len(set(labels)) < len(labels):
+            labels = [os.path.splitext(os.path.basename(m))[0] for m in args.metrics]
     if len(labels) != len(args.metrics):
         sys.exit(f"{len(labels)} labels for {len(args.metrics)} metrics files")
     tmp = tempfile.mkdtemp(prefix="plot_metrics_")
     loss_plots, ppl_plots = [], []
     for k, (path, label) in enumerate(zip(args.metrics, labels)):
         train, evals = read(path)
+        train = [t for t in train if t[0] >= args.min_step]
+        evals = [e for e in evals if e[0] >= args.min_step]
+        if args.validation_only:
+            train = []
         tf, ef = os.path.join(tmp, f"train{k}.dat"), os.path.join(tmp, f"eval{k}.dat")
         with open(tf, "w") as f:
             f.writelines(f"{s} {l}\n" for s, l in train)
@@ -63,14 +75,17 @@ def main():
         if evals:
             loss_plots.append(f"'{ef}' using 1:2 with linespoints lc {colour} pt 7 ps 0.6 title '{label} validation'")
             ppl_plots.append(f"'{ef}' using 1:3 with linespoints lc {colour} pt 7 ps 0.6 title '{label}'")
+    if not loss_plots:
+        sys.exit(f"nothing to plot at or after step {args.min_step}")
     script = [
         "set terminal pngcairo size 1200,480 font 'sans,10'" , f"set output '{args.output}'",
         "set multiplot layout 1,2" + (f" title '{args.title}'" if args.title else ""),
         "set grid", "set key top right", "set xlabel 'step'",
+    ] + ([f"set yrange [{args.loss_range}]"] if args.loss_range else []) + [
         "set ylabel 'cross-entropy (nats)'", "set title 'loss'", "plot " + ", ".join(loss_plots),
     ]
     if ppl_plots:
-        script += ["set logscale y", "set ylabel 'perplexity'", "set title 'validation perplexity'",
+        script += ["set autoscale y", "set logscale y", "set ylabel 'perplexity'", "set title 'validation perplexity'",
                    "plot " + ", ".join(ppl_plots)]
     script.append("unset multiplot")
     out_dir = os.path.dirname(os.path.abspath(args.output))
