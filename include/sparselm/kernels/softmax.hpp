@@ -34,22 +34,33 @@ namespace detail {
 inline std::size_t softmax_min_rows(std::size_t cols) { return std::max<std::size_t>(1, 8192 / std::max<std::size_t>(cols, 1)); }
 
 // In-place-safe softmax of one row: y[0, L) = softmax(x[0, L)), y[L, C) = 0.
+// Plain loops over whole batches plus one masked tail batch (no per-batch lambdas: this is called
+// for every row, and short rows made the call overhead dominate).
 template <class Arch>
 inline void softmax_row(const float* x, float* y, std::size_t L, std::size_t C) {
   using F = fvec<Arch>;
+  constexpr std::size_t W = F::size;
   constexpr float ninf = -std::numeric_limits<float>::infinity();
   if (L > 0) {
+    const std::size_t Lf = L / W * W, tail = L - Lf;
     F mv(ninf);
-    for_each_batch<Arch>(0, L, [&](std::size_t j, std::size_t n) { mv = xsimd::max(mv, loadn<Arch>(x + j, n, ninf)); });
+    for (std::size_t j = 0; j < Lf; j += W) mv = xsimd::max(mv, F::load_unaligned(x + j));
+    if (tail) mv = xsimd::max(mv, load_partial<Arch>(x + Lf, tail, ninf));
     const F m(hmax<Arch>(mv));
     F s(0.0f);
-    for_each_batch<Arch>(0, L, [&](std::size_t j, std::size_t n) {
-      F e = detail::exp<Arch>(loadn<Arch>(x + j, n, ninf) - m);  // padding lanes: exp(-inf) = 0
+    for (std::size_t j = 0; j < Lf; j += W) {
+      const F e = detail::exp<Arch>(F::load_unaligned(x + j) - m);
       s += e;
-      storen<Arch>(e, y + j, n);
-    });
+      e.store_unaligned(y + j);
+    }
+    if (tail) {
+      const F e = detail::exp<Arch>(load_partial<Arch>(x + Lf, tail, ninf) - m);  // padding lanes: exp(-inf) = 0
+      s += e;
+      store_partial<Arch>(e, y + Lf, tail);
+    }
     const F inv(1.0f / hsum<Arch>(s));
-    for_each_batch<Arch>(0, L, [&](std::size_t j, std::size_t n) { storen<Arch>(loadn<Arch>(y + j, n) * inv, y + j, n); });
+    for (std::size_t j = 0; j < Lf; j += W) (F::load_unaligned(y + j) * inv).store_unaligned(y + j);
+    if (tail) store_partial<Arch>(load_partial<Arch>(y + Lf, tail, 0.0f) * inv, y + Lf, tail);
   }
   std::fill(y + L, y + C, 0.0f);
 }

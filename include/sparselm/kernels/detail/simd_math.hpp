@@ -8,8 +8,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "sparselm/core/simd.hpp"
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace sparselm::kernels::detail {
 
@@ -20,7 +25,7 @@ using fvec = simd<float, Arch>;
 // e^r = 1 + r + r²·P(r) with the degree-5 minimax P of Cephes' expf (≈1 ulp), and 2^n built in the
 // exponent bits. exp(x) = 0 for x < -87.33 (no denormals), +inf for x > 88.72; NaN stays NaN.
 template <class Arch>
-inline fvec<Arch> exp(fvec<Arch> x) noexcept {
+[[gnu::always_inline]] inline fvec<Arch> exp(fvec<Arch> x) noexcept {
   using F = fvec<Arch>;
   using I = simd<std::int32_t, Arch>;
   const F hi(88.3762626647949f), lo(-87.3365447504019f);
@@ -46,6 +51,9 @@ inline fvec<Arch> exp(fvec<Arch> x) noexcept {
 // Horizontal max of a batch.
 template <class Arch>
 inline float hmax(fvec<Arch> v) noexcept {
+#if defined(__AVX512F__)
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) return _mm512_reduce_max_ps(v);
+#endif
   alignas(64) float t[fvec<Arch>::size];
   v.store_aligned(t);
   float m = t[0];
@@ -56,12 +64,27 @@ inline float hmax(fvec<Arch> v) noexcept {
 // Horizontal sum of a batch.
 template <class Arch>
 inline float hsum(fvec<Arch> v) noexcept {
+#if defined(__AVX512F__)
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) return _mm512_reduce_add_ps(v);
+#endif
   return xsimd::hadd(v);
 }
 
 // Loads n < W floats from p, filling the other lanes with `fill`.
+// AVX-512 and AVX2 use masked loads (masked-off lanes never touch memory), others a scalar copy.
 template <class Arch>
 inline fvec<Arch> load_partial(const float* p, std::size_t n, float fill) noexcept {
+#if defined(__AVX512F__)
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
+    return fvec<Arch>(_mm512_mask_loadu_ps(_mm512_set1_ps(fill), __mmask16((1u << n) - 1u), p));
+  }
+#endif
+#if defined(__AVX2__)
+  if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) {
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return fvec<Arch>(_mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m)));
+  }
+#endif
   alignas(64) float t[fvec<Arch>::size];
   for (std::size_t i = 0; i < fvec<Arch>::size; ++i) t[i] = i < n ? p[i] : fill;
   return fvec<Arch>::load_aligned(t);
@@ -70,6 +93,18 @@ inline fvec<Arch> load_partial(const float* p, std::size_t n, float fill) noexce
 // Stores the first n < W lanes of v to p.
 template <class Arch>
 inline void store_partial(fvec<Arch> v, float* p, std::size_t n) noexcept {
+#if defined(__AVX512F__)
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
+    _mm512_mask_storeu_ps(p, __mmask16((1u << n) - 1u), v);
+    return;
+  }
+#endif
+#if defined(__AVX2__)
+  if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) {
+    _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v);
+    return;
+  }
+#endif
   alignas(64) float t[fvec<Arch>::size];
   v.store_aligned(t);
   for (std::size_t i = 0; i < n; ++i) p[i] = t[i];
