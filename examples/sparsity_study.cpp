@@ -7,7 +7,10 @@
 //   dense-width  dense, the same width as the sparse models (1/density times the projection FLOPs)
 //
 //   ./build/examples/sparsity_study --train runs/data/train.tok --valid runs/data/valid.tok
-//       --model configs/gpt-mini.json --steps 600 --out runs/study
+//       --model configs/gpt-mini.json --steps 800 --eval-every 100 --out runs/study
+//
+// docs/sparsity.md ("Does it learn?") has the results on the bundled corpus and the commands to
+// encode other text and rerun.
 //
 // Writes <out>/<variant>.jsonl (JSON-lines metrics, plottable with scripts/plot_metrics.py) and
 // <out>/summary.json; prints a table. The embeddings, the tied head, layer norms and attention
