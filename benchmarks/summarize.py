@@ -25,7 +25,8 @@ def load(paths):
         data = json.load(sys.stdin if p == "-" else open(p))
         context.update(data.get("context", {}))
         for b in data["benchmarks"]:
-            name = b.get("run_name", b["name"]).replace("/manual_time", "").replace("/real_time", "")
+            name = b.get("run_name", b["name"])
+            name = re.sub(r"/(iterations:\d+|manual_time|real_time)", "", name)
             if b.get("run_type") == "aggregate":
                 if b.get("aggregate_name") != "median":
                     continue
