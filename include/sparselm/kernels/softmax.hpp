@@ -33,36 +33,75 @@ enum class softmax_mask { none, causal, padding };
 namespace detail {
 inline std::size_t softmax_min_rows(std::size_t cols) { return std::max<std::size_t>(1, 8192 / std::max<std::size_t>(cols, 1)); }
 
-// In-place-safe softmax of one row: y[0, L) = softmax(x[0, L)), y[L, C) = 0.
-// Plain loops over whole batches plus one masked tail batch (no per-batch lambdas: this is called
-// for every row, and short rows made the call overhead dominate).
+// The three passes of a row softmax over y[0, L) (L > 0): plain loops over whole batches plus one
+// masked tail batch (no per-batch lambdas: short rows made the call overhead dominate).
 template <class Arch>
-inline void softmax_row(const float* x, float* y, std::size_t L, std::size_t C) {
+inline float softmax_row_max(const float* x, std::size_t L) {
   using F = fvec<Arch>;
   constexpr std::size_t W = F::size;
   constexpr float ninf = -std::numeric_limits<float>::infinity();
-  if (L > 0) {
-    const std::size_t Lf = L / W * W, tail = L - Lf;
-    F mv(ninf);
-    for (std::size_t j = 0; j < Lf; j += W) mv = xsimd::max(mv, F::load_unaligned(x + j));
-    if (tail) mv = xsimd::max(mv, load_partial<Arch>(x + Lf, tail, ninf));
-    const F m(hmax<Arch>(mv));
-    F s(0.0f);
-    for (std::size_t j = 0; j < Lf; j += W) {
-      const F e = detail::exp<Arch>(F::load_unaligned(x + j) - m);
-      s += e;
-      e.store_unaligned(y + j);
-    }
-    if (tail) {
-      const F e = detail::exp<Arch>(load_partial<Arch>(x + Lf, tail, ninf) - m);  // padding lanes: exp(-inf) = 0
-      s += e;
-      store_partial<Arch>(e, y + Lf, tail);
-    }
-    const F inv(1.0f / hsum<Arch>(s));
-    for (std::size_t j = 0; j < Lf; j += W) (F::load_unaligned(y + j) * inv).store_unaligned(y + j);
-    if (tail) store_partial<Arch>(load_partial<Arch>(y + Lf, tail, 0.0f) * inv, y + Lf, tail);
+  const std::size_t Lf = L / W * W;
+  F mv(ninf);
+  for (std::size_t j = 0; j < Lf; j += W) mv = xsimd::max(mv, F::load_unaligned(x + j));
+  if (L > Lf) mv = xsimd::max(mv, load_partial<Arch>(x + Lf, L - Lf, ninf));
+  return hmax<Arch>(mv);
+}
+// y = exp(x − m) on [0, L); returns the sum.
+template <class Arch>
+inline float softmax_row_exp(const float* x, float* y, std::size_t L, float mx) {
+  using F = fvec<Arch>;
+  constexpr std::size_t W = F::size;
+  const std::size_t Lf = L / W * W;
+  const F m(mx);
+  F s(0.0f);
+  for (std::size_t j = 0; j < Lf; j += W) {
+    const F e = detail::exp<Arch>(F::load_unaligned(x + j) - m);
+    s += e;
+    e.store_unaligned(y + j);
   }
+  if (L > Lf) {
+    const F e = detail::exp<Arch>(load_partial<Arch>(x + Lf, L - Lf, -std::numeric_limits<float>::infinity()) - m);
+    s += e;  // padding lanes: exp(-inf) = 0
+    store_partial<Arch>(e, y + Lf, L - Lf);
+  }
+  return hsum<Arch>(s);
+}
+// y[0, L) *= inv, y[L, C) = 0.
+template <class Arch>
+inline void softmax_row_scale(float* y, std::size_t L, std::size_t C, float inv_sum) {
+  using F = fvec<Arch>;
+  constexpr std::size_t W = F::size;
+  const std::size_t Lf = L / W * W;
+  const F inv(inv_sum);
+  for (std::size_t j = 0; j < Lf; j += W) (F::load_unaligned(y + j) * inv).store_unaligned(y + j);
+  if (L > Lf) store_partial<Arch>(load_partial<Arch>(y + Lf, L - Lf, 0.0f) * inv, y + Lf, L - Lf);
   std::fill(y + L, y + C, 0.0f);
+}
+
+// In-place-safe softmax of one row: y[0, L) = softmax(x[0, L)), y[L, C) = 0.
+template <class Arch>
+inline void softmax_row(const float* x, float* y, std::size_t L, std::size_t C) {
+  if (L == 0) return std::fill(y, y + C, 0.0f);
+  const float m = softmax_row_max<Arch>(x, L);
+  softmax_row_scale<Arch>(y, L, C, 1.0f / softmax_row_exp<Arch>(x, y, L, m));
+}
+
+// Rows [r0, r1) (at most softmax_group of them), pass by pass: the rows of one pass are independent,
+// so their reductions (max, sum, divide) overlap instead of forming one serial chain per row.
+inline constexpr std::size_t softmax_group = 8;
+template <class Arch, class LenFn>
+inline void softmax_rows(const_matrix_view<float> x, matrix_view<float> y, std::size_t r0, std::size_t r1,
+                         LenFn&& len) {
+  float m[softmax_group], inv[softmax_group];
+  for (std::size_t r = r0; r < r1; ++r) {
+    const std::size_t L = len(r);
+    m[r - r0] = L ? softmax_row_max<Arch>(x.row(r), L) : 0.0f;
+  }
+  for (std::size_t r = r0; r < r1; ++r) {
+    const std::size_t L = len(r);
+    inv[r - r0] = L ? 1.0f / softmax_row_exp<Arch>(x.row(r), y.row(r), L, m[r - r0]) : 0.0f;
+  }
+  for (std::size_t r = r0; r < r1; ++r) softmax_row_scale<Arch>(y.row(r), len(r), y.cols, inv[r - r0]);
 }
 }  // namespace detail
 
@@ -78,11 +117,13 @@ void softmax_forward(const_matrix_view<float> x, matrix_view<float> y, softmax_m
                  "softmax_forward: unknown mask code ", int(m));
   const std::size_t C = x.cols, limit = std::min(C, valid_cols);
   parallel_chunks(x.rows, [&](int, std::size_t r0, std::size_t r1) {
-    for (std::size_t r = r0; r < r1; ++r) {
+    const auto len = [&](std::size_t r) {
       std::size_t L = limit;
       if (m == softmax_mask::causal && causal_offset < C) L = std::min(L, r + causal_offset + 1);
-      detail::softmax_row<Arch>(x.row(r), y.row(r), L, C);
-    }
+      return L;
+    };
+    for (std::size_t g = r0; g < r1; g += detail::softmax_group)
+      detail::softmax_rows<Arch>(x, y, g, std::min(r1, g + detail::softmax_group), len);
   }, detail::softmax_min_rows(C));
 }
 
