@@ -8,6 +8,9 @@
 #include "pointwise_reference.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/kernels/attention.hpp"
+// Included on purpose: its detail::scratch(std::size_t, int) overload once captured the attention
+// kernel's scratch calls (int slot literals) in programs that use both.
+#include "sparselm/kernels/bsr.hpp"
 
 using namespace sparselm;
 using namespace sparselm::test;

@@ -78,6 +78,10 @@ inline std::size_t visible_keys(attention_mask m, std::size_t i, std::size_t len
 }
 
 inline constexpr std::size_t attn_block_q = 64;  // query rows per tile
+// Scratch slots (workspace.hpp) of the score tile and the dP / dS tile. Typed std::size_t on
+// purpose: bsr_util.hpp has a scratch(std::size_t, int) overload with 4 slots of its own, which a
+// plain int literal would pick.
+inline constexpr std::size_t attn_slot_s = 6, attn_slot_g = 7;
 
 // The operands of one query block [i0, min(len, i0 + BQ)) of head (b, h): its queries, and the
 // keys and values [0, kv) it can see (kv = the block end when causal, len otherwise).
@@ -135,7 +139,7 @@ void attention_forward(const_matrix_view<float> qkv, matrix_view<float> out, std
   parallel_for(0, s.batch * H, [&](std::size_t bh) {
     const std::size_t b = bh / H, h = bh % H;
     const std::size_t len = lengths.empty() ? T : std::size_t(lengths[b]);
-    float* S = detail::scratch(detail::attn_block_q * ld, 6);
+    float* S = detail::scratch(detail::attn_block_q * ld, detail::attn_slot_s);
     std::uint32_t* bits = detail::attn_mask_words(ld + W);
     for (std::size_t i = len; i < T; ++i) {  // fully masked queries
       std::fill_n(out.row(b * T + i) + h * D, D, 0.0f);
@@ -208,8 +212,8 @@ void attention_backward(const_matrix_view<float> dout, const_matrix_view<float> 
     const std::size_t len = lengths.empty() ? T : std::size_t(lengths[b]);
     for (std::size_t t = 0; t < T; ++t)
       for (std::size_t part = 0; part < 3; ++part) std::fill_n(dqkv.row(b * T + t) + part * HD + h * D, D, 0.0f);
-    float* S = detail::scratch(detail::attn_block_q * ld, 6);
-    float* G = detail::scratch(detail::attn_block_q * ld, 7);
+    float* S = detail::scratch(detail::attn_block_q * ld, detail::attn_slot_s);
+    float* G = detail::scratch(detail::attn_block_q * ld, detail::attn_slot_g);
     std::uint32_t* bits = detail::attn_mask_words(ld + W);
     const F sc(scale);
     for (std::size_t i0 = 0; i0 < len; i0 += detail::attn_block_q) {
