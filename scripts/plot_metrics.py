@@ -6,7 +6,7 @@
     scripts/plot_metrics.py runs/study/*.jsonl --validation-only --min-step 100 -o study.png
 
 One figure with two panels: loss (training and validation) and validation perplexity (log scale),
-against the optimiser step. Several runs are drawn in one figure, one colour each. Only the
+against the optimiser step, with the unigram baseline (from the run line) as a dashed line. Several runs are drawn in one figure, one colour each. Only the
 Python standard library and gnuplot (Debian's gnuplot-nox) are needed.
 """
 import argparse
@@ -18,7 +18,9 @@ import tempfile
 
 
 def read(path):
-    train, evals = [], []
+    """Training (step, loss), evaluation (step, loss, perplexity) and the unigram baseline perplexity
+    the run line reports (None when absent)."""
+    train, evals, unigram = [], [], None
     with open(path) as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
@@ -29,13 +31,15 @@ def read(path):
             except json.JSONDecodeError as e:
                 sys.exit(f"{path}:{n}: not a JSON line ({e})")
             kind = j.get("kind")
-            if kind == "train" and "loss" in j:
+            if kind == "run" and j.get("unigram_perplexity"):
+                unigram = float(j["unigram_perplexity"])
+            elif kind == "train" and "loss" in j:
                 train.append((j["step"], j["loss"]))
             elif kind == "eval" and "loss" in j:
                 evals.append((j["step"], j["loss"], j.get("perplexity", 0.0)))
     if not train and not evals:
         sys.exit(f"{path}: no training or evaluation lines")
-    return train, evals
+    return train, evals, unigram
 
 
 def main():
@@ -57,9 +61,9 @@ def main():
     if len(labels) != len(args.metrics):
         sys.exit(f"{len(labels)} labels for {len(args.metrics)} metrics files")
     tmp = tempfile.mkdtemp(prefix="plot_metrics_")
-    loss_plots, ppl_plots = [], []
+    loss_plots, ppl_plots, baselines = [], [], []
     for k, (path, label) in enumerate(zip(args.metrics, labels)):
-        train, evals = read(path)
+        train, evals, unigram = read(path)
         train = [t for t in train if t[0] >= args.min_step]
         evals = [e for e in evals if e[0] >= args.min_step]
         if args.validation_only:
@@ -75,6 +79,10 @@ def main():
         if evals:
             loss_plots.append(f"'{ef}' using 1:2 with linespoints lc {colour} pt 7 ps 0.6 title '{label} validation'")
             ppl_plots.append(f"'{ef}' using 1:3 with linespoints lc {colour} pt 7 ps 0.6 title '{label}'")
+            if unigram and unigram not in baselines:
+                baselines.append(unigram)
+                ppl_plots.append(f"{unigram} with lines lc {colour} dt 2 title 'unigram baseline"
+                                 + (f" ({label})'" if len(args.metrics) > 1 else "'"))
     if not loss_plots:
         sys.exit(f"nothing to plot at or after step {args.min_step}")
     script = [

@@ -22,7 +22,7 @@ pkgs=(
   doctest-dev nlohmann-json3-dev libcli11-dev
   libbenchmark-dev libopenblas-dev
   libopenmpi-dev openmpi-bin
-  gnuplot-nox
+  gnuplot-nox python3
 )
 # npm is only needed to refresh the vendored assets (scripts/fetch_assets.sh); install it
 # only when no node/npm is present, so an existing Node.js is never replaced.
