@@ -78,9 +78,8 @@ inline std::size_t visible_keys(attention_mask m, std::size_t i, std::size_t len
 }
 
 inline constexpr std::size_t attn_block_q = 64;  // query rows per tile
-// Scratch slots (workspace.hpp) of the score tile and the dP / dS tile. Typed std::size_t on
-// purpose: bsr_util.hpp has a scratch(std::size_t, int) overload with 4 slots of its own, which a
-// plain int literal would pick.
+// Scratch slots (workspace.hpp) of the score tile and the dP / dS tile (the block-sparse kernels
+// keep separate buffers, bsr_util.hpp's bsr_scratch).
 inline constexpr std::size_t attn_slot_s = 6, attn_slot_g = 7;
 
 // The operands of one query block [i0, min(len, i0 + BQ)) of head (b, h): its queries, and the

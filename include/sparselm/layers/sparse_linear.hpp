@@ -27,6 +27,7 @@
 #include "sparselm/layers/context.hpp"
 #include "sparselm/layers/linear.hpp"
 #include "sparselm/sparse/init.hpp"
+#include "sparselm/sparse/pattern_io.hpp"
 #include "sparselm/sparse/update.hpp"
 
 namespace sparselm {
@@ -136,15 +137,7 @@ class linear<T, block_sparse<B>> {
 
   // W as a dense (in, out) row-major matrix (zeros outside the active blocks).
   void to_dense(const arena<float>& params, std::span<float> out) const {
-    SPARSELM_CHECK(out.size() == in_ * out_, "linear '", w_.name, "': to_dense needs ", in_ * out_, " floats, got ",
-                   out.size());
-    std::fill(out.begin(), out.end(), 0.0f);
-    const auto& p = state_->pattern;
-    const auto v = params[w_.index];
-    for (std::size_t s = 0; s < p.nnz(); ++s)
-      for (std::size_t r = 0; r < B; ++r)
-        for (std::size_t c = 0; c < B; ++c)
-          out[(p.row[s] * B + r) * out_ + p.col[s] * B + c] = v[s * B * B + r * B + c];
+    sparse::pattern_to_dense("linear '" + w_.name + "'", state_->pattern, params[w_.index], out);
   }
 
  private:

@@ -143,7 +143,7 @@ struct packed_blocks {
 template <std::size_t B, bool TransV, class Arch>
 packed_blocks pack_blocks(const bsr_lists& L, const float* V) {
   const std::size_t nnz = L.ptr[L.n_out_blocks];
-  float* vp = scratch(nnz * B * B, 3);
+  float* vp = bsr_scratch(nnz * B * B, 3);
   thread_local std::vector<std::uint32_t> kb;
   kb.resize(std::max(kb.size(), nnz));
   std::uint32_t* kbp = kb.data();
@@ -183,7 +183,7 @@ void bsr_product(const float* A, std::size_t lda, std::size_t M, std::size_t K, 
     if (j0 == j1) return;
     float* Cp = C + m0 * ldc;
     // The panel of A, k-major (K x MR) and zero-padded to MR rows.
-    float* P = scratch(K * MR, 0);
+    float* P = bsr_scratch(K * MR, 0);
     pack_transpose<Arch>(A + m0 * lda, lda, mv, MR, K, P, MR);
     if constexpr (T::lanes_n) {
       for (std::size_t j = j0; j < j1; ++j) {
@@ -195,7 +195,7 @@ void bsr_product(const float* A, std::size_t lda, std::size_t M, std::size_t K, 
       // Column chunks of about 128 output columns: the chunk of C (column-major) stays in cache
       // until it is transposed back.
       constexpr std::size_t JC = std::max<std::size_t>(1, 128 / B);
-      float* Ct = scratch(JC * B * MR, 1);
+      float* Ct = bsr_scratch(JC * B * MR, 1);
       for (std::size_t jc = j0; jc < j1; jc += JC) {
         const std::size_t je = std::min(j1, jc + JC);
         for (std::size_t j = jc; j < je; ++j) {

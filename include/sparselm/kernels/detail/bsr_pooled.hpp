@@ -53,7 +53,7 @@ void dense_grad_pooled(const float* X, std::size_t ldx, const float* dY, std::si
   parallel_for(0, nti * ntj, [&](std::size_t item) {
     const std::size_t r0 = item / ntj * TI, c0 = item % ntj * TJ;
     const std::size_t ti = std::min(TI, in - r0), tj = std::min(TJ, out - c0);
-    float* Gt = scratch(TI * TJ, 0);
+    float* Gt = bsr_scratch(TI * TJ, 0);
     std::memset(Gt, 0, ti * tj * sizeof(float));
     for (std::size_t m0 = 0; m0 < M; m0 += MC)
       pooled_accumulate<Arch>(X + r0, ldx, dY + c0, ldd, m0, std::min(M, m0 + MC), ti, tj, Gt);

@@ -52,7 +52,7 @@ inline constexpr std::size_t vec_regs = arch_is_avx512<Arch> ? 32 : 16;
 
 // Thread-local, 64-byte aligned, grow-only buffers: after the first call of a given size a kernel
 // allocates nothing. `which` tells apart buffers that are alive at the same time.
-inline float* scratch(std::size_t n, int which) {
+inline float* bsr_scratch(std::size_t n, int which) {
   struct buffer {
     float* p = nullptr;
     std::size_t cap = 0;

@@ -262,11 +262,11 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
           ++pos;
         }
     order = ord.data();
-    sums1 = scratch(std::size_t(nt) * (nnz + W), 3);
+    sums1 = bsr_scratch(std::size_t(nt) * (nnz + W), 3);
   }
   // B > 1: every thread accumulates its rows into its own partial gradient, in row_slots order so
   // that consecutive slots are adjacent in memory; they are summed into dvalues at the end.
-  float* const partial = B == 1 ? nullptr : scratch(std::size_t(nt) * nnz * B * B, 3);
+  float* const partial = B == 1 ? nullptr : bsr_scratch(std::size_t(nt) * nnz * B * B, 3);
   run_team(nt, [&](int t, int T) {
     auto share = [&](std::size_t n) {
       return std::pair{n * std::size_t(t) / std::size_t(T), n * std::size_t(t + 1) / std::size_t(T)};
@@ -280,8 +280,8 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
       const std::size_t mc = mc1;
       float* const mysums = sums1 + std::size_t(t) * (nnz + W);
       std::memset(mysums, 0, (nnz + W) * sizeof(float));
-      float* Xt = scratch(in * mc, 0);
-      float* dYt = scratch(out * mc, 1);
+      float* Xt = bsr_scratch(in * mc, 0);
+      float* dYt = bsr_scratch(out * mc, 1);
       for (std::size_t m0 = mb; m0 < me; m0 += mc) {
         const std::size_t mv = std::min(mc, me - m0);
         const std::size_t mp = (mv + 4 * W - 1) / (4 * W) * (4 * W);
@@ -300,8 +300,8 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
       return;
     } else {
       const std::size_t mc = wgrad_chunk(in, out, 32, 256, 16);
-      float* Xs = scratch(strip_stride<B>(mc) * (in / B), 0);
-      float* dYs = scratch(strip_stride<B>(mc) * (out / B), 1);
+      float* Xs = bsr_scratch(strip_stride<B>(mc) * (in / B), 0);
+      float* dYs = bsr_scratch(strip_stride<B>(mc) * (out / B), 1);
       for (std::size_t m0 = mb; m0 < me; m0 += mc) {
         const std::size_t mv = std::min(mc, me - m0);
         pack_strips<B>(X + m0 * ldx, ldx, mv, in, Xs);
@@ -321,7 +321,7 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
           constexpr bool lanes = false;
 #endif
           constexpr std::size_t U = lanes ? (B == 4 ? 8 : 4) : 2 * (W / B);
-          float* dummy = scratch(U * B * B, 2);
+          float* dummy = bsr_scratch(U * B * B, 2);
           std::memset(dummy, 0, U * B * B * sizeof(float));
           for_row_groups<U>(p, pb, pe, [&](std::size_t i, std::size_t q, std::size_t n) {
             std::size_t off[U];
