@@ -1,12 +1,13 @@
 // Generates text from a trained GPT checkpoint (SPEC §7): the prompt and its continuation on
 // stdout, tokens/s on stderr.
 //
-//   generate --checkpoint runs/gpt-mini/final --prompt "The meaning of life is" --max-new-tokens 50
+//   generate --checkpoint runs/gpt-mini --prompt "The meaning of life is" --max-new-tokens 50
 //            --temperature 0.8 --top-k 40 --top-p 0.95 --seed 1 [--no-cache] [--vocab-dir data/gpt2]
 //            [--threads N]
 //
 // The checkpoint directory holds config.json (HF GPT-2 keys; a block-sparse model also records
-// "sparselm": {"block_size", "sparsity"}) and model.safetensors (io/checkpoint.hpp). Generation
+// "sparselm": {"block_size", "sparsity"}) and model.safetensors (io/checkpoint.hpp); a run
+// directory (gpt_train/sparse_lm --out) stands for its newest complete checkpoint. Generation
 // itself lives in sparselm/models/generation.hpp; this is argument parsing, loading and output.
 
 #include <CLI/CLI.hpp>
@@ -77,7 +78,7 @@ int main(int argc, char** argv) {
   s.top_k = 40;
   s.top_p = 0.95f;
   s.seed = 1;
-  app.add_option("--checkpoint", ro.checkpoint, "Checkpoint directory (config.json + model.safetensors)")->required();
+  app.add_option("--checkpoint", ro.checkpoint, "Checkpoint directory (config.json + model.safetensors), or a run directory (its latest checkpoint)")->required();
   app.add_option("--prompt", ro.prompt, "Prompt text (must encode to at least one token)")->required();
   app.add_option("--max-new-tokens", ro.gen.max_new_tokens, "Tokens to generate at most")->capture_default_str();
   app.add_option("--temperature", s.temperature, "Softmax temperature; 0 is greedy")->capture_default_str();
@@ -100,6 +101,8 @@ int main(int argc, char** argv) {
   try {
     if (threads > 0) set_num_threads(threads);
     auto bpe = gpt2_bpe::from_directory(vocab_dir);
+    ro.checkpoint = io::resolve_checkpoint(ro.checkpoint);  // a run directory means its latest checkpoint
+    std::fprintf(stderr, "checkpoint %s\n", ro.checkpoint.string().c_str());
     json j = io::read_model_config(ro.checkpoint);
     std::size_t block = 0;
     sparse_plan plan;

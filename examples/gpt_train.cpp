@@ -105,7 +105,7 @@ int train(const gpt_job& job) {
     using recompute = Recompute;
     using optimizer = Optimizer;
   };
-  Model model(job.model, sparse_plan{job.sparsity});
+  Model model(job.model, sparse_plan{.sparsity = job.sparsity});
   model.init(job.run.seed);
   trainer<Model, policies> t(model, job.run.trainer, Optimizer(job.run.optimizer),
                              optim::make_schedule(job.run.schedule_json()));
