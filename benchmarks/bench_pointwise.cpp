@@ -74,7 +74,7 @@ void copy_floats(const float* __restrict src, float* __restrict dst, std::size_t
       a2.store_unaligned(dst + i + 2 * W);
       a3.store_unaligned(dst + i + 3 * W);
     }
-    for (; i < e; ++i) dst[i] = src[i];
+    std::copy(src + i, src + e, dst + i);  // the tail
   }, 16384);
 }
 

@@ -2,7 +2,7 @@
 // perplexity against the unigram baseline, JSON-lines metrics, checkpoints that HF-style tools read,
 // exact resume.
 //
-//   ./build/examples/encode_dataset -i data/corpus/train -o runs/data/train.tok \
+//   ./build/examples/encode_dataset -i data/corpus/train -o runs/data/train.tok
 //       --validation-input data/corpus/valid --validation-output runs/data/valid.tok
 //   ./build/examples/gpt_train --config configs/gpt-mini-train.json
 //   ./build/examples/gpt_train --config configs/gpt-mini-train.json --resume     # after Ctrl-C or a crash

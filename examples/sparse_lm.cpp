@@ -1,6 +1,6 @@
 // Trains the S1 dynamic-sparse language model (models/sparse_lm.hpp, SPEC §1-§4) on token files.
 //
-//   ./build/examples/sparse_lm --config configs/s1-tiny-train.json --train runs/data/train.tok \
+//   ./build/examples/sparse_lm --config configs/s1-tiny-train.json --train runs/data/train.tok
 //       --valid runs/data/valid.tok --steps 200 --out runs/s1-tiny
 //
 // The run config is train/run_config.hpp's (model, data, batch, steps, optimizer, schedule, trainer,

@@ -60,19 +60,17 @@ double measure_fma_peak_gflops(int threads, int repetitions = 7) {
   const double flops =
       double(nt) * double(iters) * chains * double(xsimd::batch<float, Arch>::size) * 2.0;
   std::vector<double> gflops;
-  volatile float sink = 0;
+  [[maybe_unused]] volatile float sink = 0;  // the results are stored, so the chains are not optimised away
   for (int rep = 0; rep <= repetitions; ++rep) {
     auto t0 = std::chrono::steady_clock::now();
+    float total = 0;
 #if defined(_OPENMP)
-#pragma omp parallel num_threads(nt)
-    {
-      float r = detail::fma_chains<Arch, chains>(iters, 1.0f + float(omp_get_thread_num()));
-#pragma omp atomic
-      sink = sink + r;  // NOLINT
-    }
+#pragma omp parallel num_threads(nt) reduction(+ : total)
+    total += detail::fma_chains<Arch, chains>(iters, 1.0f + float(omp_get_thread_num()));
 #else
-    sink = sink + detail::fma_chains<Arch, chains>(iters, 1.0f);
+    total = detail::fma_chains<Arch, chains>(iters, 1.0f);
 #endif
+    sink = total;
     auto t1 = std::chrono::steady_clock::now();
     if (rep > 0) gflops.push_back(flops / std::chrono::duration<double>(t1 - t0).count() * 1e-9);
   }
