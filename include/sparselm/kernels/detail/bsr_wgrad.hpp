@@ -15,8 +15,10 @@
 //    block row, whose dY strip rows are broadcast R times: one load per FMA, no horizontal work;
 //  * other 4 <= B < W (e.g. B = 4 on AVX2): G = W/B slots of one block row share a vector, the dY
 //    operand assembled from G pieces;
-//  * B == 1: X and dY chunks are transposed (lanes along M), each slot is a dot product, and W slots
-//    are reduced at once with a horizontal-add transpose.
+//  * B == 1: X and dY chunks are transposed (lanes along M) and each slot is a dot product. The
+//    slots are walked in L1-sized tiles of the larger side and, within a tile, in runs that share
+//    their smaller-side row, which is loaded into registers once per run: one load per FMA. W dot
+//    vectors at a time are reduced with a horizontal-add transpose.
 
 #include <algorithm>
 #include <bit>
@@ -253,6 +255,9 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
   // runs of one stream-side index (its row is loaded once per run, from L2, into registers).
   // Per position of that order: the slot and its tile-side row; per run: its stream-side row and
   // first position. Built once per call, shared by the threads and all chunks.
+  // Tried and not kept: transposing each tile of the larger side just before use (an L1 buffer
+  // instead of the whole chunk) with software prefetch of the next tile and chunk (no faster, the
+  // tile prefetch slower); chunks of 64 or 256 rows (NV = 4 / 16); 16 KiB tiles.
   constexpr std::size_t NV = 8, L = NV * W;
   [[maybe_unused]] bool stream_rows = true;
   [[maybe_unused]] const std::uint32_t *order = nullptr, *trow = nullptr, *run_row = nullptr, *run_ptr = nullptr;
@@ -265,45 +270,44 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
     const std::uint32_t* ptr = stream_rows ? p.row_ptr.data() : p.col_ptr.data();
     const std::uint32_t* list = stream_rows ? p.row_slots.data() : p.col_slots.data();
     const std::uint32_t* tile_of = stream_rows ? p.col.data() : p.row.data();
-    thread_local std::vector<std::uint32_t> ord, runs, cursor;
+    thread_local std::vector<std::uint32_t> ord, rrow, rptr, cursor, by_len, len_start;
     ord.resize(std::max(ord.size(), 2 * nnz));
-    runs.clear();
+    rrow.clear();
+    rptr.clear();
     cursor.assign(ptr, ptr + S);
+    by_len.resize(S);
     std::size_t pos = 0;
-    // Within a tile the runs go longest first: the run loop's trip count then changes rarely, so
-    // its exit branch is mostly predicted.
-    thread_local std::vector<std::pair<std::uint32_t, std::uint32_t>> tile_runs;  // (length, stream index)
+    // End of stream index s's run in the tile below `lim`: its slots are sorted by tile-side index.
+    auto run_end = [&](std::size_t s, std::size_t lim) {
+      std::uint32_t e = cursor[s];
+      while (e < ptr[s + 1] && tile_of[list[e]] < lim) ++e;
+      return e;
+    };
     for (std::size_t t0 = 0; t0 < T; t0 += TJ) {
-      tile_runs.clear();
-      for (std::size_t s = 0; s < S; ++s) {
-        std::uint32_t e = cursor[s];
-        while (e < ptr[s + 1] && tile_of[list[e]] < t0 + TJ) ++e;
-        if (e > cursor[s]) tile_runs.emplace_back(e - cursor[s], std::uint32_t(s));
-      }
-      std::stable_sort(tile_runs.begin(), tile_runs.end(), [](auto a, auto b) { return a.first > b.first; });
-      for (const auto& [n, s] : tile_runs) {
-        runs.push_back(s);
-        runs.push_back(std::uint32_t(pos));
-        for (std::uint32_t e = 0; e < n; ++e) {
+      // Within a tile the runs go longest first (a counting sort: a run has at most TJ slots), so
+      // the run loop's trip count changes rarely and its exit branch is mostly predicted.
+      len_start.assign(TJ + 2, 0);
+      for (std::size_t s = 0; s < S; ++s) ++len_start[TJ + 1 - (run_end(s, t0 + TJ) - cursor[s])];
+      for (std::size_t n = 1; n <= TJ + 1; ++n) len_start[n] += len_start[n - 1];
+      for (std::size_t s = 0; s < S; ++s) by_len[len_start[TJ - (run_end(s, t0 + TJ) - cursor[s])]++] = std::uint32_t(s);
+      for (std::size_t s : by_len) {
+        const std::uint32_t e = run_end(s, t0 + TJ);
+        if (e == cursor[s]) break;  // the empty runs come last
+        rrow.push_back(std::uint32_t(s));
+        rptr.push_back(std::uint32_t(pos));
+        for (; cursor[s] < e; ++pos) {
           const std::uint32_t slot = list[cursor[s]++];
           ord[pos] = slot;
           ord[nnz + pos] = tile_of[slot];
-          ++pos;
         }
       }
     }
-    nruns = runs.size() / 2;
-    // run_row and run_ptr (with the end position appended) as two arrays, after the pairs.
-    runs.resize(runs.size() + 2 * nruns + 1);
-    for (std::size_t r = 0; r < nruns; ++r) {
-      runs[2 * nruns + r] = runs[2 * r];
-      runs[3 * nruns + r] = runs[2 * r + 1];
-    }
-    runs[4 * nruns] = std::uint32_t(nnz);
+    nruns = rrow.size();
+    rptr.push_back(std::uint32_t(nnz));
     order = ord.data();
     trow = ord.data() + nnz;
-    run_row = runs.data() + 2 * nruns;
-    run_ptr = runs.data() + 3 * nruns;
+    run_row = rrow.data();
+    run_ptr = rptr.data();
     sums1 = scratch(std::size_t(nt) * (nnz + W), 3);
   }
   // B > 1: every thread accumulates its rows into its own partial gradient, in row_slots order so
