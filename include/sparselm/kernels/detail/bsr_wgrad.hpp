@@ -270,36 +270,39 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
     const std::uint32_t* ptr = stream_rows ? p.row_ptr.data() : p.col_ptr.data();
     const std::uint32_t* list = stream_rows ? p.row_slots.data() : p.col_slots.data();
     const std::uint32_t* tile_of = stream_rows ? p.col.data() : p.row.data();
-    thread_local std::vector<std::uint32_t> ord, rrow, rptr, cursor, by_len, len_start;
+    thread_local std::vector<std::uint32_t> ord, rrow, rptr, cursor, key, run_len, by_len, len_start;
     ord.resize(std::max(ord.size(), 2 * nnz));
     rrow.clear();
     rptr.clear();
     cursor.assign(ptr, ptr + S);
+    // The tile-side index of every slot in list order, gathered once: the scans below then read
+    // it sequentially instead of gathering from the pattern's slot arrays for every tile.
+    key.resize(nnz);
+    for (std::size_t e = 0; e < nnz; ++e) key[e] = tile_of[list[e]];
+    run_len.resize(S);
     by_len.resize(S);
     std::size_t pos = 0;
-    // End of stream index s's run in the tile below `lim`: its slots are sorted by tile-side index.
-    auto run_end = [&](std::size_t s, std::size_t lim) {
-      std::uint32_t e = cursor[s];
-      while (e < ptr[s + 1] && tile_of[list[e]] < lim) ++e;
-      return e;
-    };
     for (std::size_t t0 = 0; t0 < T; t0 += TJ) {
       // Within a tile the runs go longest first (a counting sort: a run has at most TJ slots), so
       // the run loop's trip count changes rarely and its exit branch is mostly predicted.
       len_start.assign(TJ + 2, 0);
-      for (std::size_t s = 0; s < S; ++s) ++len_start[TJ + 1 - (run_end(s, t0 + TJ) - cursor[s])];
+      for (std::size_t s = 0; s < S; ++s) {
+        std::uint32_t e = cursor[s];
+        while (e < ptr[s + 1] && key[e] < t0 + TJ) ++e;
+        run_len[s] = e - cursor[s];
+        ++len_start[TJ + 1 - run_len[s]];
+      }
       for (std::size_t n = 1; n <= TJ + 1; ++n) len_start[n] += len_start[n - 1];
-      for (std::size_t s = 0; s < S; ++s) by_len[len_start[TJ - (run_end(s, t0 + TJ) - cursor[s])]++] = std::uint32_t(s);
+      for (std::size_t s = 0; s < S; ++s) by_len[len_start[TJ - run_len[s]]++] = std::uint32_t(s);
       for (std::size_t s : by_len) {
-        const std::uint32_t e = run_end(s, t0 + TJ);
-        if (e == cursor[s]) break;  // the empty runs come last
+        if (run_len[s] == 0) break;  // the empty runs come last
         rrow.push_back(std::uint32_t(s));
         rptr.push_back(std::uint32_t(pos));
-        for (; cursor[s] < e; ++pos) {
-          const std::uint32_t slot = list[cursor[s]++];
-          ord[pos] = slot;
-          ord[nnz + pos] = tile_of[slot];
+        for (std::uint32_t e = cursor[s]; e < cursor[s] + run_len[s]; ++e, ++pos) {
+          ord[pos] = list[e];
+          ord[nnz + pos] = key[e];
         }
+        cursor[s] += run_len[s];
       }
     }
     nruns = rrow.size();
