@@ -150,6 +150,12 @@ void check_all_products() {
   check_products<B, Arch>({33, 4, 5}, 6, layout::skip_first_row, 8);
   // Enough rows for several panels and threads.
   check_products<B, Arch>({300, 3, 4}, 5, layout::random, 9);
+  // B = 1: grids large enough that the weight gradient's slot order spans several L1 tiles and
+  // runs, with either side streaming.
+  if constexpr (B == 1) {
+    check_products<B, Arch>({300, 150, 70}, 1500, layout::random, 10);
+    check_products<B, Arch>({300, 70, 150}, 1500, layout::random, 11);
+  }
 }
 
 template <std::size_t B, class Arch>

@@ -137,18 +137,26 @@ inline void transpose16(__m512 r[16]) noexcept {
 #endif
 
 // out[q] = sum of the lanes of v[q], q < W (a horizontal-add transpose). xsimd 8.1's haddp returns
-// the sums in a permuted order on AVX-512, so this does its own.
+// the sums in a permuted order on AVX-512, so this does its own. On AVX-512 it adds while it
+// shuffles, halving the data at every step (30 shuffles and 15 adds for 16 vectors, against 64
+// shuffles for a full transpose): pairs within 128-bit lanes, then quads, then across lanes.
 template <class Arch>
 inline void hsum_rows(const xsimd::batch<float, Arch>* v, float* out) {
   using vec = xsimd::batch<float, Arch>;
 #if defined(__AVX512F__)
   if constexpr (arch_is_avx512<Arch>) {
-    __m512 r[16];
-    for (int i = 0; i < 16; ++i) r[i] = v[i];
-    transpose16(r);
-    for (int i = 0; i < 8; ++i) r[i] = _mm512_add_ps(r[i], r[i + 8]);
-    for (int i = 0; i < 4; ++i) r[i] = _mm512_add_ps(r[i], r[i + 4]);
-    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_add_ps(r[0], r[2]), _mm512_add_ps(r[1], r[3])));
+    __m512 s1[8], s2[4];
+    // s1[k], per 128-bit lane: elements 0, 2 partial sums of v[2k], elements 1, 3 of v[2k+1].
+    for (int k = 0; k < 8; ++k)
+      s1[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+    // s2[j], per 128-bit lane L: element e is the sum of lane L of v[4j+e].
+    for (int j = 0; j < 4; ++j)
+      s2[j] = _mm512_add_ps(_mm512_shuffle_ps(s1[2 * j], s1[2 * j + 1], 0x44),
+                            _mm512_shuffle_ps(s1[2 * j], s1[2 * j + 1], 0xEE));
+    // Across the 128-bit lanes: lanes (0+1, 2+3) of s2[0], s2[1] and of s2[2], s2[3], then all four.
+    const __m512 a = _mm512_add_ps(_mm512_shuffle_f32x4(s2[0], s2[1], 0x88), _mm512_shuffle_f32x4(s2[0], s2[1], 0xDD));
+    const __m512 b = _mm512_add_ps(_mm512_shuffle_f32x4(s2[2], s2[3], 0x88), _mm512_shuffle_f32x4(s2[2], s2[3], 0xDD));
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD)));
     return;
   }
 #endif

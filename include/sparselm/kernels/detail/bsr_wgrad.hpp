@@ -15,8 +15,10 @@
 //    block row, whose dY strip rows are broadcast R times: one load per FMA, no horizontal work;
 //  * other 4 <= B < W (e.g. B = 4 on AVX2): G = W/B slots of one block row share a vector, the dY
 //    operand assembled from G pieces;
-//  * B == 1: X and dY chunks are transposed (lanes along M), each slot is a dot product, and W slots
-//    are reduced at once with a horizontal-add transpose.
+//  * B == 1: X and dY chunks are transposed (lanes along M) and each slot is a dot product. The
+//    slots are walked in L1-sized tiles of the larger side and, within a tile, in runs that share
+//    their smaller-side row, which is loaded into registers once per run: one load per FMA. W dot
+//    vectors at a time are reduced with a horizontal-add transpose.
 
 #include <algorithm>
 #include <bit>
@@ -180,33 +182,48 @@ inline void wgrad_group(const float* xs, const float* ds, const std::size_t* off
 
 // ---- B == 1: lanes along M -----------------------------------------------------------------------
 
-// Up to W dot products of length mc (multiple of 4W) between rows xr[q] of Xt and dr[q] of dYt;
-// acc[q] += result (acc: W floats, the tail beyond n is scratch).
-template <class Arch>
-inline void wgrad_dots(const float* Xt, const float* dYt, std::size_t mc, const std::uint32_t* xr,
-                       const std::uint32_t* dr, std::size_t n, float* acc) {
+// Dot products of length L = NV*W rows of one chunk (transposed, lanes along M) for runs of slots
+// that share their stream-side row: the run's stream row is loaded into NV registers once, and each
+// slot then loads only its tile-side row, which sits in L1 (runs come tile by tile). Per slot: NV
+// loads and NV FMAs. The dot vectors are staged W at a time and reduced with one horizontal-add
+// transpose into sums[pos]; positions are consecutive in run order and start at a multiple of W.
+template <class Arch, std::size_t NV>
+inline void wgrad_runs(const float* St, const float* Tt, const std::uint32_t* run_row, const std::uint32_t* run_ptr,
+                       std::size_t nruns, const std::uint32_t* trow, float* sums) {
   using vec = xsimd::batch<float, Arch>;
-  constexpr std::size_t W = vec::size;
+  constexpr std::size_t W = vec::size, L = NV * W;
+  static_assert(NV % 2 == 0);
   alignas(64) vec part[W];
-  for (std::size_t q = 0; q < W; ++q) {
-    if (q >= n) {
-      part[q] = vec(0.0f);
-      continue;
+  alignas(64) float red[W];
+  std::size_t k = 0;
+  for (std::size_t r = 0; r < nruns; ++r) {
+    const float* sr = St + std::size_t(run_row[r]) * L;
+    vec x[NV];
+#pragma GCC unroll 16
+    for (std::size_t v = 0; v < NV; ++v) x[v] = vec::load_aligned(sr + v * W);
+    for (std::size_t q = run_ptr[r]; q < run_ptr[r + 1]; ++q) {
+      const float* t = Tt + std::size_t(trow[q]) * L;
+      vec a0 = x[0] * vec::load_aligned(t), a1 = x[1] * vec::load_aligned(t + W);
+#pragma GCC unroll 16
+      for (std::size_t v = 2; v < NV; v += 2) {
+        a0 = xsimd::fma(x[v], vec::load_aligned(t + v * W), a0);
+        a1 = xsimd::fma(x[v + 1], vec::load_aligned(t + (v + 1) * W), a1);
+      }
+      part[k++] = a0 + a1;
+      if (k == W) {
+        hsum_rows<Arch>(part, red);
+        float* o = sums + (q + 1 - W);
+        (vec::load_unaligned(o) + vec::load_aligned(red)).store_unaligned(o);
+        k = 0;
+      }
     }
-    const float* x = Xt + std::size_t(xr[q]) * mc;
-    const float* d = dYt + std::size_t(dr[q]) * mc;
-    vec a0(0.0f), a1(0.0f), a2(0.0f), a3(0.0f);
-    for (std::size_t m = 0; m < mc; m += 4 * W) {
-      a0 = xsimd::fma(vec::load_aligned(x + m), vec::load_aligned(d + m), a0);
-      a1 = xsimd::fma(vec::load_aligned(x + m + W), vec::load_aligned(d + m + W), a1);
-      a2 = xsimd::fma(vec::load_aligned(x + m + 2 * W), vec::load_aligned(d + m + 2 * W), a2);
-      a3 = xsimd::fma(vec::load_aligned(x + m + 3 * W), vec::load_aligned(d + m + 3 * W), a3);
-    }
-    part[q] = (a0 + a1) + (a2 + a3);
   }
-  alignas(64) float sums[W];
-  hsum_rows<Arch>(part, sums);
-  (vec::load_unaligned(acc) + vec::load_aligned(sums)).store_unaligned(acc);
+  if (k != 0) {  // the last, partial group: its unused lanes add zeros to the padding of sums
+    for (std::size_t u = k; u < W; ++u) part[u] = vec(0.0f);
+    hsum_rows<Arch>(part, red);
+    float* o = sums + (run_ptr[nruns] - k);
+    (vec::load_unaligned(o) + vec::load_aligned(red)).store_unaligned(o);
+  }
 }
 
 // ---- driver --------------------------------------------------------------------------------------
@@ -232,36 +249,68 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
   const std::size_t nnz = p.nnz(), in = p.in(), out = p.out();
   if (M == 0 || nnz == 0) return;
   const int nt = int(std::min<std::size_t>(std::size_t(team_size()), std::max<std::size_t>(1, M / 64)));
-  // B == 1: each slot is a dot product of an X column and a dY column over a chunk of mc rows
-  // (transposed, lanes along M). Slots are walked tile by tile: TM indices of the shorter side,
-  // then every index of the longer side with its slots inside the tile, so one operand row is
-  // reused from L1 and the other comes from a tile of the transposed chunk that stays in L2.
-  [[maybe_unused]] const std::uint32_t* order = nullptr;
-  [[maybe_unused]] std::size_t mc1 = 0;
+  // B == 1: each slot is a dot product of an X column and a dY column over a chunk of L = NV*W rows
+  // (both transposed, lanes along M). The smaller side "streams": the slots are walked in tiles of
+  // TJ indices of the larger side (TJ rows of L floats, ~24 KiB, stay in L1), and within a tile in
+  // runs of one stream-side index (its row is loaded once per run, from L2, into registers).
+  // Per position of that order: the slot and its tile-side row; per run: its stream-side row and
+  // first position. Built once per call, shared by the threads and all chunks.
+  // Tried and not kept: transposing each tile of the larger side just before use (an L1 buffer
+  // instead of the whole chunk) with software prefetch of the next tile and chunk (no faster, the
+  // tile prefetch slower); chunks of 64 or 256 rows (NV = 4 / 16); 16 KiB tiles.
+  constexpr std::size_t NV = 8, L = NV * W;
+  [[maybe_unused]] bool stream_rows = true;
+  [[maybe_unused]] const std::uint32_t *order = nullptr, *trow = nullptr, *run_row = nullptr, *run_ptr = nullptr;
+  [[maybe_unused]] std::size_t nruns = 0;
   [[maybe_unused]] float* sums1 = nullptr;
   if constexpr (B == 1) {
-    const bool by_col = in <= out;
-    mc1 = std::max<std::size_t>(4 * W, std::min<std::size_t>(256, (M + 4 * W - 1) / (4 * W) * (4 * W)));
-    const std::size_t TM = std::max<std::size_t>(1, (256u * 1024u) / (sizeof(float) * mc1));
-    const std::size_t minor = by_col ? p.rows_b : p.cols_b, major = by_col ? p.cols_b : p.rows_b;
-    const std::uint32_t* ptr = by_col ? p.col_ptr.data() : p.row_ptr.data();
-    const std::uint32_t* list = by_col ? p.col_slots.data() : p.row_slots.data();
-    const std::uint32_t* minor_of = by_col ? p.row.data() : p.col.data();
-    // Per position: the slot, its X and dY rows, and its running sum (added to dvalues at the end).
-    thread_local std::vector<std::uint32_t> ord, cursor;
-    ord.resize(std::max(ord.size(), 3 * nnz + 2 * W));
-    cursor.assign(ptr, ptr + major);
+    stream_rows = in <= out;
+    const std::size_t TJ = std::max<std::size_t>(1, (24u * 1024u) / (sizeof(float) * L));
+    const std::size_t S = stream_rows ? p.rows_b : p.cols_b, T = stream_rows ? p.cols_b : p.rows_b;
+    const std::uint32_t* ptr = stream_rows ? p.row_ptr.data() : p.col_ptr.data();
+    const std::uint32_t* list = stream_rows ? p.row_slots.data() : p.col_slots.data();
+    const std::uint32_t* tile_of = stream_rows ? p.col.data() : p.row.data();
+    thread_local std::vector<std::uint32_t> ord, rrow, rptr, cursor, key, run_len, by_len, len_start;
+    ord.resize(std::max(ord.size(), 2 * nnz));
+    rrow.clear();
+    rptr.clear();
+    cursor.assign(ptr, ptr + S);
+    // The tile-side index of every slot in list order, gathered once: the scans below then read
+    // it sequentially instead of gathering from the pattern's slot arrays for every tile.
+    key.resize(nnz);
+    for (std::size_t e = 0; e < nnz; ++e) key[e] = tile_of[list[e]];
+    run_len.resize(S);
+    by_len.resize(S);
     std::size_t pos = 0;
-    for (std::size_t t0 = 0; t0 < minor; t0 += TM)
-      for (std::size_t J = 0; J < major; ++J)
-        while (cursor[J] < ptr[J + 1] && minor_of[list[cursor[J]]] < t0 + TM) {
-          const std::uint32_t s = list[cursor[J]++];
-          ord[pos] = s;
-          ord[nnz + W + pos] = p.row[s];
-          ord[2 * (nnz + W) + pos] = p.col[s];
-          ++pos;
+    for (std::size_t t0 = 0; t0 < T; t0 += TJ) {
+      // Within a tile the runs go longest first (a counting sort: a run has at most TJ slots), so
+      // the run loop's trip count changes rarely and its exit branch is mostly predicted.
+      len_start.assign(TJ + 2, 0);
+      for (std::size_t s = 0; s < S; ++s) {
+        std::uint32_t e = cursor[s];
+        while (e < ptr[s + 1] && key[e] < t0 + TJ) ++e;
+        run_len[s] = e - cursor[s];
+        ++len_start[TJ + 1 - run_len[s]];
+      }
+      for (std::size_t n = 1; n <= TJ + 1; ++n) len_start[n] += len_start[n - 1];
+      for (std::size_t s = 0; s < S; ++s) by_len[len_start[TJ - run_len[s]]++] = std::uint32_t(s);
+      for (std::size_t s : by_len) {
+        if (run_len[s] == 0) break;  // the empty runs come last
+        rrow.push_back(std::uint32_t(s));
+        rptr.push_back(std::uint32_t(pos));
+        for (std::uint32_t e = cursor[s]; e < cursor[s] + run_len[s]; ++e, ++pos) {
+          ord[pos] = list[e];
+          ord[nnz + pos] = key[e];
         }
+        cursor[s] += run_len[s];
+      }
+    }
+    nruns = rrow.size();
+    rptr.push_back(std::uint32_t(nnz));
     order = ord.data();
+    trow = ord.data() + nnz;
+    run_row = rrow.data();
+    run_ptr = rptr.data();
     sums1 = bsr_scratch(std::size_t(nt) * (nnz + W), 3);
   }
   // B > 1: every thread accumulates its rows into its own partial gradient, in row_slots order so
@@ -277,18 +326,15 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
     [[maybe_unused]] float* const dv = B == 1 ? nullptr : partial + std::size_t(t) * nnz * B * B;
     if constexpr (B != 1) std::memset(dv, 0, nnz * B * B * sizeof(float));
     if constexpr (B == 1) {
-      const std::size_t mc = mc1;
       float* const mysums = sums1 + std::size_t(t) * (nnz + W);
       std::memset(mysums, 0, (nnz + W) * sizeof(float));
-      float* Xt = bsr_scratch(in * mc, 0);
-      float* dYt = bsr_scratch(out * mc, 1);
-      for (std::size_t m0 = mb; m0 < me; m0 += mc) {
-        const std::size_t mv = std::min(mc, me - m0);
-        const std::size_t mp = (mv + 4 * W - 1) / (4 * W) * (4 * W);
-        pack_transpose<Arch>(X + m0 * ldx, ldx, mv, mp, in, Xt, mp);
-        pack_transpose<Arch>(dY + m0 * ldd, ldd, mv, mp, out, dYt, mp);
-        for (std::size_t q = pb; q < pe; q += W)
-          wgrad_dots<Arch>(Xt, dYt, mp, order + nnz + W + q, order + 2 * (nnz + W) + q, pe - q, mysums + q);
+      float* Xt = bsr_scratch(in * L, 0);
+      float* dYt = bsr_scratch(out * L, 1);
+      for (std::size_t m0 = mb; m0 < me; m0 += L) {
+        const std::size_t mv = std::min(L, me - m0);  // a short last chunk is zero-padded to L rows
+        pack_transpose<Arch>(X + m0 * ldx, ldx, mv, L, in, Xt, L);
+        pack_transpose<Arch>(dY + m0 * ldd, ldd, mv, L, out, dYt, L);
+        wgrad_runs<Arch, NV>(stream_rows ? Xt : dYt, stream_rows ? dYt : Xt, run_row, run_ptr, nruns, trow, mysums);
       }
       team_barrier(T);
       const auto [qb, qe] = share(nnz);
