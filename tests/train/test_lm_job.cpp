@@ -1,0 +1,222 @@
+// The run configuration of a training job (train/run_config.hpp) and the job itself
+// (train/lm_job.hpp): strict config reading with errors naming the field, overrides, and the job's
+// guarantees: nothing saved is overwritten by a fresh run, resume refuses a different model,
+// continues to more steps and keeps the metrics file consistent, bad data files are named.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "sparselm/data/token_file.hpp"
+#include "sparselm/io/checkpoint.hpp"
+#include "sparselm/models/gpt.hpp"
+#include "sparselm/train/lm_job.hpp"
+#include "sparselm/train/run_config.hpp"
+
+using namespace sparselm;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path scratch_dir(const std::string& name) {
+  fs::path d = fs::path(SPARSELM_TEST_TMPDIR) / "train_lm_job" / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string error_of(auto&& f) {
+  try {
+    f();
+  } catch (const sparselm::error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::vector<std::string> lines_of(const fs::path& p) {
+  std::ifstream in(p);
+  std::vector<std::string> out;
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) out.push_back(l);
+  return out;
+}
+
+json tiny_model() { return read_json_file(SPARSELM_SOURCE_DIR "/configs/gpt-tiny.json"); }
+
+// A run config over token files in `dir` (written here: a repeating pattern the model can learn).
+json run_json(const fs::path& dir, std::size_t steps) {
+  std::vector<std::int32_t> ids(3000);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int32_t((i * 7 + i / 13) % 61);
+  if (!fs::exists(dir / "train.tok")) {
+    data::write_token_file(dir / "train.tok", ids, 61);
+    data::write_token_file(dir / "valid.tok", std::span(ids).first(400), 61);
+  }
+  return json{{"model", tiny_model()},
+              {"data", {{"train", (dir / "train.tok").string()}, {"valid", (dir / "valid.tok").string()}}},
+              {"batch_size", 4},
+              {"seq_len", 16},
+              {"steps", steps},
+              {"schedule", {{"type", "constant"}, {"lr", 3e-3}}},
+              {"eval_every", 5},
+              {"log_every", 1},
+              {"checkpoint_every", 5},
+              {"threads", 0},
+              {"out", (dir / "out").string()}};
+}
+
+// Runs a whole job on the tiny dense GPT; returns the summary.
+json run_job(const json& j, bool resume, json model_override = {}) {
+  auto rc = lm_run_config::from_json(j, "test run");
+  json m = rc.model;
+  if (!model_override.is_null()) m.update(model_override);
+  gpt<> model(gpt_config::from_json(m, "model"));
+  model.init(rc.seed);
+  trainer<gpt<>> t(model, rc.trainer, optim::adamw<>(rc.optimizer), optim::make_schedule(rc.schedule_json()));
+  lm_job job(rc, j, "test_job");
+  return job.run(model, t, {.resume = resume, .print_summary = false});
+}
+
+}  // namespace
+
+TEST_CASE("run config: fields, defaults and errors that name the field") {
+  json j = {{"batch_size", 2}, {"seq_len", 32}, {"steps", 50}, {"data", {{"train", "a.tok"}}}};
+  auto rc = lm_run_config::from_json(j, "run.json");
+  CHECK(rc.batch_size == 2);
+  CHECK(rc.seq_len == 32);
+  CHECK(rc.loop.steps == 50);
+  CHECK(rc.train_data == "a.tok");
+  CHECK(rc.optimizer.at("type") == "adamw");
+  // the schedule's run-derived defaults: total steps = steps, warm-up 5 %
+  const json s = rc.schedule_json();
+  CHECK(s.at("total_steps") == 50);
+  CHECK(s.at("warmup_steps") == 2);
+
+  auto err = [](json bad) { return error_of([&] { lm_run_config::from_json(bad, "run.json"); }); };
+  CHECK(err({{"batch_sise", 2}}).find("batch_sise") != std::string::npos);
+  CHECK(err({{"batch_size", 0}}).find("batch_size") != std::string::npos);
+  CHECK(err({{"steps", -3}}).find("steps") != std::string::npos);
+  CHECK(err({{"seq_len", "long"}}).find("seq_len") != std::string::npos);
+  CHECK(err({{"order", "random"}}).find("order") != std::string::npos);
+  CHECK(err({{"data", {{"training", "x"}}}}).find("training") != std::string::npos);
+  CHECK(err({{"model", 3}}).find("model") != std::string::npos);
+  CHECK(err({{"threads", -1}}).find("threads") != std::string::npos);
+}
+
+TEST_CASE("run config files: model by relative name, malformed JSON named") {
+  const fs::path d = scratch_dir("files");
+  {
+    std::ofstream(d / "m.json") << tiny_model().dump();
+    std::ofstream(d / "run.json") << R"({"model": "m.json", "steps": 3})";
+    std::ofstream(d / "broken.json") << R"({"steps": 3,)";
+  }
+  auto [j, base] = read_run_json((d / "run.json").string());
+  CHECK(base == d);
+  CHECK(j.at("model").at("n_embd") == 16);  // inlined from m.json, found next to run.json
+  CHECK(error_of([&] { read_run_json((d / "broken.json").string()); }).find("broken.json") != std::string::npos);
+  CHECK(error_of([&] { read_run_json((d / "missing.json").string()); }).find("missing.json") != std::string::npos);
+  std::ofstream(d / "run2.json") << R"({"model": "nowhere.json"})";
+  CHECK(error_of([&] { read_run_json((d / "run2.json").string()); }).find("nowhere.json") != std::string::npos);
+}
+
+TEST_CASE("overrides: key.path=value sets nested fields with JSON or string values") {
+  json j = {{"schedule", {{"type", "constant"}}}};
+  apply_override(j, "schedule.lr=0.01");
+  apply_override(j, "trainer.accumulation.steps=4");
+  apply_override(j, "out=runs/x");
+  apply_override(j, "data.train=\"a b.tok\"");
+  CHECK(j["schedule"]["lr"].get<double>() == doctest::Approx(0.01));
+  CHECK(j["trainer"]["accumulation"]["steps"] == 4);
+  CHECK(j["out"] == "runs/x");
+  CHECK(j["data"]["train"] == "a b.tok");
+  CHECK(error_of([&] { apply_override(j, "no_equals_sign"); }).find("no_equals_sign") != std::string::npos);
+  CHECK(error_of([&] { apply_override(j, "out.sub=1"); }).find("not an object") != std::string::npos);
+  CHECK(error_of([&] { apply_override(j, "a..b=1"); }).find("empty key") != std::string::npos);
+}
+
+TEST_CASE("lm_job: a fresh run, refusal to overwrite, resume to more steps, model mismatch") {
+  const fs::path d = scratch_dir("job");
+  json j = run_json(d, 10);
+  const json first = run_job(j, false);
+  CHECK(first.at("steps") == 10);
+  CHECK(first.at("valid").at("perplexity").get<double>() < 61.0);  // learned something of the pattern
+  const fs::path out = d / "out";
+  REQUIRE(fs::exists(out / "checkpoints" / "latest"));
+  const auto ckpt = io::resolve_checkpoint(out);
+  CHECK(ckpt.filename() == "step-000010");
+  const auto model_bytes = fs::file_size(ckpt / io::model_file);
+  const auto metrics_before = lines_of(out / "metrics.jsonl");
+
+  // A fresh run into the same directory is refused, naming it, and changes nothing on disk.
+  const std::string refused = error_of([&] { run_job(j, false); });
+  CHECK(refused.find(out.string()) != std::string::npos);
+  CHECK(refused.find("--resume") != std::string::npos);
+  CHECK(lines_of(out / "metrics.jsonl") == metrics_before);
+  CHECK(fs::file_size(ckpt / io::model_file) == model_bytes);
+
+  // Resuming with another model is refused and names the checkpoint's config.
+  const std::string mismatch = error_of([&] { run_job(j, true, json{{"n_layer", 3}}); });
+  CHECK(mismatch.find("config.json") != std::string::npos);
+  CHECK(mismatch.find("differs") != std::string::npos);
+
+  // Resume to 15 steps: continues from step 10, the metrics file keeps one line per step.
+  j["steps"] = 15;
+  const json second = run_job(j, true);
+  CHECK(second.at("resumed_from") == 10);
+  CHECK(second.at("steps") == 15);
+  std::vector<std::size_t> train_steps;
+  std::size_t runs = 0;
+  for (const auto& l : lines_of(out / "metrics.jsonl")) {
+    const json m = json::parse(l);
+    if (m.at("kind") == "train") train_steps.push_back(m.at("step"));
+    if (m.at("kind") == "run") ++runs;
+  }
+  CHECK(runs == 2);  // the fresh run's line and the resumed run's line
+  REQUIRE(train_steps.size() == 15);
+  for (std::size_t i = 0; i < train_steps.size(); ++i) CHECK(train_steps[i] == i + 1);
+  CHECK(io::resolve_checkpoint(out).filename() == "step-000015");
+  CHECK(fs::exists(out / "checkpoints" / "step-000010"));  // keep = 2
+}
+
+TEST_CASE("lm_job: resume without checkpoints, bad data files") {
+  const fs::path d = scratch_dir("bad");
+  json j = run_json(d, 3);
+  CHECK(error_of([&] { run_job(j, true); }).find("no checkpoint") != std::string::npos);
+
+  // token ids beyond the model's vocabulary
+  std::vector<std::int32_t> big(100, 70);
+  data::write_token_file(d / "big.tok", big, 100);
+  json jb = j;
+  jb["data"]["train"] = (d / "big.tok").string();
+  const std::string vocab_err = error_of([&] { run_job(jb, false); });
+  CHECK(vocab_err.find("big.tok") != std::string::npos);
+  CHECK(vocab_err.find("vocab") != std::string::npos);
+
+  // an empty dataset (the writer refuses it; a file built by hand: the header with N = 0) and a
+  // truncated token file
+  CHECK(error_of([&] { data::write_token_file(d / "never.tok", std::vector<std::int32_t>{}, 61); })
+            .find("empty dataset") != std::string::npos);
+  CHECK_FALSE(fs::exists(d / "never.tok"));
+  std::string bytes;
+  {
+    std::ifstream in(d / "train.tok", std::ios::binary);
+    bytes.assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  std::string empty = bytes.substr(0, 64);
+  std::fill(empty.begin() + 16, empty.begin() + 24, '\0');  // token count 0
+  std::ofstream(d / "empty.tok", std::ios::binary) << empty;
+  jb["data"]["train"] = (d / "empty.tok").string();
+  const std::string empty_err = error_of([&] { run_job(jb, false); });
+  CHECK(empty_err.find("empty.tok") != std::string::npos);
+  CHECK(empty_err.find("empty") != std::string::npos);
+  std::ofstream(d / "cut.tok", std::ios::binary) << bytes.substr(0, bytes.size() / 2 + 1);
+  jb["data"]["train"] = (d / "cut.tok").string();
+  CHECK(error_of([&] { run_job(jb, false); }).find("cut.tok") != std::string::npos);
+  jb["data"]["train"] = (d / "absent.tok").string();
+  CHECK(error_of([&] { run_job(jb, false); }).find("absent.tok") != std::string::npos);
+  // none of the failed runs wrote checkpoints
+  CHECK_FALSE(fs::exists(d / "out" / "checkpoints" / "latest"));
+}
