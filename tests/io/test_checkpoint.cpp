@@ -12,6 +12,7 @@
 
 #include "sparselm/data/lm_batches.hpp"
 #include "sparselm/data/token_file.hpp"
+#include "../common/scratch.hpp"
 #include "sparselm/io/checkpoint.hpp"
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/train/dynamic_sparsity.hpp"
@@ -22,17 +23,9 @@ using namespace sparselm;
 namespace fs = std::filesystem;
 
 namespace {
-fs::path io_dir(const std::string& name) {
-  fs::path d = fs::path(SPARSELM_TEST_TMPDIR) / "io" / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), {}};
-}
-void spit(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
+using test::slurp;
+using test::spit;
+fs::path io_dir(const std::string& name) { return test::fresh_dir("io", name); }
 
 // A safetensors file built by hand: length prefix, header text, data bytes.
 std::string st_bytes(const std::string& header, const std::string& data) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/scratch.hpp"
 #include "sparselm/data/token_file.hpp"
 #include "sparselm/io/checkpoint.hpp"
 #include "sparselm/models/gpt.hpp"
@@ -21,12 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path scratch_dir(const std::string& name) {
-  fs::path d = fs::path(SPARSELM_TEST_TMPDIR) / "train_lm_job" / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path scratch_dir(const std::string& name) { return test::fresh_dir("train_lm_job", name); }
 
 std::string error_of(auto&& f) {
   try {
@@ -200,19 +196,15 @@ TEST_CASE("lm_job: resume without checkpoints, bad data files") {
   CHECK(error_of([&] { data::write_token_file(d / "never.tok", std::vector<std::int32_t>{}, 61); })
             .find("empty dataset") != std::string::npos);
   CHECK_FALSE(fs::exists(d / "never.tok"));
-  std::string bytes;
-  {
-    std::ifstream in(d / "train.tok", std::ios::binary);
-    bytes.assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  }
+  const std::string bytes = test::slurp(d / "train.tok");
   std::string empty = bytes.substr(0, 64);
   std::fill(empty.begin() + 16, empty.begin() + 24, '\0');  // token count 0
-  std::ofstream(d / "empty.tok", std::ios::binary) << empty;
+  test::spit(d / "empty.tok", empty);
   jb["data"]["train"] = (d / "empty.tok").string();
   const std::string empty_err = error_of([&] { run_job(jb, false); });
   CHECK(empty_err.find("empty.tok") != std::string::npos);
   CHECK(empty_err.find("empty") != std::string::npos);
-  std::ofstream(d / "cut.tok", std::ios::binary) << bytes.substr(0, bytes.size() / 2 + 1);
+  test::spit(d / "cut.tok", bytes.substr(0, bytes.size() / 2 + 1));
   jb["data"]["train"] = (d / "cut.tok").string();
   CHECK(error_of([&] { run_job(jb, false); }).find("cut.tok") != std::string::npos);
   jb["data"]["train"] = (d / "absent.tok").string();
