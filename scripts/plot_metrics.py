@@ -6,8 +6,9 @@
     scripts/plot_metrics.py runs/study/*.jsonl --validation-only --min-step 100 -o study.png
 
 One figure with two panels: loss (training and validation) and validation perplexity (log scale),
-against the optimiser step, with the unigram baseline (from the run line) as a dashed line. Several runs are drawn in one figure, one colour each. Only the
-Python standard library and gnuplot (Debian's gnuplot-nox) are needed.
+against the optimiser step, with the unigram baseline (from the run line) as a dashed line.
+Several runs are drawn in one figure, one colour each. Only the Python standard library and
+gnuplot (Debian's gnuplot-nox) are needed.
 """
 import argparse
 import json

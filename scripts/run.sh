@@ -47,10 +47,10 @@ if v:
 PY
 
 if command -v gnuplot > /dev/null; then
-  /usr/bin/python3 scripts/plot_metrics.py "$out/metrics.jsonl" -o "$out/curves.png" && echo "curves: $out/curves.png"
+  /usr/bin/python3 scripts/plot_metrics.py "$out/metrics.jsonl" -o "$out/curves.png"  # prints the PNG's path
 fi
 
 echo "== a sample from the trained model"
-"$build/examples/generate" --checkpoint "$out/checkpoints/$(cat "$out/checkpoints/latest")" \
+"$build/examples/generate" --checkpoint "$out" \
   --prompt "It was the best of" --max-new-tokens 60 --temperature 0.8 --top-k 40 --seed 1
 echo

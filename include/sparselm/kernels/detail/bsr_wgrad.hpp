@@ -195,6 +195,11 @@ inline void wgrad_runs(const float* St, const float* Tt, const std::uint32_t* ru
   static_assert(NV % 2 == 0);
   alignas(64) vec part[W];
   alignas(64) float red[W];
+  // Reduces the staged dot vectors and adds them to the W sums starting at o.
+  auto flush = [&](float* o) {
+    hsum_rows<Arch>(part, red);
+    (vec::load_unaligned(o) + vec::load_aligned(red)).store_unaligned(o);
+  };
   std::size_t k = 0;
   for (std::size_t r = 0; r < nruns; ++r) {
     const float* sr = St + std::size_t(run_row[r]) * L;
@@ -211,18 +216,14 @@ inline void wgrad_runs(const float* St, const float* Tt, const std::uint32_t* ru
       }
       part[k++] = a0 + a1;
       if (k == W) {
-        hsum_rows<Arch>(part, red);
-        float* o = sums + (q + 1 - W);
-        (vec::load_unaligned(o) + vec::load_aligned(red)).store_unaligned(o);
+        flush(sums + (q + 1 - W));
         k = 0;
       }
     }
   }
   if (k != 0) {  // the last, partial group: its unused lanes add zeros to the padding of sums
     for (std::size_t u = k; u < W; ++u) part[u] = vec(0.0f);
-    hsum_rows<Arch>(part, red);
-    float* o = sums + (run_ptr[nruns] - k);
-    (vec::load_unaligned(o) + vec::load_aligned(red)).store_unaligned(o);
+    flush(sums + (run_ptr[nruns] - k));
   }
 }
 
