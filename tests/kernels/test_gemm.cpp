@@ -105,8 +105,11 @@ TEST_CASE_TEMPLATE("gemm matches the reference on small and odd shapes, all tran
 
 TEST_CASE_TEMPLATE("gemm on larger shapes crossing every cache block", Arch, SPARSELM_GEMM_ARCHS) {
   struct shape { std::size_t M, N, K; };
-  // 257 x 300 x 513 crosses KC and MC; 70 x 2100 x 40 crosses NC (and splits N across threads).
-  const shape shapes[] = {{257, 300, 513}, {70, 2100, 40}, {200, 96, 300}};
+  // 257 x 300 x (KC + 9) crosses KC (two depth passes, the second accumulating) and MC;
+  // 70 x 2100 x 40 crosses NC (and splits N across threads).
+  using cfg = kernels::detail::gemm_config<Arch>;
+  static_assert(257 > cfg::MC && 2100 > cfg::NC, "the shapes below must cross MC and NC");
+  const shape shapes[] = {{257, 300, cfg::KC + 9}, {70, 2100, 40}, {200, 96, 300}};
   unsigned seed = 100;
   for (const auto& s : shapes)
     for (trans ta : both)

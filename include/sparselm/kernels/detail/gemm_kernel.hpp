@@ -28,11 +28,14 @@ struct gemm_config {
   static constexpr std::size_t MR = many_regs ? 14 : 6;
   static constexpr std::size_t NV = 2;
   static constexpr std::size_t NR = NV * W;
-  // Cache blocking (Zen 5: L1d 48 KiB, L2 1 MiB per core, L3 shared).
-  //   KC: depth of one pass; the B micro-panel (KC x NR) stays in L1 while A micro-panels stream.
-  //   MC: rows of the packed A block (MC x KC), kept in L2.
-  //   NC: columns of the packed B panel (KC x NC), kept in L2/L3.
-  static constexpr std::size_t KC = many_regs ? 256 : 256;
+  // Cache blocking (L1d 32-48 KiB, L2 1 MiB per core, L3 shared).
+  //   KC: depth of one pass. On AVX-512 the B micro-panel (KC x NR) lives in L2, not L1: a deep
+  //       pass amortises the write-out of C (one load+store of the C tile per KC rank-1 updates)
+  //       and measured best on Zen 4 (1 thread, M = 4096: KC 128 -> 81 %, 256 -> 86 %,
+  //       512 -> 90 %, 1024 -> 93 % of peak; docs/performance.md).
+  //   MC: rows of the packed A block (MC x KC, 0.7 MB at KC = 1024), kept in L2.
+  //   NC: columns of the packed B panel (KC x NC), kept in L3.
+  static constexpr std::size_t KC = many_regs ? 1024 : 256;
   static constexpr std::size_t MC = many_regs ? 14 * 12 : 6 * 24;
   static constexpr std::size_t NC = many_regs ? 32 * 64 : 16 * 128;
   // Row stride of a row-major packed A micro-panel: KC plus one cache line, so the MR rows do
