@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "common/peak.hpp"
 #include "sparselm/core/simd.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/kernels/bsr.hpp"
@@ -53,34 +54,6 @@ double median_time(int reps, const std::function<void()>& f) {
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
-}
-
-// FMA peak: independent FMA chains in registers on every thread.
-double fma_peak_gflops(int threads) {
-  using vec = simd<float>;
-  constexpr int chains = 16;
-  const long iters = 20'000'000;
-  double best = 0;
-  for (int trial = 0; trial < 3; ++trial) {
-    std::vector<float> sink(std::size_t(threads) * 64);
-    auto t0 = clock_type::now();
-#pragma omp parallel num_threads(threads)
-    {
-      vec acc[chains];
-      for (int c = 0; c < chains; ++c) acc[c] = vec(float(c) * 1e-3f);
-      const vec a(0.999999f), b(1e-7f);
-      for (long i = 0; i < iters; ++i) {
-#pragma GCC unroll 16
-        for (int c = 0; c < chains; ++c) acc[c] = xsimd::fma(acc[c], a, b);
-      }
-      vec s = acc[0];
-      for (int c = 1; c < chains; ++c) s += acc[c];
-      sink[std::size_t(thread_id()) * 64] = xsimd::hadd(s);
-    }
-    const double t = seconds_since(t0);
-    best = std::max(best, double(threads) * iters * chains * vec::size * 2 / t * 1e-9);
-  }
-  return best;
 }
 
 // Uniform pattern with ceil((1 - sparsity) * blocks) active blocks.
@@ -230,7 +203,7 @@ int main(int argc, char** argv) {
   for (int T : o.threads) {
     set_num_threads(T);
     openblas_set_num_threads(T);
-    const double peak = fma_peak_gflops(T);
+    const double peak = settled_fma_peak_gflops(T);
     std::printf("\n## %d thread%s, FMA peak %.0f GFLOP/s\n\n", T, T > 1 ? "s" : "", peak);
     std::printf("| in x out | sparsity | B | fwd ms | bwd-data ms | bwd-w ms | sparse step ms | gemm step ms | "
                 "speed-up vs gemm |%s effective GFLOP/s | %% of peak | dense_grad_pooled ms |\n",

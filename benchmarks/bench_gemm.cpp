@@ -16,9 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
-#include <map>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/peak.hpp"
@@ -58,24 +56,7 @@ struct pool {
 };
 pool buffers;
 
-// The FMA peak with `threads` threads. OpenBLAS (pthreads build) starts its worker threads when the
-// library loads and they spin for a while before they sleep; a probe run in that window shares the
-// cores with them (measured: 67 instead of 230 GFLOP/s on 2 threads). So a multi-thread peak below
-// 80 % of threads x the one-thread peak is measured again after a pause (up to 5 times).
-double peak_gflops(int threads) {
-  static std::map<int, double> cache;
-  auto it = cache.find(threads);
-  if (it != cache.end()) return it->second;
-  double p = sparselm::measure_fma_peak_gflops(threads);
-  if (threads > 1) {
-    const double one = peak_gflops(1);
-    for (int retry = 0; retry < 5 && p < 0.8 * threads * one; ++retry) {
-      std::this_thread::sleep_for(std::chrono::seconds(1));
-      p = sparselm::measure_fma_peak_gflops(threads);
-    }
-  }
-  return cache.emplace(threads, p).first->second;
-}
+double peak_gflops(int threads) { return sparselm::settled_fma_peak_gflops(threads); }
 
 void run_gemm(impl which, const op_form& op, std::size_t M, std::size_t K, std::size_t N) {
   const bool at = op.ta == trans::t, bt = op.tb == trans::t;
