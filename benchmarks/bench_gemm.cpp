@@ -56,8 +56,6 @@ struct pool {
 };
 pool buffers;
 
-double peak_gflops(int threads) { return sparselm::settled_fma_peak_gflops(threads); }
-
 void run_gemm(impl which, const op_form& op, std::size_t M, std::size_t K, std::size_t N) {
   const bool at = op.ta == trans::t, bt = op.tb == trans::t;
   const std::size_t ar = at ? K : M, ac = at ? M : K, br = bt ? N : K, bc = bt ? K : N;
@@ -85,7 +83,7 @@ void bm_gemm(benchmark::State& state, impl which, op_form op, std::size_t M, std
   }
   const double gflops = flops * double(state.iterations()) / seconds * 1e-9;
   state.counters["GFLOP/s"] = gflops;
-  state.counters["peak"] = gflops / peak_gflops(threads);
+  state.counters["peak"] = gflops / sparselm::settled_fma_peak_gflops(threads);
 }
 
 }  // namespace
@@ -111,7 +109,8 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("peak GFLOP/s (1 thread, 2 threads)",
-                              std::to_string(peak_gflops(1)) + ", " + std::to_string(peak_gflops(2)));
+                              std::to_string(sparselm::settled_fma_peak_gflops(1)) + ", " +
+                                  std::to_string(sparselm::settled_fma_peak_gflops(2)));
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "sparselm/core/simd.hpp"
 
@@ -22,39 +23,14 @@ template <class Arch>
 using fvec = simd<float, Arch>;
 
 // exp(x) for a batch of floats: Cody–Waite range reduction x = n·ln2 + r, |r| <= ln2/2, then
-// e^r = 1 + r + r²·P(r) with the degree-5 minimax P of Cephes' expf (≈1 ulp), and 2^n built in the
-// exponent bits. exp(x) = 0 for x < -87.33 (no denormals), +inf for x > 88.72; NaN stays NaN.
+// e^r = 1 + r + r²·P(r) with the degree-5 minimax P of Cephes' expf (≈1 ulp), then p·2^n.
+// exp(x) = 0 for x < -87.33 (no denormals), +inf for x > 88.72; NaN stays NaN.
 //
-// On AVX-512 the same reduction and polynomial end in VSCALEFPS, which computes p·2^n with
-// overflow to +inf built in, and one masked-zero for x < -87.33 (or -inf): 15 instructions
-// instead of 23, no compare-and-select chains (NaN fails the "x < lo" test and propagates).
+// The reduction and polynomial for a finite, clamped xc: returns n (integral) and p = e^r.
 template <class Arch>
-[[gnu::always_inline]] inline fvec<Arch> exp(fvec<Arch> x) noexcept {
+[[gnu::always_inline]] inline std::pair<fvec<Arch>, fvec<Arch>> exp_reduce(fvec<Arch> xc) noexcept {
   using F = fvec<Arch>;
-#if defined(__AVX512F__)
-  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
-    const __m512 v = x;
-    const __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_set1_ps(-87.3365447504019f), _CMP_NLT_UQ);
-    // min(hi, v) returns v when v is NaN; the clamp keeps r finite for v = +inf.
-    const __m512 xc = _mm512_min_ps(_mm512_set1_ps(88.8f), v);
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return F(_mm512_maskz_scalef_ps(keep, p, n));
-  }
-#endif
-  using I = simd<std::int32_t, Arch>;
-  const F hi(88.72283935546875f), lo(-87.3365447504019f);  // exp(hi) = FLT_MAX, exp(lo) = FLT_MIN
-  F xc = xsimd::min(xsimd::max(x, lo), hi);
-  F n = xsimd::nearbyint(xc * F(1.44269504088896341f));
+  const F n = xsimd::nearbyint(xc * F(1.44269504088896341f));
   F r = xsimd::fnma(n, F(0.693359375f), xc);  // x - n·ln2 (high part, exact product)
   r = xsimd::fnma(n, F(-2.12194440e-4f), r);   // ... - n·ln2 (low part)
   F p(1.9875691500e-4f);
@@ -63,14 +39,33 @@ template <class Arch>
   p = xsimd::fma(p, r, F(4.1665795894e-2f));
   p = xsimd::fma(p, r, F(1.6666665459e-1f));
   p = xsimd::fma(p, r, F(5.0000001201e-1f));
-  F r2 = r * r;
-  p = xsimd::fma(p, r2, r + F(1.0f));
+  return {n, xsimd::fma(p, r * r, r + F(1.0f))};
+}
+
+// On AVX-512, p·2^n is one VSCALEFPS (overflow to +inf built in) with a masked zero for
+// x < -87.33 (or -inf): no compare-and-select chains; NaN fails the "x < lo" test and propagates.
+// Elsewhere 2^n is built in the exponent bits and the edge cases are selected.
+template <class Arch>
+[[gnu::always_inline]] inline fvec<Arch> exp(fvec<Arch> x) noexcept {
+  using F = fvec<Arch>;
+  constexpr float lo = -87.3365447504019f, hi = 88.72283935546875f;  // exp(lo) = FLT_MIN, exp(hi) = FLT_MAX
+#if defined(__AVX512F__)
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
+    const __m512 v = x;
+    const __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_set1_ps(lo), _CMP_NLT_UQ);
+    // min(88.8, v) returns v when v is NaN; the clamp keeps r finite for v = +inf.
+    const auto [n, p] = exp_reduce<Arch>(F(_mm512_min_ps(_mm512_set1_ps(88.8f), v)));
+    return F(_mm512_maskz_scalef_ps(keep, p, n));
+  }
+#endif
+  using I = simd<std::int32_t, Arch>;
+  const auto [n, p] = exp_reduce<Arch>(xsimd::min(xsimd::max(x, F(lo)), F(hi)));
   // 2^n as 2^n1 · 2^(n - n1) with n1 = n/2: n reaches 128 near the top of the range, where a
   // single exponent field would overflow.
   const I ni = xsimd::to_int(n), n1 = ni >> 1;
   const F y = p * xsimd::bitwise_cast<F>((n1 + I(127)) << 23) * xsimd::bitwise_cast<F>((ni - n1 + I(127)) << 23);
-  F out = xsimd::select(x < lo, F(0.0f), y);
-  out = xsimd::select(x > hi, F(std::numeric_limits<float>::infinity()), out);
+  F out = xsimd::select(x < F(lo), F(0.0f), y);
+  out = xsimd::select(x > F(hi), F(std::numeric_limits<float>::infinity()), out);
   return xsimd::select(xsimd::isnan(x), x, out);  // (x != x is an ordered compare on some targets)
 }
 
