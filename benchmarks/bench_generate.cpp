@@ -5,7 +5,7 @@
 //   flock /tmp/sparselm-cpu.lock ./build/benchmarks/bench_generate --threads 2 --prompt 32 --new 64
 //
 // tokens/s = new tokens / wall time of generate() (prefill included). "prefill ms" is one
-// gpt_decoder::forward over the prompt; "decode ms/token" is (generate time − prefill) / (new − 1).
+// decoder::forward over the prompt; "decode ms/token" is (generate time − prefill) / (new − 1).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +16,7 @@
 
 #include "sparselm/core/threads.hpp"
 #include "sparselm/models/generation.hpp"
+#include "sparselm/models/gpt.hpp"
 
 using namespace sparselm;
 
@@ -52,7 +53,7 @@ void run(const std::string& name, const std::string& config, std::size_t prompt_
   // Prefill alone (cached path).
   std::vector<double> prefill;
   {
-    gpt_decoder<gpt<>> dec(model, 1);
+    decoder<gpt<>> dec(model, 1);
     std::vector<float> logits(cfg.vocab_size);
     for (std::size_t r = 0; r <= runs; ++r) {
       dec.reset();

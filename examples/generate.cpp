@@ -1,14 +1,16 @@
-// Generates text from a trained GPT checkpoint (SPEC §7): the prompt and its continuation on
-// stdout, tokens/s on stderr.
+// Generates text from a checkpoint of any causal LM this library trains (GPT dense or block-sparse
+// with any block size, the S1 sparse LM): the prompt and its continuation on stdout, tokens/s on
+// stderr.
 //
 //   generate --checkpoint runs/gpt-mini --prompt "The meaning of life is" --max-new-tokens 50
 //            --temperature 0.8 --top-k 40 --top-p 0.95 --seed 1 [--no-cache] [--vocab-dir data/gpt2]
 //            [--threads N]
 //
-// The checkpoint directory holds config.json (HF GPT-2 keys; a block-sparse model also records
-// "sparselm": {"block_size", "sparsity"}) and model.safetensors (io/checkpoint.hpp); a run
-// directory (gpt_train/sparse_lm --out) stands for its newest complete checkpoint. Generation
-// itself lives in sparselm/models/generation.hpp; this is argument parsing, loading and output.
+// The checkpoint directory holds config.json ("model_type" gpt2 or sparse_lm; a block-sparse GPT
+// also records "sparselm": {"block_size", "sparsity"}) and model.safetensors (io/checkpoint.hpp);
+// a run directory (gpt_train/sparse_lm --out) stands for its newest complete checkpoint. The model
+// type comes from train/registry.hpp, generation from models/generation.hpp; this is argument
+// parsing, loading and output.
 
 #include <CLI/CLI.hpp>
 
@@ -22,6 +24,7 @@
 #include "sparselm/data/gpt2_bpe.hpp"
 #include "sparselm/io/checkpoint.hpp"
 #include "sparselm/models/generation.hpp"
+#include "sparselm/train/registry.hpp"
 
 using namespace sparselm;
 using sparselm::data::gpt2_bpe;
@@ -35,14 +38,14 @@ struct run_options {
   generation_options gen;
 };
 
-template <class Model>
-int run(const run_options& ro, const gpt_config& cfg, const sparse_plan& plan, gpt2_bpe& bpe) {
-  Model model(cfg, plan);
+template <class Model, class Family, class Spec>
+int run(const run_options& ro, const Spec& spec, gpt2_bpe& bpe) {
+  Model model = Family::template make<Model>(spec);
   if constexpr (Model::sparsity::is_sparse) model.init(0);  // sizes the block patterns that loading restores
   io::load_model(ro.checkpoint, model);
   generation_options o = ro.gen;
-  if (o.stop_token >= 0 && std::size_t(o.stop_token) >= cfg.vocab_size) {
-    std::fprintf(stderr, "note: the model's vocabulary (%zu) has no <|endoftext|>; no stop token\n", cfg.vocab_size);
+  if (o.stop_token >= 0 && std::size_t(o.stop_token) >= model.vocab_size()) {
+    std::fprintf(stderr, "note: the model's vocabulary (%zu) has no <|endoftext|>; no stop token\n", model.vocab_size());
     o.stop_token = -1;
   }
   const std::vector<std::int32_t> prompt = bpe.encode(ro.prompt, specials::allow);
@@ -103,28 +106,11 @@ int main(int argc, char** argv) {
     auto bpe = gpt2_bpe::from_directory(vocab_dir);
     ro.checkpoint = io::resolve_checkpoint(ro.checkpoint);  // a run directory means its latest checkpoint
     std::fprintf(stderr, "checkpoint %s\n", ro.checkpoint.string().c_str());
-    json j = io::read_model_config(ro.checkpoint);
-    std::size_t block = 0;
-    sparse_plan plan;
-    if (j.contains("sparselm")) {  // block-sparse checkpoint: block size and sparsity
-      config_reader r(j["sparselm"], (ro.checkpoint / "config.json").string() + " sparselm");
-      block = r.require<std::size_t>("block_size");
-      plan.sparsity = r.require<double>("sparsity");
-      r.finish();
-      j.erase("sparselm");
-    }
-    const auto cfg = gpt_config::from_json(j, (ro.checkpoint / "config.json").string());
-    const bool erf = cfg.activation_function == "gelu";
-    using kernels::gelu_kind;
-    if (block == 0) return erf ? run<gpt<float, dense, gelu_kind::erf>>(ro, cfg, plan, bpe)
-                               : run<gpt<float, dense, gelu_kind::tanh>>(ro, cfg, plan, bpe);
-    SPARSELM_CHECK(!erf, "generate: block-sparse checkpoints with activation 'gelu' (erf) are not supported here");
-    switch (block) {
-      case 4: return run<gpt<float, block_sparse<4>>>(ro, cfg, plan, bpe);
-      case 8: return run<gpt<float, block_sparse<8>>>(ro, cfg, plan, bpe);
-      case 16: return run<gpt<float, block_sparse<16>>>(ro, cfg, plan, bpe);
-      default: fail("generate: unsupported block size ", block, " (4, 8 or 16)");
-    }
+    const json j = io::read_model_config(ro.checkpoint);
+    return registry::with_model(j, (ro.checkpoint / "config.json").string(),
+                                [&]<class Model, class Family>(const auto& spec) {
+                                  return run<Model, Family>(ro, spec, bpe);
+                                });
   } catch (const sparselm::error& e) {
     std::fprintf(stderr, "generate: %s\n", e.what());
     return 1;

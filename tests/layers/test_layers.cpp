@@ -145,10 +145,11 @@ TEST_CASE("embedding and tied head: gradients by finite differences through the 
     s.batch = B;
     s.seq = T;
     std::vector<float> x(B * T * C), dx(grad ? B * T * C : 0);
-    emb.forward(s, ids, matrix_view<float>(x.data(), B * T, C));
+    token_position_embedding::cache ec;
+    emb.forward(s, ids, matrix_view<float>(x.data(), B * T, C), ec);
     auto st = head.forward_backward(s, const_matrix_view<float>(x.data(), B * T, C), targets, weights, 0.5f,
                                     matrix_view<float>(dx.data(), grad ? B * T : 0, C));
-    if (grad) emb.backward(s, ids, matrix_view<float>(dx.data(), B * T, C));
+    if (grad) emb.backward(s, ids, matrix_view<float>(dx.data(), B * T, C), ec);
     return st;
   };
   grads.zero();

@@ -63,11 +63,11 @@ TEST_CASE("sinusoidal_table: sin on even, cos on odd columns with frequencies 10
 TEST_CASE("sinusoidal_positions: y = x + norm(PE) against a naive reference; finite differences") {
   const std::size_t B = 3, T = 4, E = 6;
   auto layout = std::make_shared<arena_layout>();
-  sinusoidal_positions pos(*layout, "pos", 8, E, 1e-5f, 0.1f);
+  sinusoidal_positions pos(*layout, "pos", 8, E, {1e-5f, 0.1f});
   sinusoidal_positions::cache c;
   auto lay = std::shared_ptr<const arena_layout>(layout);
   arena<float> params(lay), grads(lay);
-  pos.init(params);
+  pos.norm().init(params);
   CHECK(params.at("pos.weight")[0] == 0.1f);
   counter_rng(3).fill_normal(params.all(), 9, 0.0f, 0.5f);  // non-trivial gamma and beta
   std::vector<float> x(B * T * E), y(B * T * E);
@@ -99,7 +99,7 @@ TEST_CASE("sinusoidal_positions: y = x + norm(PE) against a naive reference; fin
   auto s9 = ctx_of(params, grads, tmp, 1, 9);
   std::vector<float> x9(9 * E);
   CHECK_THROWS_WITH_AS(pos.forward(s9, const_matrix_view<float>(x9.data(), 9, E), matrix_view<float>(x9.data(), 9, E), c),
-                       doctest::Contains("sequence length 9 exceeds the 8 positions"), error);
+                       doctest::Contains("positions up to 9 exceed the 8 positions"), error);
 }
 
 TEST_CASE_TEMPLATE("factorised_embedding: naive reference and finite differences", S, dense, block_sparse<4>) {

@@ -9,6 +9,8 @@
 
 #include "sparselm/core/threads.hpp"
 #include "sparselm/models/generation.hpp"
+#include "sparselm/models/gpt.hpp"
+#include "sparselm/models/sparse_lm.hpp"
 
 using namespace sparselm;
 
@@ -40,15 +42,14 @@ double rel_diff(const float* a, const float* b, std::size_t n) {
 // compares the logits of every position with gpt::logits over the whole sequences.
 template <class Model>
 void check_cache_against_full(Model& m, std::size_t B, const std::vector<std::size_t>& chunks) {
-  const auto& cfg = m.config();
-  const std::size_t V = cfg.vocab_size;
+  const std::size_t V = m.vocab_size();
   std::size_t T = 0;
   for (auto c : chunks) T += c;
   const auto ids = random_ids(B * T, V, 11);  // sequence b at b·T..b·T+T
   std::vector<float> full(B * T * V);
   m.logits(ids, B, T, {full.data(), B * T, V});
 
-  gpt_decoder<Model> dec(m, B);
+  decoder<Model> dec(m, B);
   std::size_t pos = 0;
   double worst = 0;
   for (std::size_t n : chunks) {
@@ -102,7 +103,7 @@ TEST_CASE("generation: cached logits equal the full forward at every position") 
   SUBCASE("last-position logits (row-dot head) equal the last row of the all-position logits (GEMM head)") {
     const std::size_t V = m.config().vocab_size;
     const auto ids = random_ids(2 * 6, V, 5);
-    gpt_decoder<gpt<>> a(m, 2), b(m, 2);
+    decoder<gpt<>> a(m, 2), b(m, 2);
     std::vector<float> all(2 * 6 * V), last(2 * V);
     a.forward(ids, 6, {all.data(), 12, V});
     b.forward(ids, 6, {last.data(), 2, V});
@@ -117,6 +118,69 @@ TEST_CASE("generation: cached logits of a block-sparse GPT equal its full forwar
   gpt<float, block_sparse<4>> m(tiny(), plan);
   m.init(4);
   check_cache_against_full(m, 2, {3, 1, 1, 2, 1});
+}
+
+namespace {
+sparse_lm_config s1_tiny(std::size_t block) {
+  auto c = sparse_lm_config::from_json(read_json_file(SPARSELM_SOURCE_DIR "/configs/s1-tiny.json"), "s1-tiny");
+  c.block_size = block;
+  c.sparsity = 0.5;
+  c.projection_bias = true;  // the logit bias takes part in decoding too
+  c.layer_norm_gamma = 1.0f; // larger activations: logits that differ clearly between positions
+  return c;
+}
+
+// The same seeded text with the cache and without, on 1 and 2 threads.
+template <class Model>
+void check_same_text(Model& m) {
+  const std::size_t V = m.vocab_size();
+  const auto prompt = random_ids(3, V, 21);
+  auto o = opts(0.9f, 8, 17);
+  std::vector<std::vector<std::int32_t>> runs;
+  const int default_threads = num_threads();
+  for (int threads : {1, 2})
+    for (bool cache : {true, false}) {
+      set_num_threads(threads);
+      o.use_cache = cache;
+      runs.push_back(generate(m, prompt, o));
+    }
+  set_num_threads(default_threads);
+  REQUIRE(runs[0].size() == 8);
+  for (auto& r : runs) CHECK(r == runs[0]);
+}
+}  // namespace
+
+TEST_CASE("generation: every model kind decodes with the cache as without it") {
+  SUBCASE("GPT, block size 1 (unstructured)") {
+    gpt<float, block_sparse<1>> m(tiny(), sparse_plan{.sparsity = 0.5});
+    m.init(6);
+    check_cache_against_full(m, 2, {3, 1, 2, 1});
+    check_same_text(m);
+  }
+  SUBCASE("GPT, block size 16") {
+    auto c = tiny();
+    c.n_embd = 32;
+    c.n_head = 2;
+    gpt<float, block_sparse<16>> m(c, sparse_plan{.sparsity = 0.5});
+    m.init(7);
+    check_cache_against_full(m, 1, {4, 1, 1});
+    check_same_text(m);
+  }
+  SUBCASE("S1 sparse LM, dense") {
+    sparse_lm<float, dense> m(s1_tiny(0));
+    m.init(8);
+    check_cache_against_full(m, 2, {5, 1, 1, 2});
+    check_same_text(m);
+  }
+  SUBCASE("S1 sparse LM, block size 4 and 1") {
+    sparse_lm<float, block_sparse<4>> m(s1_tiny(4));
+    m.init(9);
+    check_cache_against_full(m, 2, {2, 3, 1});
+    check_same_text(m);
+    sparse_lm<float, block_sparse<1>> u(s1_tiny(1));
+    u.init(10);
+    check_cache_against_full(u, 1, {3, 1, 1});
+  }
 }
 
 TEST_CASE("generation: greedy is the argmax; top_k = 1 is greedy") {
@@ -354,7 +418,7 @@ TEST_CASE("generation: bad input is an error naming the culprit") {
 
   // The decoder's own checks.
   const std::size_t V = m.config().vocab_size;
-  gpt_decoder<gpt<>> dec(m, 1);
+  decoder<gpt<>> dec(m, 1);
   std::vector<float> out(16 * V);
   CHECK_THROWS_WITH_AS(dec.forward(std::vector<std::int32_t>{}, 0, {out.data(), 1, V}), doctest::Contains("no new tokens"),
                        sparselm::error);
@@ -365,5 +429,5 @@ TEST_CASE("generation: bad input is an error naming the culprit") {
   dec.forward(random_ids(15, V, 1), 15, {out.data(), 1, V});
   CHECK_THROWS_WITH_AS(dec.forward(std::vector<std::int32_t>{1, 2}, 2, {out.data(), 1, V}),
                        doctest::Contains("capacity 16"), sparselm::error);
-  CHECK_THROWS_WITH_AS(gpt_decoder<gpt<>>(m, 1, 17), doctest::Contains("n_positions"), sparselm::error);
+  CHECK_THROWS_WITH_AS(decoder<gpt<>>(m, 1, 17), doctest::Contains("capacity 17 exceeds the model's 16 positions"), sparselm::error);
 }

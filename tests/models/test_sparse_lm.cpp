@@ -125,8 +125,8 @@ TEST_CASE("sparse_lm: S1 initialisation, parameters and sparse projections") {
   const double a = std::sqrt(6.0 / (double(up.in() + up.out()) * up.density()));
   for (float x : m.params().at("embedding.up.weight")) CHECK(std::fabs(x) <= a);
   // the attention width is attention_heads · qkv_length, independent of hidden_length
-  CHECK(m.blocks()[0].attn().qkv().out() == 3 * 2 * 8);
-  CHECK(m.blocks()[0].attn().proj().in() == 16);
+  CHECK(m.stack()[0].attn().qkv().out() == 3 * 2 * 8);
+  CHECK(m.stack()[0].attn().proj().in() == 16);
 
   // ERK: same total number of blocks, different split
   json j = tiny_json();

@@ -12,8 +12,34 @@
 #include "sparselm/core/simd.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/core/view.hpp"
+#include "sparselm/kernels/detail/simd_math.hpp"
 
 namespace sparselm::kernels {
+
+// Dot product and y += w·x over n contiguous floats (decoding, few-row logits).
+namespace detail {
+
+template <class Arch = native_arch>
+inline float dot(const float* a, const float* b, std::size_t n) noexcept {
+  using F = fvec<Arch>;
+  F acc(0.0f);
+  for_each_batch<Arch>(0, n, [&](std::size_t j, std::size_t m) {
+    acc = xsimd::fma(loadn<Arch>(a + j, m), loadn<Arch>(b + j, m), acc);
+  });
+  return hsum<Arch>(acc);
+}
+
+// y += w · x (n floats).
+template <class Arch = native_arch>
+inline void axpy(float w, const float* x, float* y, std::size_t n) noexcept {
+  using F = fvec<Arch>;
+  const F wv(w);
+  for_each_batch<Arch>(0, n, [&](std::size_t j, std::size_t m) {
+    storen<Arch>(xsimd::fma(wv, loadn<Arch>(x + j, m), loadn<Arch>(y + j, m)), y + j, m);
+  });
+}
+
+}  // namespace detail
 
 // db[j] += sum_i dy(i, j). Threads own disjoint column ranges and sum rows in order, so the result
 // does not depend on the thread count.

@@ -7,6 +7,7 @@
 //   a   (N,HD)  = softmax(Q Kᵀ / sqrt(D) + mask) V   per (b, h); lse (B·H·T) saved
 //   y   (N,C)   = a · Wo (HD,C) [+ b]
 // The mask kind is a template parameter (causal for GPT, padding for BERT-style encoders).
+// forward_cached (causal only) runs new positions against a kv_cache for incremental decoding.
 
 #include <cmath>
 #include <cstdint>
@@ -14,8 +15,11 @@
 #include <vector>
 
 #include "sparselm/kernels/attention.hpp"
+#include "sparselm/kernels/decode_attention.hpp"
 #include "sparselm/layers/context.hpp"
+#include "sparselm/layers/kv_cache.hpp"
 #include "sparselm/layers/linear.hpp"
+#include "sparselm/layers/visit.hpp"
 
 namespace sparselm {
 
@@ -23,6 +27,7 @@ template <class T = float, sparsity_type Sparsity = dense, kernels::attention_ma
 class self_attention {
  public:
   using linear_type = linear<T, Sparsity>;
+  static constexpr kernels::attention_mask mask = Mask;
   struct cache {
     typename linear_type::cache qkv_c, proj_c;
     buffer qkv;  // (N,3HD)
@@ -37,7 +42,7 @@ class self_attention {
                  std::uint64_t site = 0, const sparse_plan* plan = nullptr)
       : c_(channels), h_(heads), d_(head_dim), drop_(attn_dropout), site_(site),
         qkv_(layout, prefix + ".c_attn", channels, 3 * heads * head_dim, qkv_bias, plan),
-        proj_(layout, prefix + ".c_proj", heads * head_dim, channels, proj_bias, plan) {
+        proj_(layout, prefix + ".c_proj", heads * head_dim, channels, proj_bias, plan, linear_role::residual_output) {
     SPARSELM_CHECK(heads > 0 && head_dim > 0, "attention '", prefix, "': zero heads or head width");
   }
 
@@ -45,11 +50,12 @@ class self_attention {
   const linear_type& proj() const noexcept { return proj_; }
   std::size_t heads() const noexcept { return h_; }
   std::size_t head_dim() const noexcept { return d_; }
-  std::vector<param_ref> parameters() const {
-    auto r = qkv_.parameters();
-    for (auto& p : proj_.parameters()) r.push_back(p);
-    return r;
+  template <class F>
+  void visit(F&& f) const {
+    f(qkv_);
+    f(proj_);
   }
+  std::vector<param_ref> parameters() const { return parameters_of(*this); }
 
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
     const std::size_t N = x.rows;
@@ -59,6 +65,32 @@ class self_attention {
     auto att = c.att.matrix(N, h_ * d_);
     kernels::attention_forward(qkv, att, c.lse.get(s.batch * h_ * s.seq), shape(s), Mask, scale(), s.lengths,
                                dropout(s));
+    proj_.forward(s, att, y, c.proj_c);
+  }
+
+  // Incremental decoding: x holds s.seq new positions of each of s.batch sequences, at positions
+  // [past, past + s.seq); their keys and values are written into layer `layer` of kv, and they
+  // attend to every cached position up to their own. The caller advances kv after the stack.
+  void forward_cached(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c, kv_cache& kv,
+                      std::size_t layer, std::size_t past) const {
+    static_assert(Mask == kernels::attention_mask::causal, "self_attention::forward_cached: causal attention only");
+    const std::size_t B = s.batch, n = s.seq, N = x.rows, HD = h_ * d_;
+    SPARSELM_CHECK(N == B * n && kv.batch() == B && kv.width() == HD && layer < kv.layers(),
+                   "attention: cached forward of ", N, " rows (", B, " x ", n, ", width ", HD,
+                   ") does not fit the kv cache (batch ", kv.batch(), ", width ", kv.width(), ", layers ", kv.layers(), ")");
+    auto qkv = c.qkv.matrix(N, 3 * HD);
+    qkv_.forward(s, x, qkv, c.qkv_c);
+    for (std::size_t b = 0; b < B; ++b) {
+      auto K = kv.keys(layer, b), V = kv.values(layer, b);
+      for (std::size_t i = 0; i < n; ++i) {
+        const float* r = qkv.row(b * n + i);
+        std::copy_n(r + HD, HD, K.row(past + i));
+        std::copy_n(r + 2 * HD, HD, V.row(past + i));
+      }
+    }
+    auto att = c.att.matrix(N, HD);
+    kernels::decode_attention(qkv, kv.keys(layer, 0).data, kv.values(layer, 0).data,
+                              {B, n, past, kv.capacity(), h_, d_}, att, c.lse.get(B * h_ * kv.capacity()));
     proj_.forward(s, att, y, c.proj_c);
   }
 

@@ -37,6 +37,7 @@ class buffer {
 enum scratch_slot : std::size_t {
   slot_block_a,      // block: branch output / branch gradient (N,C)
   slot_block_b,      // block: gradient w.r.t. a norm's output (N,C)
+  slot_block_c,      // block (post-LN): gradient w.r.t. a norm's input (N,C)
   slot_ffn_hidden,   // feed-forward: hidden gradient (N,F)
   slot_attn_out,     // attention: gradient w.r.t. the heads' output (N,HD)
   slot_attn_qkv,     // attention: gradient w.r.t. fused qkv (N,3HD)

@@ -13,11 +13,14 @@
 #include "sparselm/kernels/dropout.hpp"
 #include "sparselm/kernels/embedding.hpp"
 #include "sparselm/layers/context.hpp"
+#include "sparselm/layers/visit.hpp"
 
 namespace sparselm {
 
 class token_position_embedding {
  public:
+  struct cache {};  // nothing is kept: backward needs only the ids
+
   token_position_embedding() = default;
   token_position_embedding(arena_layout& layout, std::size_t vocab, std::size_t positions, std::size_t channels,
                            float dropout = 0.0f, std::uint64_t site = 0)
@@ -26,7 +29,12 @@ class token_position_embedding {
     wpe_ = {"wpe.weight", layout.add("wpe.weight", {positions, channels})};
   }
 
-  std::vector<param_ref> parameters() const { return {wte_, wpe_}; }
+  template <class F>
+  void visit(F&& f) const {
+    f(wte_);
+    f(wpe_);
+  }
+  std::vector<param_ref> parameters() const { return parameters_of(*this); }
   const param_ref& wte() const noexcept { return wte_; }
   const param_ref& wpe() const noexcept { return wpe_; }
   std::size_t vocab() const noexcept { return v_; }
@@ -38,7 +46,7 @@ class token_position_embedding {
   }
 
   // x (N,C) from ids (N = s.batch·s.seq); positions start at pos_offset (generation with a KV cache).
-  void forward(const step_context& s, std::span<const std::int32_t> ids, matrix_view<float> x,
+  void forward(const step_context& s, std::span<const std::int32_t> ids, matrix_view<float> x, cache&,
                std::size_t pos_offset = 0) const {
     SPARSELM_CHECK(s.seq + pos_offset <= p_, "embedding: positions up to ", s.seq + pos_offset,
                    " exceed the model's context of ", p_);
@@ -50,7 +58,7 @@ class token_position_embedding {
   }
 
   // Accumulates dwte, dwpe from dx (N,C); dx is overwritten when dropout is active.
-  void backward(const step_context& s, std::span<const std::int32_t> ids, matrix_view<float> dx,
+  void backward(const step_context& s, std::span<const std::int32_t> ids, matrix_view<float> dx, cache&,
                 std::size_t pos_offset = 0) const {
     if (s.training && drop_ > 0) {
       std::span<float> d(dx.data, dx.rows * dx.cols);

@@ -25,12 +25,13 @@
 #include "sparselm/layers/layer_norm.hpp"
 #include "sparselm/layers/linear.hpp"
 #include "sparselm/layers/sinusoidal_positions.hpp"
+#include "sparselm/layers/visit.hpp"
 
 namespace sparselm {
 
 struct factorised_embedding_options {
   std::size_t vocab = 0, positions = 0, width = 0, hidden = 0;  // V, max T, E, H
-  float ln_eps = 1e-5f, ln_gamma = 1.0f;
+  norm_options norm{};
   float dropout = 0.0f;
   bool up_gelu = false;               // GELU after the up-projection
   const sparse_plan* plan = nullptr;  // block-sparse up-projection: how many blocks
@@ -58,9 +59,9 @@ class factorised_embedding {
                    "': zero size (vocab ", o.vocab, ", positions ", o.positions, ", width ", o.width, ", hidden ",
                    o.hidden, ")");
     lut_ = {prefix + ".lut", layout.add(prefix + ".lut", {o.vocab, o.width})};
-    ln_tok_ = layer_norm(layout, prefix + ".ln_token", o.width, o.ln_eps, o.ln_gamma);
-    pos_ = sinusoidal_positions(layout, prefix + ".ln_position", o.positions, o.width, o.ln_eps, o.ln_gamma);
-    ln_in_ = layer_norm(layout, prefix + ".ln_input", o.width, o.ln_eps, o.ln_gamma);
+    ln_tok_ = layer_norm(layout, prefix + ".ln_token", o.width, o.norm);
+    pos_ = sinusoidal_positions(layout, prefix + ".ln_position", o.positions, o.width, o.norm);
+    ln_in_ = layer_norm(layout, prefix + ".ln_input", o.width, o.norm);
     up_ = linear_type(layout, prefix + ".up", o.width, o.hidden, true, o.plan);
     o_.plan = nullptr;
   }
@@ -73,29 +74,26 @@ class factorised_embedding {
   std::size_t vocab() const noexcept { return o_.vocab; }
   std::size_t width() const noexcept { return o_.width; }
   std::size_t hidden() const noexcept { return o_.hidden; }
-  std::vector<param_ref> parameters() const {
-    std::vector<param_ref> r{lut_};
-    for (auto& v : {ln_tok_.parameters(), pos_.parameters(), ln_in_.parameters(), up_.parameters()})
-      r.insert(r.end(), v.begin(), v.end());
-    return r;
+  template <class F>
+  void visit(F&& f) const {
+    f(lut_);
+    f(ln_tok_);
+    f(pos_);
+    f(ln_in_);
+    f(up_);
   }
+  std::vector<param_ref> parameters() const { return parameters_of(*this); }
 
-  // Norms only (the table and the projection are initialised by the model, which owns the scheme).
-  void init_norms(arena<float>& params) const {
-    ln_tok_.init(params);
-    pos_.init(params);
-    ln_in_.init(params);
-  }
-
-  // y (N,H) from ids (N = s.batch·s.seq).
-  void forward(const step_context& s, std::span<const std::int32_t> ids, matrix_view<float> y, cache& c) const {
+  // y (N,H) from ids (N = s.batch·s.seq); pos_offset: position of each sequence's first id.
+  void forward(const step_context& s, std::span<const std::int32_t> ids, matrix_view<float> y, cache& c,
+               std::size_t pos_offset = 0) const {
     const std::size_t N = ids.size(), E = o_.width;
     SPARSELM_CHECK(N == s.batch * s.seq && y.rows == N && y.cols == o_.hidden, "factorised_embedding: ", N,
                    " ids and y ", shape_string(y), " for a ", s.batch, " x ", s.seq, " batch of width ", o_.hidden);
     auto e = c.e.matrix(N, E), a = c.a.matrix(N, E), b = c.b.matrix(N, E), cc = c.c.matrix(N, E);
     kernels::embedding_forward(ids, s.pm(lut_.index), {}, s.seq, e);
     ln_tok_.forward(s, e, a, c.tok_c);
-    pos_.forward(s, a, b, c.pos_c);
+    pos_.forward(s, a, b, c.pos_c, pos_offset);
     if (s.training && o_.dropout > 0) {
       std::span<float> v(b.data, N * E);
       kernels::dropout_forward(v, v, o_.dropout, s.rng, s.stream(site_));

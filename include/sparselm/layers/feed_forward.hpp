@@ -10,6 +10,7 @@
 #include "sparselm/kernels/gelu.hpp"
 #include "sparselm/layers/context.hpp"
 #include "sparselm/layers/linear.hpp"
+#include "sparselm/layers/visit.hpp"
 
 namespace sparselm {
 
@@ -28,15 +29,16 @@ class feed_forward {
   feed_forward(arena_layout& layout, const std::string& prefix, std::size_t channels, std::size_t hidden,
                const sparse_plan* plan = nullptr)
       : f_(hidden), fc_(layout, prefix + ".c_fc", channels, hidden, true, plan),
-        proj_(layout, prefix + ".c_proj", hidden, channels, true, plan) {}
+        proj_(layout, prefix + ".c_proj", hidden, channels, true, plan, linear_role::residual_output) {}
 
   const linear_type& fc() const noexcept { return fc_; }
   const linear_type& proj() const noexcept { return proj_; }
-  std::vector<param_ref> parameters() const {
-    auto r = fc_.parameters();
-    for (auto& p : proj_.parameters()) r.push_back(p);
-    return r;
+  template <class F>
+  void visit(F&& f) const {
+    f(fc_);
+    f(proj_);
   }
+  std::vector<param_ref> parameters() const { return parameters_of(*this); }
 
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
     const std::size_t N = x.rows;

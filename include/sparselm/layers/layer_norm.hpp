@@ -13,6 +13,12 @@
 
 namespace sparselm {
 
+// How a model makes its layer norms: epsilon and the initial gamma.
+struct norm_options {
+  float eps = 1e-5f;
+  float gamma = 1.0f;
+};
+
 class layer_norm {
  public:
   struct cache {
@@ -28,6 +34,9 @@ class layer_norm {
     g_ = {prefix + ".weight", layout.add(prefix + ".weight", {channels}, param_no_decay | param_no_trust)};
     b_ = {prefix + ".bias", layout.add(prefix + ".bias", {channels}, param_no_decay | param_no_trust)};
   }
+
+  layer_norm(arena_layout& layout, const std::string& prefix, std::size_t channels, const norm_options& o)
+      : layer_norm(layout, prefix, channels, o.eps, o.gamma) {}
 
   std::size_t channels() const noexcept { return c_; }
   float eps() const noexcept { return eps_; }

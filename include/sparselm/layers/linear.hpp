@@ -38,6 +38,10 @@ struct sparse_plan {
   }
 };
 
+// Where a linear layer writes: inside a branch, or back into the residual stream (the output
+// projections of attention and feed-forward; GPT-2 scales their initialisation by 1/sqrt(2L)).
+enum class linear_role { inner, residual_output };
+
 template <class T = float, sparsity_type Sparsity = dense>
 class linear;
 
@@ -52,8 +56,8 @@ class linear<T, dense> {
 
   linear() = default;
   linear(arena_layout& layout, const std::string& prefix, std::size_t in, std::size_t out, bool bias = true,
-         const sparse_plan* = nullptr)
-      : in_(in), out_(out), has_bias_(bias) {
+         const sparse_plan* = nullptr, linear_role role = linear_role::inner)
+      : in_(in), out_(out), has_bias_(bias), role_(role) {
     SPARSELM_CHECK(in > 0 && out > 0, "linear '", prefix, "': zero size (in ", in, ", out ", out, ")");
     w_ = {prefix + ".weight", layout.add(prefix + ".weight", {in, out})};
     if (bias) b_ = {prefix + ".bias", layout.add(prefix + ".bias", {out}, param_no_decay | param_no_trust)};
@@ -62,6 +66,7 @@ class linear<T, dense> {
   std::size_t in() const noexcept { return in_; }
   std::size_t out() const noexcept { return out_; }
   bool has_bias() const noexcept { return has_bias_; }
+  linear_role role() const noexcept { return role_; }
   const param_ref& weight() const noexcept { return w_; }
   const param_ref& bias() const noexcept { return b_; }
 
@@ -102,6 +107,7 @@ class linear<T, dense> {
  private:
   std::size_t in_ = 0, out_ = 0;
   bool has_bias_ = false;
+  linear_role role_ = linear_role::inner;
   param_ref w_, b_;
 };
 

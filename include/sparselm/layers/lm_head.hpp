@@ -14,6 +14,7 @@
 #include <optional>
 #include <span>
 
+#include "sparselm/core/threads.hpp"
 #include "sparselm/kernels/cross_entropy.hpp"
 #include "sparselm/kernels/gemm.hpp"
 #include "sparselm/kernels/reduce.hpp"
@@ -61,13 +62,16 @@ class tied_lm_head {
 
   // Loss over x's rows. When dx has rows, also computes dx (assigned) and accumulates dE (and db),
   // scaled by grad_scale: the gradient is that of grad_scale · Σ w_i·CE_i.
-  // weights: empty (all 1) or one per row. ce (optional, one per row) receives the unweighted CE.
+  // weights: empty (all 1) or one per row. ce_out (optional, one per row) receives the unweighted CE.
   loss_stats forward_backward(const step_context& s, const_matrix_view<float> x, std::span<const std::int32_t> targets,
-                              std::span<const float> weights, float grad_scale, matrix_view<float> dx) const {
+                              std::span<const float> weights, float grad_scale, matrix_view<float> dx,
+                              std::span<float> ce_out = {}) const {
     const std::size_t N = x.rows;
     SPARSELM_CHECK(x.cols == c_, "lm head: x ", shape_string(x), " has ", x.cols, " channels, expected ", c_);
     SPARSELM_CHECK(targets.size() == N, "lm head: ", targets.size(), " targets for ", N, " rows");
     SPARSELM_CHECK(weights.empty() || weights.size() == N, "lm head: ", weights.size(), " weights for ", N, " rows");
+    SPARSELM_CHECK(ce_out.empty() || ce_out.size() == N, "lm head: ", ce_out.size(), " cross-entropy outputs for ", N,
+                   " rows");
     const bool grad = dx.rows > 0;
     const auto E = s.pm(e_.index);
     loss_stats st;
@@ -86,6 +90,7 @@ class tied_lm_head {
       st.correct += cs.correct;
       st.count += cs.count;
       for (std::size_t i = 0; i < R; ++i) st.ce_sum += ce[i];
+      if (!ce_out.empty()) std::copy_n(ce.begin(), R, ce_out.begin() + std::ptrdiff_t(r0));
       if (grad) {
         kernels::gemm(kernels::trans::n, kernels::trans::n, 1.0f, logits, E, 0.0f, dx.rows_slice(r0, R));
         kernels::gemm(kernels::trans::t, kernels::trans::n, 1.0f, logits, xr, 1.0f, s.gm(e_.index));
@@ -95,10 +100,22 @@ class tied_lm_head {
     return st;
   }
 
-  // Logits only (no loss): out (N,V).
+  // Logits only (no loss): out (N,V). Up to few_rows rows (decoding) stream E once instead of
+  // packing it for the GEMM, which would cost more than the product itself.
+  static constexpr std::size_t few_rows = 4;
   void logits(const step_context& s, const_matrix_view<float> x, matrix_view<float> out) const {
-    kernels::gemm(kernels::trans::n, kernels::trans::t, 1.0f, x, s.pm(e_.index), 0.0f, out,
-                  b_ ? s.p(b_->index).data() : nullptr);
+    SPARSELM_CHECK(x.cols == c_ && out.rows == x.rows && out.cols == v_, "lm head: x ", shape_string(x), " and out ",
+                   shape_string(out), " do not fit ", c_, " channels and ", v_, " logits");
+    const float* bias = b_ ? s.p(b_->index).data() : nullptr;
+    if (x.rows > few_rows) {
+      kernels::gemm(kernels::trans::n, kernels::trans::t, 1.0f, x, s.pm(e_.index), 0.0f, out, bias);
+      return;
+    }
+    const auto E = s.pm(e_.index);
+    parallel_chunks(v_, [&](int, std::size_t v0, std::size_t v1) {
+      for (std::size_t v = v0; v < v1; ++v)
+        for (std::size_t m = 0; m < x.rows; ++m) out(m, v) = kernels::detail::dot(x.row(m), E.row(v), c_) + (bias ? bias[v] : 0.0f);
+    }, 256);
   }
 
  private:

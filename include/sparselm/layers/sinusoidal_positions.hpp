@@ -16,6 +16,7 @@
 #include "sparselm/kernels/reduce.hpp"
 #include "sparselm/layers/context.hpp"
 #include "sparselm/layers/layer_norm.hpp"
+#include "sparselm/layers/visit.hpp"
 
 namespace sparselm {
 
@@ -43,8 +44,8 @@ class sinusoidal_positions {
   sinusoidal_positions() = default;
   // prefix e.g. "embedding.ln_position" names the norm's tensors; max_positions bounds T.
   sinusoidal_positions(arena_layout& layout, const std::string& prefix, std::size_t max_positions,
-                       std::size_t channels, float ln_eps = 1e-5f, float ln_gamma = 1.0f)
-      : p_(max_positions), c_(channels), norm_(layout, prefix, channels, ln_eps, ln_gamma) {
+                       std::size_t channels, const norm_options& norm = {})
+      : p_(max_positions), c_(channels), norm_(layout, prefix, channels, norm) {
     SPARSELM_CHECK(channels > 0 && channels % 2 == 0, "sinusoidal_positions '", prefix, "': width ", channels,
                    " must be even and > 0");
     SPARSELM_CHECK(max_positions > 0, "sinusoidal_positions '", prefix, "': zero positions");
@@ -53,21 +54,27 @@ class sinusoidal_positions {
   }
 
   const layer_norm& norm() const noexcept { return norm_; }
-  std::vector<param_ref> parameters() const { return norm_.parameters(); }
-  void init(arena<float>& params) const { norm_.init(params); }
-  // The first T rows of the table (T,E).
-  const_matrix_view<float> table(std::size_t T) const {
-    SPARSELM_CHECK(T <= p_, "sinusoidal_positions: sequence length ", T, " exceeds the ", p_, " positions");
-    return {table_.data(), T, c_};
+  template <class F>
+  void visit(F&& f) const {
+    f(norm_);
+  }
+  std::vector<param_ref> parameters() const { return parameters_of(*this); }
+  // Rows [offset, offset + T) of the table (T,E).
+  const_matrix_view<float> table(std::size_t T, std::size_t offset = 0) const {
+    SPARSELM_CHECK(offset + T <= p_, "sinusoidal_positions: positions up to ", offset + T, " exceed the ", p_,
+                   " positions");
+    return {table_.data() + offset * c_, T, c_};
   }
 
-  // y = x + norm(PE)[row mod T]; y may alias x.
-  void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
+  // y = x + norm(PE)[pos_offset + row mod T]; y may alias x. pos_offset: the position of the first
+  // row of each sequence (incremental decoding).
+  void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c,
+               std::size_t pos_offset = 0) const {
     const std::size_t T = s.seq, N = x.rows;
     SPARSELM_CHECK(x.cols == c_ && y.cols == c_ && y.rows == N && N == s.batch * T, "sinusoidal_positions: x ",
                    shape_string(x), ", y ", shape_string(y), " for a ", s.batch, " x ", T, " batch of width ", c_);
     auto P = c.normed.matrix(T, c_);
-    norm_.forward(s, table(T), P, c.norm_c);
+    norm_.forward(s, table(T, pos_offset), P, c.norm_c);
     for (std::size_t n = 0; n < N; ++n) {
       const float* xr = x.row(n);
       const float* pr = P.row(n % T);

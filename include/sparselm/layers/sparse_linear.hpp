@@ -51,8 +51,8 @@ class linear<T, block_sparse<B>> {
 
   linear() = default;
   linear(arena_layout& layout, const std::string& prefix, std::size_t in, std::size_t out, bool bias = true,
-         const sparse_plan* plan = nullptr)
-      : in_(in), out_(out), has_bias_(bias), state_(std::make_shared<sparse_weight_state>()) {
+         const sparse_plan* plan = nullptr, linear_role role = linear_role::inner)
+      : in_(in), out_(out), has_bias_(bias), role_(role), state_(std::make_shared<sparse_weight_state>()) {
     const std::string name = prefix + ".weight";
     SPARSELM_CHECK(plan != nullptr, "linear '", prefix, "': a block-sparse weight needs a sparse_plan (sparsity)");
     sparse::check_block_grid(name, in, out, B);
@@ -69,6 +69,7 @@ class linear<T, block_sparse<B>> {
   std::size_t nnz_blocks() const noexcept { return nnz_; }
   double density() const noexcept { return double(nnz_) / double((in_ / B) * (out_ / B)); }
   bool has_bias() const noexcept { return has_bias_; }
+  linear_role role() const noexcept { return role_; }
   const param_ref& weight() const noexcept { return w_; }
   const param_ref& bias() const noexcept { return b_; }
   sparse_weight_state& state() const noexcept { return *state_; }
@@ -143,6 +144,7 @@ class linear<T, block_sparse<B>> {
  private:
   std::size_t in_ = 0, out_ = 0, nnz_ = 0;
   bool has_bias_ = false;
+  linear_role role_ = linear_role::inner;
   param_ref w_, b_;
   std::shared_ptr<sparse_weight_state> state_;
 };

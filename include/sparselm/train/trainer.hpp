@@ -3,7 +3,7 @@
 // (gradient accumulation), global-norm or per-tensor clipping, the scheduled learning rate, the
 // optimiser update, and the hooks a dynamic-sparsity updater needs.
 //
-// The policy bundle fixes at compile time what a step does (DESIGN.md "Policies"):
+// The policy bundle fixes at compile time what a step does (docs/architecture.md, "Policies"):
 //
 //   struct my_policies : sparselm::default_policies {
 //     using recompute = sparselm::recompute::blocks;   // trade ~1/3 more compute for memory
@@ -11,8 +11,9 @@
 //   sparselm::trainer<sparselm::gpt<>, my_policies> t(model, options, optimizer, schedule);
 //   auto m = t.train_step(micro_batches);             // step_metrics: loss, lr, grad norm, tokens/s
 //
-// A Model provides: batch_type, forward_backward<Recompute>(step_context, batch, grad_scale) ->
-// loss_stats (grads +=), evaluate(batch) -> loss_stats, params(), grads(), layout().
+// A Model provides: batch_type, forward_backward<Recompute, Pipeline>(step_context, micro-batches,
+// grad scales) -> loss_stats (grads +=; models/transformer.hpp runs the pipeline policy's schedule
+// with the recompute policy), evaluate(batch) -> loss_stats, params(), grads(), layout().
 
 #include <chrono>
 #include <concepts>
@@ -53,8 +54,10 @@ struct default_policies {
 };
 
 template <class Model>
-concept trainable_model = requires(Model& m, const typename Model::batch_type& b, step_context s) {
-  { m.template forward_backward<recompute::none>(s, b, 1.0f) } -> std::same_as<loss_stats>;
+concept trainable_model = requires(Model& m, const typename Model::batch_type& b,
+                                   std::span<const typename Model::batch_type> micro, std::span<const float> scales,
+                                   step_context s) {
+  { m.template forward_backward<recompute::none, pipeline::none>(s, micro, scales) } -> std::same_as<loss_stats>;
   { m.evaluate(b) } -> std::same_as<loss_stats>;
   { m.params() } -> std::convertible_to<arena<float>&>;
   { m.grads() } -> std::convertible_to<arena<float>&>;
@@ -110,8 +113,7 @@ struct step_metrics {
 template <class Model, class Policies = default_policies>
 class trainer {
   static_assert(recompute::policy<typename Policies::recompute>, "trainer: Policies::recompute is not a recompute policy");
-  static_assert(std::same_as<typename Policies::pipeline, pipeline::none>,
-                "trainer: only pipeline::none is implemented (stage pipelining does not pay on 2 cores)");
+  static_assert(pipeline::policy<typename Policies::pipeline>, "trainer: Policies::pipeline is not a pipeline policy");
   static_assert(std::same_as<typename Policies::data_parallel, data_parallel::none>,
                 "trainer: only data_parallel::none is implemented in this trainer");
   static_assert(std::same_as<typename Policies::precision, precision::fp32>,
@@ -124,6 +126,7 @@ class trainer {
   using batch_type = typename Model::batch_type;
   using optimizer_type = typename Policies::optimizer;
   using recompute_policy = typename Policies::recompute;
+  using pipeline_policy = typename Policies::pipeline;
 
   // Hooks for a dynamic-sparsity updater (or anything else that acts around the update).
   struct hooks {
@@ -155,15 +158,15 @@ class trainer {
     ctx.step = step_;
     ctx.rng = counter_rng(o_.dropout_seed);
     ctx.need_dense_grad = hooks_.needs_dense_grad && hooks_.needs_dense_grad(step_);
+    scales_.resize(micro.size());
     for (std::size_t k = 0; k < micro.size(); ++k) {
-      ctx.micro = k;
       const double w = detail::loss_normaliser(model_, micro[k]);
       SPARSELM_CHECK(w > 0, "trainer: micro-batch ", k, " of step ", step_, " has no targets to learn from");
       // gradient of the micro-batch's mean loss, times the accumulation's per-micro factor
-      const float scale = float(o_.accumulation.micro_batch_scale() / w);
-      m.loss += model_.template forward_backward<recompute_policy>(ctx, micro[k], scale);
+      scales_[k] = float(o_.accumulation.micro_batch_scale() / w);
       m.tokens += micro[k].batch * micro[k].seq;
     }
+    m.loss = model_.template forward_backward<recompute_policy, pipeline_policy>(ctx, micro, scales_);
     const float final_scale = float(o_.accumulation.final_scale());
     float grad_scale = final_scale;
     m.grad_norm = optim::global_norm(model_.grads()) * double(final_scale);
@@ -192,6 +195,7 @@ class trainer {
   optim::schedule sched_;
   trainer_options o_;
   hooks hooks_;
+  std::vector<float> scales_;  // per micro-batch gradient scale
   std::size_t step_ = 0;
 };
 

@@ -1,0 +1,225 @@
+#pragma once
+// A transformer model = embedding + block stack + head, over one parameter arena.
+//
+// transformer<Embedding, Block, Head, Batch> owns the arenas (values and gradients), the three
+// parts and their per-micro-batch state, and runs every pass:
+//   forward_backward<Recompute, Pipeline>(ctx, micro_batches, scales)   a training step's passes,
+//                                                 in the order of the pipeline policy's schedule
+//   forward_backward<Recompute>(ctx, batch, scale)   one micro-batch
+//   evaluate(batch)                               loss without gradients
+//   logits(ids, batch, seq, out), hidden(...)     inference
+// GPT (models/gpt.hpp), the S1 sparse LM (models/sparse_lm.hpp) and BERT differ only in the parts
+// they plug in and in their configs and initialisation, which derived classes add.
+//
+// The parts' contracts (Batch has ids, batch, seq and optionally lengths):
+//   Embedding: forward(s, ids, x0 (N,C), cache, pos_offset), backward(s, ids, dx0, cache)
+//   Block:     transformer_block (layers/block.hpp)
+//   Head:      forward_backward(s, xL, batch, grad_scale, dxL, cache[, ce]) -> loss_stats,
+//              logits(s, xL, out, cache), loss_normaliser(batch)
+// and each is visitable (layers/visit.hpp), so init, parameter lists and sparse weights are derived.
+
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "sparselm/core/arena.hpp"
+#include "sparselm/core/error.hpp"
+#include "sparselm/layers/context.hpp"
+#include "sparselm/layers/lm_head.hpp"
+#include "sparselm/layers/visit.hpp"
+#include "sparselm/models/stack.hpp"
+#include "sparselm/policies/pipeline.hpp"
+#include "sparselm/policies/recompute.hpp"
+#include "sparselm/sparse/update.hpp"
+
+namespace sparselm {
+
+template <class Embedding, class Block, class Head, class Batch>
+class transformer {
+ public:
+  using embedding_type = Embedding;
+  using block_type = Block;
+  using head_type = Head;
+  using batch_type = Batch;
+  using stack_type = block_stack<Block>;
+
+  transformer(const transformer&) = delete;
+  transformer& operator=(const transformer&) = delete;
+  transformer(transformer&&) = default;
+  transformer& operator=(transformer&&) = default;
+
+  const std::shared_ptr<const arena_layout>& layout() const noexcept { return layout_; }
+  arena<float>& params() noexcept { return params_; }
+  const arena<float>& params() const noexcept { return params_; }
+  arena<float>& grads() noexcept { return grads_; }
+  std::size_t num_parameters() const noexcept { return layout_->parameters(); }
+  const Embedding& embedding() const noexcept { return emb_; }
+  const stack_type& stack() const noexcept { return stack_; }
+  stack_type& stack() noexcept { return stack_; }
+  const Head& head() const noexcept { return head_; }
+  Head& head() noexcept { return head_; }
+  template <class F>
+  void visit(F&& f) const {
+    f(emb_);
+    f(stack_);
+    f(head_);
+  }
+
+  // The block-sparse weights, for a pattern updater (empty when every weight is dense).
+  std::vector<sparse::sparse_weight> sparse_weights() {
+    std::vector<sparse::sparse_weight> r;
+    visit_tree(*this, [&](const auto& n) {
+      using N = std::decay_t<decltype(n)>;
+      if constexpr (requires { n.updater_view(params_); }) {
+        if constexpr (is_linear_v<N>) r.push_back(n.updater_view(params_));
+      }
+    });
+    return r;
+  }
+
+  // Denominator of the batch's mean loss (the trainer scales the gradient by its inverse).
+  double loss_normaliser(const Batch& b) const { return head_.loss_normaliser(b); }
+
+  // The passes of a training step over micro-batches, in the order of Pipeline's schedule.
+  // Gradients accumulate: grads += Σ_m scales[m] · ∂(Σ w·CE of micro-batch m)/∂θ.
+  // ctx supplies training (dropout), step and the dropout key; micro-batch m runs with
+  // ctx.micro + m (its dropout streams), and the shapes are set here.
+  template <recompute::policy Recompute = recompute::none, pipeline::policy Pipeline = pipeline::none>
+  loss_stats forward_backward(step_context ctx, std::span<const Batch> micro, std::span<const float> scales) {
+    SPARSELM_CHECK(micro.size() == scales.size(), "model: ", micro.size(), " micro-batches and ", scales.size(),
+                   " gradient scales");
+    const std::size_t slots = Pipeline::in_flight(micro.size());
+    stack_.template prepare<Recompute>(slots);
+    if (emb_c_.size() < slots) emb_c_.resize(slots);
+    loss_stats st;
+    const std::uint64_t first = ctx.micro;
+    for (const auto& step : Pipeline::schedule(stack_.size(), micro.size())) {
+      const Batch& b = micro[step.micro];
+      ctx.micro = first + step.micro;
+      const auto s = bind(ctx, b);
+      const std::size_t slot = step.micro % slots, N = b.batch * b.seq;
+      const bool fwd = step.dir == pipeline::direction::forward;
+      switch (step.what) {
+        case pipeline::part::embedding:
+          if (fwd)
+            emb_.forward(s, b.ids, stack_.input(slot, N), emb_c_[slot]);
+          else
+            emb_.backward(s, b.ids, stack_.grad(slot, N), emb_c_[slot]);
+          break;
+        case pipeline::part::block:
+          if (fwd)
+            Recompute::forward(stack_, s, step.index, slot);
+          else
+            Recompute::backward(stack_, s, step.index, slot);
+          break;
+        case pipeline::part::head:
+          st += head_.forward_backward(s, stack_.output(slot, N), b, scales[step.micro], stack_.grad(slot, N), head_c_);
+          break;
+      }
+    }
+    return st;
+  }
+
+  // One micro-batch (numbered ctx.micro for its dropout streams).
+  template <recompute::policy Recompute = recompute::none>
+  loss_stats forward_backward(step_context ctx, const Batch& b, float grad_scale) {
+    return forward_backward<Recompute>(ctx, std::span<const Batch>(&b, 1), std::span<const float>(&grad_scale, 1));
+  }
+
+  // Loss without gradients (dropout off unless ctx.training). ce (optional, B·T): per-position
+  // unweighted cross-entropy.
+  loss_stats evaluate(const Batch& b, step_context ctx = {}, std::span<float> ce = {}) {
+    const auto s = forward_stack(ctx, b);
+    const std::size_t N = b.batch * b.seq;
+    return head_.forward_backward(s, stack_.output(0, N), b, 1.0f, {}, head_c_, ce);
+  }
+
+  // The stack's output (B·T, C) for a batch: the hidden states before the head (valid until the
+  // next pass).
+  const_matrix_view<float> hidden(const Batch& b, step_context ctx = {}) {
+    forward_stack(ctx, b);
+    return stack_.output(0, b.batch * b.seq);
+  }
+
+  // Full logits (B·T, V) for ids (B·T).
+  void logits(const Batch& b, matrix_view<float> out, step_context ctx = {}) {
+    const auto s = forward_stack(ctx, b);
+    head_.logits(s, stack_.output(0, b.batch * b.seq), out, head_c_);
+  }
+
+  // Bytes held by activations and scratch (for memory reports).
+  std::size_t activation_bytes() const noexcept { return tmp_.bytes() + stack_.buffer_bytes(); }
+
+ protected:
+  transformer() = default;
+
+  // Blocks "h.0" … "h.<layers-1>" on a layout (HF GPT-2 names; block l's dropout site is 16 + l).
+  static std::vector<Block> make_blocks(arena_layout& layout, std::size_t layers, const block_options& o) {
+    std::vector<Block> blocks;
+    blocks.reserve(layers);
+    for (std::size_t l = 0; l < layers; ++l) blocks.emplace_back(layout, "h." + std::to_string(l), o, 16 + l);
+    return blocks;
+  }
+
+  // Derived constructors build the parts on a layout (embedding, blocks, head, in that order),
+  // then hand them over; the arenas are allocated here.
+  void assemble(std::shared_ptr<arena_layout> layout, Embedding emb, std::vector<Block> blocks, Head head) {
+    emb_ = std::move(emb);
+    stack_ = stack_type(std::move(blocks));
+    head_ = std::move(head);
+    layout_ = std::move(layout);
+    params_ = arena<float>(layout_);
+    grads_ = arena<float>(layout_);
+  }
+
+  // How batches are checked: the model's name and its longest sequence (with its config field).
+  void set_limits(std::string name, std::size_t max_seq, std::string max_seq_field) {
+    name_ = std::move(name);
+    max_seq_ = max_seq;
+    max_seq_field_ = std::move(max_seq_field);
+  }
+
+ private:
+  // Checks a batch against the model and binds the step context to this model's storage.
+  step_context bind(step_context s, const Batch& b) {
+    SPARSELM_CHECK(b.batch > 0 && b.seq > 0, name_, ": empty batch (", b.batch, " x ", b.seq, ")");
+    SPARSELM_CHECK(b.seq <= max_seq_, name_, ": sequence length ", b.seq, " exceeds ", max_seq_field_, " ", max_seq_);
+    SPARSELM_CHECK(b.ids.size() == b.batch * b.seq, name_, ": ", b.ids.size(), " token ids for a ", b.batch, " x ",
+                   b.seq, " batch");
+    if constexpr (requires { b.targets; })
+      SPARSELM_CHECK(b.targets.empty() || b.targets.size() == b.ids.size(), name_, ": ", b.targets.size(),
+                     " targets for ", b.ids.size(), " token ids");
+    s.params = &params_;
+    s.grads = &grads_;
+    s.tmp = &tmp_;
+    s.batch = b.batch;
+    s.seq = b.seq;
+    if constexpr (requires { b.lengths; }) s.lengths = b.lengths;
+    return s;
+  }
+
+  step_context forward_stack(step_context ctx, const Batch& b) {
+    const auto s = bind(ctx, b);
+    stack_.template prepare<recompute::blocks>(1);
+    if (emb_c_.empty()) emb_c_.resize(1);
+    emb_.forward(s, b.ids, stack_.input(0, b.batch * b.seq), emb_c_[0]);
+    stack_.forward(s);
+    return s;
+  }
+
+  std::string name_ = "model", max_seq_field_ = "the maximum sequence length";
+  std::size_t max_seq_ = 0;
+  std::shared_ptr<const arena_layout> layout_;
+  arena<float> params_, grads_;
+  Embedding emb_;
+  stack_type stack_;
+  Head head_;
+  std::vector<typename Embedding::cache> emb_c_;
+  typename Head::cache head_c_;
+  scratch tmp_;
+};
+
+}  // namespace sparselm
