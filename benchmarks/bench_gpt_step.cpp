@@ -15,27 +15,32 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/peak.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/models/gpt.hpp"
+#include "sparselm/train/registry.hpp"
 #include "sparselm/train/trainer.hpp"
 
 using namespace sparselm;
 
-template <class Model>
+template <class Model, class Recompute>
 void run(const std::string& config, std::size_t B, std::size_t T, std::size_t steps, std::size_t warmup, int threads,
-         bool recompute_blocks, double sparsity) {
-    set_num_threads(threads);
+         double sparsity) {
+  set_num_threads(threads);
   auto cfg = gpt_config::from_json(read_json_file(config), config);
   Model model(cfg, sparse_plan{sparsity});
   model.init(1);
   trainer_options o;
   o.max_norm = 1.0f;
   o.dropout_seed = 7;
-  trainer<Model> t(model, o, optim::adamw<>(json{{"weight_decay", 0.01}, {"eps", 1e-8}}),
-                   optim::schedule(optim::constant_schedule(1e-4f)));
+  struct policies : default_policies {
+    using recompute = Recompute;
+  };
+  trainer<Model, policies> t(model, o, optim::adamw<>(json{{"weight_decay", 0.01}, {"eps", 1e-8}}),
+                             optim::schedule(optim::constant_schedule(1e-4f)));
   std::vector<std::int32_t> ids(B * (T + 1));
   counter_rng rng(1);
   std::vector<double> times;
@@ -49,19 +54,7 @@ void run(const std::string& config, std::size_t B, std::size_t T, std::size_t st
         tg[b * T + k] = ids[b * (T + 1) + k + 1];
       }
     std::vector<token_batch> micro{{in, tg, {}, B, T}};
-    step_metrics m;
-    if (recompute_blocks) {
-      // same step with the recompute::blocks policy
-      struct policies : default_policies {
-        using recompute = sparselm::recompute::blocks;
-      };
-      static std::optional<trainer<Model, policies>> tr;
-      if (!tr) tr.emplace(model, o, optim::adamw<>(json{{"weight_decay", 0.01}, {"eps", 1e-8}}),
-                          optim::schedule(optim::constant_schedule(1e-4f)));
-      m = tr->train_step(micro);
-    } else {
-      m = t.train_step(micro);
-    }
+    const step_metrics m = t.train_step(micro);
     loss = m.loss.mean_loss();
     if (s >= warmup) times.push_back(m.seconds);
   }
@@ -78,7 +71,8 @@ void run(const std::string& config, std::size_t B, std::size_t T, std::size_t st
       "{\"impl\": \"sparselm\", \"sparsity\": %.3f, \"block\": %zu, \"batch\": %zu, \"seq\": %zu, \"threads\": %d, \"recompute\": %s, "
       "\"step_seconds\": %.4f, \"tokens_per_second\": %.1f, \"model_gflops_per_s\": %.1f, \"fma_peak_gflops\": %.1f, "
       "\"mfu\": %.4f, \"peak_rss_mb\": %.1f, \"loss\": %.4f}\n",
-      Model::sparsity::is_sparse ? sparsity : 0.0, Model::sparsity::block, B, T, threads, recompute_blocks ? "true" : "false", med, tps, tps * flops_per_token / 1e9, peak,
+      Model::sparsity::is_sparse ? sparsity : 0.0, Model::sparsity::block, B, T, threads,
+      std::string_view(Recompute::name) == "blocks" ? "true" : "false", med, tps, tps * flops_per_token / 1e9, peak,
       tps * flops_per_token / 1e9 / peak, double(ru.ru_maxrss) / 1024.0, loss);
 }
 
@@ -109,14 +103,11 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    switch (block) {
-      case 0: run<gpt<>>(config, B, T, steps, warmup, threads, recompute_blocks, 0.0); break;
-      case 1: run<gpt<float, block_sparse<1>>>(config, B, T, steps, warmup, threads, recompute_blocks, sparsity); break;
-      case 4: run<gpt<float, block_sparse<4>>>(config, B, T, steps, warmup, threads, recompute_blocks, sparsity); break;
-      case 8: run<gpt<float, block_sparse<8>>>(config, B, T, steps, warmup, threads, recompute_blocks, sparsity); break;
-      case 16: run<gpt<float, block_sparse<16>>>(config, B, T, steps, warmup, threads, recompute_blocks, sparsity); break;
-      default: std::fprintf(stderr, "bench_gpt_step: --block must be 0 (dense), 1, 4, 8 or 16\n"); return 2;
-    }
+    registry::with_sparsity(block, [&]<class Sparsity>() {
+      registry::with_recompute(recompute_blocks ? "blocks" : "none", [&]<class Recompute>() {
+        run<gpt<float, Sparsity>, Recompute>(config, B, T, steps, warmup, threads, sparsity);
+      });
+    });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gpt_step: %s\n", e.what());
     return 1;

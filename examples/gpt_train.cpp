@@ -20,6 +20,7 @@
 #include "sparselm/core/threads.hpp"
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/train/lm_job.hpp"
+#include "sparselm/train/registry.hpp"
 #include "sparselm/train/run_config.hpp"
 
 namespace fs = std::filesystem;
@@ -91,44 +92,33 @@ void apply_flags(json& j, const cli_values& c) {
 // Run config fields this program adds to lm_run_config's: "sparsity" {block_size, sparsity} for
 // block-sparse projections, "recompute" ("none" | "blocks").
 struct gpt_job {
+  std::string context;  // the config file, for errors
   lm_run_config run;
   gpt_config model;
   std::size_t block = 0;
   double sparsity = 0.9;
-  bool recompute = false;
+  std::string recompute = "none";
   json resolved;
 };
 
-template <class Model, class Recompute, class Optimizer>
-int train(const gpt_job& job) {
-  struct policies : default_policies {
-    using recompute = Recompute;
-    using optimizer = Optimizer;
-  };
-  Model model(job.model, sparse_plan{.sparsity = job.sparsity});
-  model.init(job.run.seed);
-  trainer<Model, policies> t(model, job.run.trainer, Optimizer(job.run.optimizer),
-                             optim::make_schedule(job.run.schedule_json()));
-  lm_job runner(job.run, job.resolved, "gpt_train");
-  return runner.run(model, t, {.resume = resume_flag}).value("interrupted", false) ? 130 : 0;
-}
-
-template <class Model>
-int with_policies(const gpt_job& job) {
-  return with_optimizer(job.run.optimizer, [&]<class Opt>(Opt&&) {
-    return job.recompute ? train<Model, recompute::blocks, Opt>(job) : train<Model, recompute::none, Opt>(job);
-  });
-}
-
+// The model, recompute policy and optimiser types the job names (train/registry.hpp), then the run.
 int dispatch(const gpt_job& job) {
-  switch (job.block) {
-    case 0: return with_policies<gpt<>>(job);
-    case 1: return with_policies<gpt<float, block_sparse<1>>>(job);
-    case 4: return with_policies<gpt<float, block_sparse<4>>>(job);
-    case 8: return with_policies<gpt<float, block_sparse<8>>>(job);
-    case 16: return with_policies<gpt<float, block_sparse<16>>>(job);
-    default: fail("gpt_train: sparsity.block_size ", job.block, " is not one of 0 (dense), 1, 4, 8, 16");
-  }
+  return registry::with_sparsity(job.block, [&]<class Sparsity>() {
+    return registry::with_recompute(job.recompute, [&]<class Recompute>() {
+      return registry::with_optimizer(job.run.optimizer, [&]<class Optimizer>(Optimizer opt) {
+        using Model = gpt<float, Sparsity>;
+        struct policies : default_policies {
+          using recompute = Recompute;
+          using optimizer = Optimizer;
+        };
+        Model model(job.model, sparse_plan{.sparsity = job.sparsity});
+        model.init(job.run.seed);
+        trainer<Model, policies> t(model, job.run.trainer, std::move(opt), optim::make_schedule(job.run.schedule_json()));
+        lm_job runner(job.run, job.resolved, "gpt_train");
+        return runner.run(model, t, {.resume = resume_flag}).value("interrupted", false) ? 130 : 0;
+      }, job.context + ": field 'optimizer.type'");
+    }, job.context + ": field 'recompute'");
+  }, job.context + ": field 'sparsity.block_size'");
 }
 
 }  // namespace
@@ -187,6 +177,7 @@ int main(int argc, char** argv) {
     apply_flags(j, c);
     const std::string ctx = config_path.empty() ? std::string("run config") : config_path;
     gpt_job job;
+    job.context = ctx;
     json sp = j.value("sparsity", json::object());
     SPARSELM_CHECK(sp.is_object(), ctx, ": field 'sparsity' must be an object {block_size, sparsity}");
     {
@@ -195,10 +186,7 @@ int main(int argc, char** argv) {
       job.sparsity = r.get("sparsity", job.sparsity, in_range(0.0, 0.999999));
       r.finish();
     }
-    const std::string rec = j.value("recompute", std::string("none"));
-    SPARSELM_CHECK(rec == "none" || rec == "blocks", ctx, ": field 'recompute' must be \"none\" or \"blocks\", got '",
-                   rec, "'");
-    job.recompute = rec == "blocks";
+    job.recompute = j.value("recompute", std::string("none"));
     json run = j;
     run.erase("sparsity");
     run.erase("recompute");

@@ -22,6 +22,7 @@
 #include "sparselm/models/sparse_lm.hpp"
 #include "sparselm/train/dynamic_sparsity.hpp"
 #include "sparselm/train/lm_job.hpp"
+#include "sparselm/train/registry.hpp"
 #include "sparselm/train/run_config.hpp"
 
 namespace fs = std::filesystem;
@@ -118,7 +119,7 @@ struct run_inputs {
 };
 
 template <class Model, class Optimizer>
-int train(const run_inputs& in) {
+int train(const run_inputs& in, Optimizer opt) {
   struct policies : default_policies {
     using optimizer = Optimizer;
   };
@@ -130,7 +131,7 @@ int train(const run_inputs& in) {
                  in.model.loss.autoregression_offset, " leaves no target in a sequence of ", rc.seq_len);
   Model model(in.model, to_block_pooling(in.update.pooling));
   model.init(rc.seed);
-  trainer_t t(model, rc.trainer, Optimizer(rc.optimizer), optim::make_schedule(rc.schedule_json()));
+  trainer_t t(model, rc.trainer, std::move(opt), optim::make_schedule(rc.schedule_json()));
   std::optional<dynamic_sparsity<Model, trainer_t>> ds;
   if (in.dynamic && Model::sparsity::is_sparse) ds.emplace(model, t, in.update, rc.seed + 7);
   lm_job job(rc, in.resolved, "sparse_lm");
@@ -138,22 +139,14 @@ int train(const run_inputs& in) {
   return summary.value("interrupted", false) ? 130 : 0;
 }
 
-template <class Model>
-int with_model_optimizer(const run_inputs& in) {
-  return with_optimizer(in.run.optimizer, [&]<class Opt>(Opt&&) { return train<Model, Opt>(in); });
-}
-
 int dispatch(const run_inputs& in) {
   SPARSELM_CHECK(in.model.activation == "gelu_new", "sparse_lm: this program is built for activation 'gelu_new' only ",
                  "(the library also has 'gelu' as a template parameter), got '", in.model.activation, "'");
-  switch (in.model.block_size) {
-    case 0: return with_model_optimizer<sparse_lm<float, dense>>(in);
-    case 1: return with_model_optimizer<sparse_lm<float, block_sparse<1>>>(in);
-    case 4: return with_model_optimizer<sparse_lm<float, block_sparse<4>>>(in);
-    case 8: return with_model_optimizer<sparse_lm<float, block_sparse<8>>>(in);
-    case 16: return with_model_optimizer<sparse_lm<float, block_sparse<16>>>(in);
-    default: fail("sparse_lm: block_size ", in.model.block_size, " is not one of 0 (dense), 1, 4, 8, 16");
-  }
+  return registry::with_sparsity(in.model.block_size, [&]<class Sparsity>() {
+    return registry::with_optimizer(in.run.optimizer, [&]<class Opt>(Opt opt) {
+      return train<sparse_lm<float, Sparsity>>(in, std::move(opt));
+    }, "run config: field 'optimizer.type'");
+  }, "run config: field 'model.block_size'");
 }
 
 }  // namespace

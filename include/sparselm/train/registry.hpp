@@ -131,7 +131,7 @@ std::string keys(type_list<Ts...>) {
   return o.str();
 }
 template <class F, class Key, class T, class... Ts>
-decltype(auto) choose_in(const char* what, const Key& key, F& f, type_list<T, Ts...>) {
+decltype(auto) choose_in(const std::string& what, const Key& key, F& f, type_list<T, Ts...>) {
   if (key_of<T>() == key) return f.template operator()<T>();
   if constexpr (sizeof...(Ts) > 0)
     return choose_in(what, key, f, type_list<Ts...>{});
@@ -143,26 +143,27 @@ decltype(auto) choose_in(const char* what, const Key& key, F& f, type_list<T, Ts
 // f.template operator()<T>() for the member T of List whose key (name, or block size for
 // sparsities) equals key; otherwise an error "<what> '<key>' is not one of: <keys>".
 template <class List, class Key, class F>
-decltype(auto) choose(const char* what, const Key& key, F&& f) {
+decltype(auto) choose(const std::string& what, const Key& key, F&& f) {
   bool found = false;
   [&]<class... Ts>(type_list<Ts...>) { found = ((detail::key_of<Ts>() == key) || ...); }(List{});
   SPARSELM_CHECK(found, what, " '", key, "' is not one of: ", detail::keys(List{}));
   return detail::choose_in(what, key, f, List{});
 }
 
+// what: how an error names the value's origin, e.g. "configs/run.json: field 'recompute'".
 template <class F>
-decltype(auto) with_sparsity(std::size_t block, F&& f) {
-  return choose<sparsities>("block size", block, f);
+decltype(auto) with_sparsity(std::size_t block, F&& f, const std::string& what = "block size") {
+  return choose<sparsities>(what, block, f);
 }
 template <class F>
-decltype(auto) with_recompute(std::string_view name, F&& f) {
-  return choose<recomputes>("recompute policy", name, f);
+decltype(auto) with_recompute(std::string_view name, F&& f, const std::string& what = "recompute policy") {
+  return choose<recomputes>(what, name, f);
 }
 // f.template operator()<Opt>(Opt(cfg)) for the optimiser named by cfg["type"] (default adamw).
 template <class F>
-decltype(auto) with_optimizer(const json& cfg, F&& f) {
+decltype(auto) with_optimizer(const json& cfg, F&& f, const std::string& what = "optimizer type") {
   const std::string type = cfg.value("type", "adamw");
-  return choose<optimizers>("optimizer", std::string_view(type), [&]<class O>() { return f.template operator()<O>(O(cfg)); });
+  return choose<optimizers>(what, std::string_view(type), [&]<class O>() { return f.template operator()<O>(O(cfg)); });
 }
 
 // The model a config.json describes ("model_type": gpt2 when absent): f.template operator()<Model>(spec)
@@ -174,14 +175,14 @@ decltype(auto) with_model(const json& config, const std::string& context, F&& f)
   const std::string type = config.contains("model_type") && config["model_type"].is_string()
                                ? config["model_type"].get<std::string>()
                                : std::string(gpt_family::name);
-  return choose<model_families>("model_type", std::string_view(type), [&]<class Family>() {
+  return choose<model_families>(context + ": model_type", std::string_view(type), [&]<class Family>() {
     const auto spec = Family::read(config, context);
     return with_sparsity(spec.block, [&]<class S>() {
-      return choose<Activations>("activation", std::string_view(spec.activation), [&]<class A>() {
+      return choose<Activations>(context + ": activation", std::string_view(spec.activation), [&]<class A>() {
         using Model = typename Family::template model<S, A::value>;
         return f.template operator()<Model, Family>(spec);
       });
-    });
+    }, context + ": block size");
   });
 }
 

@@ -121,16 +121,4 @@ inline std::pair<json, std::filesystem::path> read_run_json(const std::string& p
   return {std::move(j), std::move(base)};
 }
 
-// Calls f.template operator()<Optimizer>(optimizer) with the optimiser named by cfg["type"]
-// (adamw, adam, sgd, lamb), so a program picks its optimiser policy at run time.
-template <class F>
-decltype(auto) with_optimizer(const json& cfg, F&& f) {
-  const std::string type = cfg.value("type", "adamw");
-  if (type == "adamw") return f.template operator()<optim::adamw<float>>(optim::adamw<float>(cfg));
-  if (type == "adam") return f.template operator()<optim::adam<float>>(optim::adam<float>(cfg));
-  if (type == "sgd") return f.template operator()<optim::sgd<float>>(optim::sgd<float>(cfg));
-  if (type == "lamb") return f.template operator()<optim::lamb<float>>(optim::lamb<float>(cfg));
-  fail("optimizer: unknown type '", type, "' (one of adamw, adam, sgd, lamb)");
-}
-
 }  // namespace sparselm
