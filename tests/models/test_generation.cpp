@@ -405,7 +405,7 @@ TEST_CASE("generation: bad input is an error naming the culprit") {
   throws({prompt}, b, "stop_token");
   b = o;
   b.max_new_tokens = 15;  // 3 + 15 - 1 > 16
-  throws({prompt}, b, "n_positions");
+  throws({prompt}, b, "the model has 16 positions");
   b.max_new_tokens = 14;  // 3 + 14 - 1 = 16 fits
   CHECK(generate(m, prompt, b).size() == 14);
   b.overflow = context_overflow::restart;

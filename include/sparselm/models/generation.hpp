@@ -257,7 +257,7 @@ void check_generation(const std::vector<std::vector<std::int32_t>>& prompts, con
     // The last generated token is never fed back, so the model sees at most T + max_new - 1 positions.
     const std::size_t need = T + (o.max_new_tokens ? o.max_new_tokens - 1 : 0);
     SPARSELM_CHECK(need <= P, "generation: prompt (", T, " tokens) + max_new_tokens (", o.max_new_tokens, ") needs ",
-                   need, " positions but the model's n_positions is ", P,
+                   need, " positions but the model has ", P, " positions",
                    "; shorten them or use context_overflow::restart");
   } else {
     SPARSELM_CHECK(o.keep_on_overflow <= P, "generation: keep_on_overflow (", o.keep_on_overflow,
