@@ -4,12 +4,13 @@
 #include <cstdint>
 #include <vector>
 
-#include "gradcheck.hpp"
+#include "sparselm/testing/gradcheck.hpp"
 #include "pointwise_reference.hpp"
 #include "sparselm/kernels/cross_entropy.hpp"
 
 using namespace sparselm;
 using namespace sparselm::test;
+using namespace sparselm::testing;
 
 namespace {
 std::vector<std::int32_t> random_targets(std::size_t N, std::size_t Vv, std::uint64_t stream, std::int32_t ignore,

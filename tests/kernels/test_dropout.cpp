@@ -4,13 +4,14 @@
 #include <cstdint>
 #include <vector>
 
-#include "gradcheck.hpp"
+#include "sparselm/testing/gradcheck.hpp"
 #include "pointwise_reference.hpp"
 #include "sparselm/kernels/detail/philox.hpp"
 #include "sparselm/kernels/dropout.hpp"
 
 using namespace sparselm;
 using namespace sparselm::test;
+using namespace sparselm::testing;
 
 TEST_CASE_TEMPLATE("vectorised Philox matches counter_rng bit for bit", Arch, SPARSELM_TEST_ARCHS) {
   counter_rng rng(0x123456789abcdefull);

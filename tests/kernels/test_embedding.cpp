@@ -3,12 +3,13 @@
 #include <cstdint>
 #include <vector>
 
-#include "gradcheck.hpp"
+#include "sparselm/testing/gradcheck.hpp"
 #include "pointwise_reference.hpp"
 #include "sparselm/kernels/embedding.hpp"
 
 using namespace sparselm;
 using namespace sparselm::test;
+using namespace sparselm::testing;
 
 namespace {
 std::vector<std::int32_t> random_ids(std::size_t N, std::size_t V, std::uint64_t stream) {

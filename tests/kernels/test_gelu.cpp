@@ -4,12 +4,13 @@
 #include <limits>
 #include <vector>
 
-#include "gradcheck.hpp"
+#include "sparselm/testing/gradcheck.hpp"
 #include "pointwise_reference.hpp"
 #include "sparselm/kernels/gelu.hpp"
 
 using namespace sparselm;
 using namespace sparselm::test;
+using namespace sparselm::testing;
 using kernels::gelu_kind;
 
 namespace {

@@ -3,12 +3,13 @@
 #include <cmath>
 #include <vector>
 
-#include "gradcheck.hpp"
+#include "sparselm/testing/gradcheck.hpp"
 #include "pointwise_reference.hpp"
 #include "sparselm/kernels/layer_norm.hpp"
 
 using namespace sparselm;
 using namespace sparselm::test;
+using namespace sparselm::testing;
 
 TEST_CASE_TEMPLATE("layer_norm forward/backward match the double reference", Arch, SPARSELM_TEST_ARCHS) {
   for (std::size_t N : {1, 7, 33}) {

@@ -3,12 +3,13 @@
 #include <cmath>
 #include <vector>
 
-#include "gradcheck.hpp"
+#include "sparselm/testing/gradcheck.hpp"
 #include "pointwise_reference.hpp"
 #include "sparselm/kernels/softmax.hpp"
 
 using namespace sparselm;
 using namespace sparselm::test;
+using namespace sparselm::testing;
 using kernels::softmax_mask;
 
 TEST_CASE_TEMPLATE("softmax forward/backward match the reference for every mask", Arch, SPARSELM_TEST_ARCHS) {

@@ -2,7 +2,7 @@
 // the bad-input errors of the layer constructors and calls.
 #include <doctest/doctest.h>
 
-#include "layer_harness.hpp"
+#include "sparselm/testing/layer_check.hpp"
 #include "sparselm/layers/attention.hpp"
 #include "sparselm/layers/block.hpp"
 #include "sparselm/layers/embedding.hpp"
@@ -10,15 +10,18 @@
 #include "sparselm/layers/layer_norm.hpp"
 #include "sparselm/layers/linear.hpp"
 #include "sparselm/layers/lm_head.hpp"
+#include "sparselm/layers/visit.hpp"
 
 using namespace sparselm;
-using sparselm::test::check_layer;
-using sparselm::test::layer_case;
+using sparselm::testing::check_layer;
+using sparselm::testing::layer_check_options;
+using sparselm::testing::layer_case;
 
 static_assert(layer<linear<float, dense>>);
 static_assert(layer<layer_norm>);
 static_assert(layer<feed_forward<float, dense>>);
 static_assert(layer<self_attention<float, dense>>);
+static_assert(layer<pre_ln_block<float, block_sparse<16>>>);
 
 TEST_CASE("linear: gradients by finite differences, with and without bias") {
   for (bool bias : {true, false}) {
@@ -106,22 +109,61 @@ TEST_CASE("self_attention: padding mask ignores keys past each length") {
   CHECK_MESSAGE(r.ok, r.message);
 }
 
-TEST_CASE("pre_ln_block: gradients by finite differences") {
-  const std::size_t B = 2, T = 4, C = 6;
+TEST_CASE_TEMPLATE("transformer_block: gradients by finite differences (pre-LN causal, post-LN padding; dropout)", Block,
+                   pre_ln_block<float, dense>, post_ln_block<float, dense>, post_ln_block<float, block_sparse<4>>) {
+  static_assert(layer<Block>);
+  const std::size_t B = 2, T = 4, C = 8;
+  for (bool training : {false, true}) {
+    CAPTURE(training);
+    auto layout = std::make_shared<arena_layout>();
+    sparse_plan plan{.sparsity = 0.5};
+    block_options o{.channels = C, .heads = 2, .head_dim = 4, .hidden = 16, .attn_dropout = 0.2f,
+                    .resid_dropout = 0.3f, .plan = &plan};
+    Block blk(*layout, "h.0", o, 5);
+    layer_check_options lo{.batch = B, .seq = T, .in = C, .out = C, .training = training};
+    if constexpr (Block::attention_type::mask == kernels::attention_mask::padding) lo.lengths = {4, 3};
+    lo.init = [&](arena<float>& p) {
+      counter_rng(4).fill_normal(p.all(), 9, 0.0f, 0.3f);
+      visit_tree(blk, [&](const auto& n) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(n)>, layer_norm>) n.init(p);  // well-conditioned norms
+        if constexpr (is_linear_v<std::decay_t<decltype(n)>>) {
+          if constexpr (std::decay_t<decltype(n)>::sparsity::is_sparse) n.init(p, counter_rng(5), 0.3f);
+        }
+      });
+    };
+    auto r = check_layer(blk, layout, lo);
+    CHECK_MESSAGE(r.ok, r.message);
+  }
+}
+
+TEST_CASE("post_ln_block: forward is ln2(x1 + ffn(x1)), x1 = ln1(x + attn(x)), from its own sub-layers") {
+  const std::size_t B = 2, T = 3, C = 6, N = B * T;
   auto layout = std::make_shared<arena_layout>();
-  block_options o{C, 2, 3, 12};
-  pre_ln_block<float, dense> blk(*layout, "h.0", o, 5);
+  post_ln_block<float, dense> blk(*layout, "h.0", {.channels = C, .heads = 2, .head_dim = 3, .hidden = 12}, 5);
+  auto lay = std::shared_ptr<const arena_layout>(layout);
+  arena<float> p(lay), g(lay);
+  counter_rng(1).fill_normal(p.all(), 2, 0.0f, 0.5f);
+  scratch tmp;
+  step_context s{&p, &g, &tmp};
+  s.batch = B;
+  s.seq = T;
+  std::vector<std::int32_t> lengths{3, 2};
+  s.lengths = lengths;
+  std::vector<float> x(N * C), y(N * C), a(N * C), t(N * C), x1(N * C), f(N * C), ref(N * C);
+  counter_rng(2).fill_normal(x, 3, 0.0f, 1.0f);
   decltype(blk)::cache c;
-  layer_case lc{layout, B * T, C, C, B, T};
-  lc.forward = [&](auto& s, auto x, auto y) { blk.forward(s, x, y, c); };
-  lc.backward = [&](auto& s, auto dy, auto dx) { blk.backward(s, dy, dx, c); };
-  lc.init = [&](arena<float>& p) {
-    counter_rng(4).fill_normal(p.all(), 9, 0.0f, 0.3f);
-    blk.ln1().init(p);  // unit gamma keeps the norms well conditioned
-    blk.ln2().init(p);
-  };
-  auto r = check_layer(lc);
-  CHECK_MESSAGE(r.ok, r.message);
+  blk.forward(s, const_matrix_view<float>(x.data(), N, C), matrix_view<float>(y.data(), N, C), c);
+  decltype(blk)::attention_type::cache ac;
+  decltype(blk)::ffn_type::cache fc;
+  layer_norm::cache n1, n2;
+  auto M = [&](std::vector<float>& v) { return matrix_view<float>(v.data(), N, C); };
+  blk.attn().forward(s, M(x), M(a), ac);
+  for (std::size_t i = 0; i < N * C; ++i) t[i] = x[i] + a[i];
+  blk.ln1().forward(s, M(t), M(x1), n1);
+  blk.ffn().forward(s, M(x1), M(f), fc);
+  for (std::size_t i = 0; i < N * C; ++i) t[i] = x1[i] + f[i];
+  blk.ln2().forward(s, M(t), M(ref), n2);
+  for (std::size_t i = 0; i < N * C; ++i) CHECK(y[i] == doctest::Approx(ref[i]).epsilon(1e-6));
 }
 
 TEST_CASE("embedding and tied head: gradients by finite differences through the loss") {
@@ -162,7 +204,7 @@ TEST_CASE("embedding and tied head: gradients by finite differences through the 
     return 0.5 * loss(probe, false).loss_sum;
   };
   std::vector<float> x0(params.all().begin(), params.all().end());
-  auto r = sparselm::test::gradcheck(f, x0, grads.all());
+  auto r = sparselm::testing::gradcheck(f, x0, grads.all());
   CHECK_MESSAGE(r.ok, r.message);
 }
 

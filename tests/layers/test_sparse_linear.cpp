@@ -5,15 +5,15 @@
 
 #include <cmath>
 
-#include "layer_harness.hpp"
+#include "sparselm/testing/layer_check.hpp"
 #include "sparselm/layers/linear.hpp"
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/sparse/update.hpp"
 #include "sparselm/train/trainer.hpp"
 
 using namespace sparselm;
-using sparselm::test::check_layer;
-using sparselm::test::layer_case;
+using sparselm::testing::check_layer;
+using sparselm::testing::layer_case;
 
 static_assert(layer<linear<float, block_sparse<16>>>);
 
@@ -119,11 +119,11 @@ TEST_CASE("sparse GPT: whole-model gradients by finite differences; RigL updates
     std::copy(v.begin(), v.end(), m.params().all().begin());
     return m.evaluate(batch).loss_sum;
   };
-  sparselm::test::gradcheck_options o;
+  sparselm::testing::gradcheck_options o;
   o.max_checks = 300;
   o.rtol = 2e-2;
   o.atol = 2e-4;
-  auto r = sparselm::test::gradcheck(f, x0, g, o);
+  auto r = sparselm::testing::gradcheck(f, x0, g, o);
   CHECK_MESSAGE(r.ok, r.message);
   std::copy(x0.begin(), x0.end(), m.params().all().begin());
 

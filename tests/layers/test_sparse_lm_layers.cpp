@@ -5,13 +5,13 @@
 #include <cmath>
 #include <vector>
 
-#include "layer_harness.hpp"
+#include "sparselm/testing/layer_check.hpp"
 #include "sparselm/layers/factorised_embedding.hpp"
 #include "sparselm/layers/sinusoidal_positions.hpp"
 
 using namespace sparselm;
-using sparselm::test::check_layer;
-using sparselm::test::layer_case;
+using sparselm::testing::check_layer;
+using sparselm::testing::layer_case;
 
 namespace {
 

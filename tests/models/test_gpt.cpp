@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "../kernels/gradcheck.hpp"
+#include "sparselm/testing/layer_check.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/train/trainer.hpp"
@@ -82,17 +82,7 @@ TEST_CASE("gpt: whole-model gradient by finite differences") {
   m.grads().zero();
   auto st = m.forward_backward({}, d.batch(), 1.0f);
   CHECK(st.count == d.B * d.T - 1);
-  std::vector<float> x0(m.params().all().begin(), m.params().all().end());
-  std::vector<float> g(m.grads().all().begin(), m.grads().all().end());
-  auto f = [&](std::span<const float> v) {
-    std::copy(v.begin(), v.end(), m.params().all().begin());
-    return m.evaluate(d.batch()).loss_sum;
-  };
-  sparselm::test::gradcheck_options o;
-  o.max_checks = 400;
-  o.rtol = 2e-2;
-  o.atol = 2e-4;
-  auto r = sparselm::test::gradcheck(f, x0, g, o);
+  auto r = sparselm::testing::check_model(m, d.batch(), {.max_checks = 400, .tolerance = {.rtol = 2e-2, .atol = 2e-4}});
   CHECK_MESSAGE(r.ok, r.message);
 }
 

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "../kernels/gradcheck.hpp"
+#include "sparselm/testing/layer_check.hpp"
 #include "sparselm/models/sparse_lm.hpp"
 #include "sparselm/train/dynamic_sparsity.hpp"
 #include "sparselm/train/trainer.hpp"
@@ -46,19 +46,8 @@ void check_model_gradients(Model& m) {
   CHECK(st.weight_sum == n);
   CHECK(st.count == std::size_t(n));
   CHECK(st.mean_loss() < st.mean_ce());  // repeats are down-weighted
-  std::vector<float> x0(m.params().all().begin(), m.params().all().end());
-  std::vector<float> g(m.grads().all().begin(), m.grads().all().end());
-  auto f = [&](std::span<const float> v) {
-    std::copy(v.begin(), v.end(), m.params().all().begin());
-    return m.evaluate(b).mean_loss();
-  };
-  sparselm::test::gradcheck_options o;
-  o.max_checks = 500;
-  o.rtol = 2e-2;
-  o.atol = 2e-4;
-  auto r = sparselm::test::gradcheck(f, x0, g, o);
+  auto r = sparselm::testing::check_model(m, b, {.max_checks = 500, .tolerance = {.rtol = 2e-2, .atol = 2e-4}});
   CHECK_MESSAGE(r.ok, r.message);
-  std::copy(x0.begin(), x0.end(), m.params().all().begin());
 }
 }  // namespace
 

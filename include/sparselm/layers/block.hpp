@@ -54,6 +54,7 @@ class transformer_block {
   using attention_type = self_attention<T, Sparsity, Mask>;
   using ffn_type = feed_forward<T, Sparsity, Act>;
   static constexpr bool is_pre_ln = std::same_as<Norm, pre_ln>;
+  static_assert(layer<attention_type> && layer<ffn_type>, "transformer_block: its branches must be layers");
   struct cache {
     layer_norm::cache ln1_c, ln2_c;
     typename attention_type::cache attn_c;

@@ -50,6 +50,7 @@ class linear<T, dense> {
   static_assert(std::is_same_v<T, float>, "sparselm::linear: only float compute is implemented");
 
  public:
+  using sparsity = dense;
   struct cache {
     const_matrix_view<float> x;  // (N,in) forward input, kept alive by the caller
   };

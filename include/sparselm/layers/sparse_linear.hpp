@@ -44,6 +44,7 @@ class linear<T, block_sparse<B>> {
   static_assert(std::is_same_v<T, float>, "sparselm::linear: only float compute is implemented");
 
  public:
+  using sparsity = block_sparse<B>;
   static constexpr std::size_t block = B;
   struct cache {
     const_matrix_view<float> x;

@@ -23,7 +23,7 @@
 
 namespace sparselm {
 
-template <class Block>
+template <layer Block>
 class block_stack {
  public:
   using block_type = Block;

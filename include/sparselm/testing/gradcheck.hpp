@@ -1,5 +1,6 @@
 #pragma once
-// Generic finite-difference gradient checker for the tests.
+// Generic finite-difference gradient checker (public: downstream projects test their own layers
+// and models with it; sparselm/testing/layer_check.hpp builds on it).
 //
 // Given a scalar function f of a vector of floats (evaluated by float kernels, returned as double)
 // and an analytic gradient, compares every (or a random subset of) component(s) with a numerical
@@ -11,7 +12,7 @@
 //
 // Pack several tensors into one vector and unpack them inside f to check them all at once:
 //
-//   auto r = sparselm::test::gradcheck([&](std::span<const float> v) { return loss(v); }, x, grad);
+//   auto r = sparselm::testing::gradcheck([&](std::span<const float> v) { return loss(v); }, x, grad);
 //   CHECK_MESSAGE(r.ok, r.message);
 
 #include <algorithm>
@@ -25,7 +26,7 @@
 #include <string>
 #include <vector>
 
-namespace sparselm::test {
+namespace sparselm::testing {
 
 struct gradcheck_options {
   double step = 1e-2;          // h = step · max(1, |x_i|)
@@ -135,4 +136,4 @@ gradcheck_result gradcheck(F&& f, std::vector<float> x, std::span<const float> g
   return r;
 }
 
-}  // namespace sparselm::test
+}  // namespace sparselm::testing
