@@ -38,4 +38,8 @@ execute_process(COMMAND ${WORK_DIR}/app-build/consumer RESULT_VARIABLE rc OUTPUT
 if(NOT rc EQUAL 0 OR NOT out MATCHES "consumer ok")
   message(FATAL_ERROR "consumer program failed (${rc}): ${out}")
 endif()
+execute_process(COMMAND ${WORK_DIR}/app-build/consumer_tests RESULT_VARIABLE rc OUTPUT_VARIABLE tout ERROR_VARIABLE terr)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "consumer unit tests failed (${rc}): ${tout}\n${terr}")
+endif()
 message(STATUS "${MODE}: ${out}")
