@@ -55,7 +55,6 @@ class self_attention {
     f(qkv_);
     f(proj_);
   }
-  std::vector<param_ref> parameters() const { return parameters_of(*this); }
 
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
     const std::size_t N = x.rows;

@@ -87,7 +87,6 @@ class transformer_block {
     f(ln2_);
     f(ffn_);
   }
-  std::vector<param_ref> parameters() const { return parameters_of(*this); }
 
   // y must not alias x.
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {

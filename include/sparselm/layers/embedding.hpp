@@ -34,7 +34,6 @@ class token_position_embedding {
     f(wte_);
     f(wpe_);
   }
-  std::vector<param_ref> parameters() const { return parameters_of(*this); }
   const param_ref& wte() const noexcept { return wte_; }
   const param_ref& wpe() const noexcept { return wpe_; }
   std::size_t vocab() const noexcept { return v_; }

@@ -82,7 +82,6 @@ class factorised_embedding {
     f(ln_in_);
     f(up_);
   }
-  std::vector<param_ref> parameters() const { return parameters_of(*this); }
 
   // y (N,H) from ids (N = s.batch·s.seq); pos_offset: position of each sequence's first id.
   void forward(const step_context& s, std::span<const std::int32_t> ids, matrix_view<float> y, cache& c,

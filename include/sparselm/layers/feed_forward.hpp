@@ -38,7 +38,6 @@ class feed_forward {
     f(fc_);
     f(proj_);
   }
-  std::vector<param_ref> parameters() const { return parameters_of(*this); }
 
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
     const std::size_t N = x.rows;

@@ -45,6 +45,25 @@ enum class linear_role { inner, residual_output };
 template <class T = float, sparsity_type Sparsity = dense>
 class linear;
 
+namespace detail {
+// Shape checks shared by the dense and block-sparse linear layers (w: the weight, for the message).
+inline void check_linear_forward(const param_ref& w, std::size_t in, std::size_t out, const_matrix_view<float> x,
+                                 const_matrix_view<float> y) {
+  SPARSELM_CHECK(x.cols == in && y.cols == out && x.rows == y.rows, "linear '", w.name, "': x ", shape_string(x),
+                 " and y ", shape_string(y), " do not fit a ", in, "x", out, " weight");
+}
+// True when dx is wanted (rows > 0).
+inline bool check_linear_backward(const param_ref& w, std::size_t in, std::size_t out, const_matrix_view<float> x,
+                                  const_matrix_view<float> dy, const_matrix_view<float> dx) {
+  SPARSELM_CHECK(dy.cols == out && dy.rows == x.rows, "linear '", w.name, "': dy ", shape_string(dy),
+                 " does not match the forward input ", shape_string(x), " and out ", out);
+  if (!dx.rows) return false;
+  SPARSELM_CHECK(dx.rows == dy.rows && dx.cols == in, "linear '", w.name, "': dx ", shape_string(dx), " should be (",
+                 dy.rows, "x", in, ")");
+  return true;
+}
+}  // namespace detail
+
 template <class T>
 class linear<T, dense> {
   static_assert(std::is_same_v<T, float>, "sparselm::linear: only float compute is implemented");
@@ -84,8 +103,7 @@ class linear<T, dense> {
   }
 
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
-    SPARSELM_CHECK(x.cols == in_ && y.cols == out_ && x.rows == y.rows, "linear '", w_.name, "': x ",
-                   shape_string(x), " and y ", shape_string(y), " do not fit a ", in_, "x", out_, " weight");
+    detail::check_linear_forward(w_, in_, out_, x, y);
     c.x = x;
     kernels::gemm(kernels::trans::n, kernels::trans::n, 1.0f, x, s.pm(w_.index), 0.0f, y,
                   has_bias_ ? s.p(b_.index).data() : nullptr);
@@ -94,13 +112,8 @@ class linear<T, dense> {
   // dx is assigned (or accumulated when accumulate_dx); pass an empty dx (rows == 0) to skip it.
   void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
                 bool accumulate_dx = false) const {
-    SPARSELM_CHECK(dy.cols == out_ && dy.rows == c.x.rows, "linear '", w_.name, "': dy ", shape_string(dy),
-                   " does not match the forward input ", shape_string(c.x), " and out ", out_);
-    if (dx.rows) {
-      SPARSELM_CHECK(dx.rows == dy.rows && dx.cols == in_, "linear '", w_.name, "': dx ", shape_string(dx),
-                     " should be (", dy.rows, "x", in_, ")");
+    if (detail::check_linear_backward(w_, in_, out_, c.x, dy, dx))
       kernels::gemm(kernels::trans::n, kernels::trans::t, 1.0f, dy, s.pm(w_.index), accumulate_dx ? 1.0f : 0.0f, dx);
-    }
     kernels::gemm(kernels::trans::t, kernels::trans::n, 1.0f, c.x, dy, 1.0f, s.gm(w_.index));
     if (has_bias_) kernels::add_column_sums(dy, s.g(b_.index));
   }

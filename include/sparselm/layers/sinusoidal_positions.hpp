@@ -58,7 +58,6 @@ class sinusoidal_positions {
   void visit(F&& f) const {
     f(norm_);
   }
-  std::vector<param_ref> parameters() const { return parameters_of(*this); }
   // Rows [offset, offset + T) of the table (T,E).
   const_matrix_view<float> table(std::size_t T, std::size_t offset = 0) const {
     SPARSELM_CHECK(offset + T <= p_, "sinusoidal_positions: positions up to ", offset + T, " exceed the ", p_,

@@ -95,8 +95,7 @@ class linear<T, block_sparse<B>> {
   }
 
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
-    SPARSELM_CHECK(x.cols == in_ && y.cols == out_ && x.rows == y.rows, "linear '", w_.name, "': x ",
-                   shape_string(x), " and y ", shape_string(y), " do not fit a ", in_, "x", out_, " weight");
+    detail::check_linear_forward(w_, in_, out_, x, y);
     c.x = x;
     kernels::bsr_matmul<B>(x, state_->pattern, s.p(w_.index).data(), 0.0f, y,
                            has_bias_ ? s.p(b_.index).data() : nullptr);
@@ -104,13 +103,8 @@ class linear<T, block_sparse<B>> {
 
   void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
                 bool accumulate_dx = false) const {
-    SPARSELM_CHECK(dy.cols == out_ && dy.rows == c.x.rows, "linear '", w_.name, "': dy ", shape_string(dy),
-                   " does not match the forward input ", shape_string(c.x), " and out ", out_);
-    if (dx.rows) {
-      SPARSELM_CHECK(dx.rows == dy.rows && dx.cols == in_, "linear '", w_.name, "': dx ", shape_string(dx),
-                     " should be (", dy.rows, "x", in_, ")");
+    if (detail::check_linear_backward(w_, in_, out_, c.x, dy, dx))
       kernels::bsr_matmul_t<B>(dy, state_->pattern, s.p(w_.index).data(), accumulate_dx ? 1.0f : 0.0f, dx);
-    }
     kernels::bsr_weight_grad<B>(c.x, dy, state_->pattern, s.g(w_.index).data());
     if (has_bias_) kernels::add_column_sums(dy, s.g(b_.index));
     if (s.need_dense_grad) {

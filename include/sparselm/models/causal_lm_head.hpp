@@ -39,10 +39,10 @@ class causal_lm_head {
  public:
   using linear_type = linear<T, Sparsity>;
   struct cache {
+    lm_loss_targets targets;                 // the scored targets and weights of the batch
+    buffer xf, hd, ha, z, dz, dhd, dxf;      // (N,C) xf, dxf; (N,E) the bottleneck's
     layer_norm::cache lnf_c, ln_c;
     typename linear_type::cache down_c;
-    buffer xf, hd, ha, z, dz, dhd, dxf;
-    lm_loss_targets targets;
   };
 
   causal_lm_head() = default;
@@ -75,7 +75,6 @@ class causal_lm_head {
     }
     if (bias_) f(*bias_);
   }
-  std::vector<param_ref> parameters() const { return parameters_of(*this); }
 
   // Denominator of the batch's mean loss under the loss options (the trainer scales by its inverse).
   double loss_normaliser(const token_batch& b) const { return lm_loss_normaliser(o_.loss, b); }

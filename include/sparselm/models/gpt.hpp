@@ -126,7 +126,8 @@ class gpt : public transformer<token_position_embedding, pre_ln_block<T, Sparsit
   static constexpr kernels::gelu_kind activation = Act;
 
   // plan: block counts of the projections when Sparsity is block_sparse<B> (ignored when dense).
-  explicit gpt(const gpt_config& cfg, const sparse_plan& plan = {}) : cfg_(cfg), plan_(plan) {
+  explicit gpt(const gpt_config& cfg, const sparse_plan& plan = {}) : cfg_(cfg) {
+    this->plan_ = plan;
     constexpr const char* act = Act == kernels::gelu_kind::tanh ? "gelu_new" : "gelu";
     SPARSELM_CHECK(cfg.activation_function == act, "gpt: config asks for activation '", cfg.activation_function,
                    "' but the model type was compiled for '", act, "'");
@@ -142,18 +143,15 @@ class gpt : public transformer<token_position_embedding, pre_ln_block<T, Sparsit
                                      .norm = {.eps = cfg.layer_norm_epsilon},
                                      .attn_dropout = cfg.attn_pdrop,
                                      .resid_dropout = cfg.resid_pdrop,
-                                     .plan = &plan_});
+                                     .plan = &this->plan_});
     typename base::head_type head(
         *layout, emb.wte(),
         {.channels = cfg.n_embd, .vocab = cfg.vocab_size, .norm = {.eps = cfg.layer_norm_epsilon}, .loss = cfg.loss});
     this->assemble(std::move(layout), std::move(emb), std::move(blocks), std::move(head));
-    this->set_limits("gpt", cfg.n_positions, "n_positions");
+    this->set_limits("gpt", cfg.vocab_size, cfg.n_positions, "n_positions");
   }
 
   const gpt_config& config() const noexcept { return cfg_; }
-  const sparse_plan& plan() const noexcept { return plan_; }
-  std::size_t vocab_size() const noexcept { return cfg_.vocab_size; }
-  std::size_t max_positions() const noexcept { return cfg_.n_positions; }
 
   // GPT-2 initialisation: N(0, σ) for weights and embeddings (σ/sqrt(2L) for the projections that
   // write into the residual stream when scale_residual_init), zero biases, unit norms.
@@ -175,17 +173,8 @@ class gpt : public transformer<token_position_embedding, pre_ln_block<T, Sparsit
     });
   }
 
-  using base::logits;
-  // Full logits (B·T, V) for ids (B·T).
-  void logits(std::span<const std::int32_t> ids, std::size_t batch, std::size_t seq, matrix_view<float> out) {
-    SPARSELM_CHECK(out.rows == batch * seq && out.cols == cfg_.vocab_size, "gpt::logits: out ", shape_string(out),
-                   " should be (", batch * seq, "x", cfg_.vocab_size, ")");
-    base::logits(token_batch{ids, {}, {}, batch, seq}, out);
-  }
-
  private:
   gpt_config cfg_;
-  sparse_plan plan_;
 };
 
 }  // namespace sparselm

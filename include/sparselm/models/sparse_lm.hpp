@@ -180,12 +180,12 @@ class sparse_lm : public transformer<factorised_embedding<T, Sparsity, Act>, pre
     SPARSELM_CHECK(cfg.block_size == Sparsity::block, "sparse_lm: config has block_size ", cfg.block_size,
                    " but the model type was compiled for ",
                    Sparsity::is_sparse ? "block size " + std::to_string(Sparsity::block) : std::string("dense (0)"));
-    plan_.sparsity = cfg.sparsity;
-    plan_.pooling = pooling;
+    this->plan_.sparsity = cfg.sparsity;
+    this->plan_.pooling = pooling;
     if (Sparsity::is_sparse && cfg.allocation == "erk") {
       // Survey the sparse projections' shapes by building the model once, then allocate over them.
       std::vector<sparse::weight_shape> shapes;
-      sparse_plan survey = plan_;
+      sparse_plan survey = this->plan_;
       survey.count = [&](const std::string& name, std::size_t in, std::size_t out) {
         shapes.push_back({name, in, out});
         return std::size_t(1);
@@ -195,18 +195,15 @@ class sparse_lm : public transformer<factorised_embedding<T, Sparsity, Act>, pre
       auto counts = sparse::allocate_blocks(shapes, Sparsity::block, cfg.sparsity, sparse::allocation::erk);
       auto table = std::make_shared<std::map<std::string, std::size_t>>();
       for (std::size_t i = 0; i < shapes.size(); ++i) (*table)[shapes[i].name] = counts[i];
-      plan_.count = [table](const std::string& name, std::size_t, std::size_t) { return table->at(name); };
+      this->plan_.count = [table](const std::string& name, std::size_t, std::size_t) { return table->at(name); };
     }
     auto layout = std::make_shared<arena_layout>();
-    auto [emb, blocks, head] = build(*layout, plan_);
+    auto [emb, blocks, head] = build(*layout, this->plan_);
     this->assemble(std::move(layout), std::move(emb), std::move(blocks), std::move(head));
-    this->set_limits("sparse_lm", cfg.sequence_length, "sequence_length");
+    this->set_limits("sparse_lm", cfg.vocab_size, cfg.sequence_length, "sequence_length");
   }
 
   const sparse_lm_config& config() const noexcept { return cfg_; }
-  const sparse_plan& plan() const noexcept { return plan_; }
-  std::size_t vocab_size() const noexcept { return cfg_.vocab_size; }
-  std::size_t max_positions() const noexcept { return cfg_.sequence_length; }
 
   // Every projection (block-sparse unless dense), in model order: embedding up, then per block fused
   // QKV, attention output, FFN in, FFN out, then the head's down-projection.
@@ -234,14 +231,6 @@ class sparse_lm : public transformer<factorised_embedding<T, Sparsity, Act>, pre
     });
     if (const auto& bias = this->head().bias())
       std::fill(p[bias->index].begin(), p[bias->index].end(), float(std::log(1.0 / double(cfg_.vocab_size))));
-  }
-
-  using base::logits;
-  // Full logits (B·T, V) for ids (B·T).
-  void logits(std::span<const std::int32_t> ids, std::size_t batch, std::size_t seq, matrix_view<float> out) {
-    SPARSELM_CHECK(out.rows == batch * seq && out.cols == cfg_.vocab_size, "sparse_lm::logits: out ",
-                   shape_string(out), " should be (", batch * seq, "x", cfg_.vocab_size, ")");
-    base::logits(token_batch{ids, {}, {}, batch, seq}, out);
   }
 
  private:
@@ -296,7 +285,6 @@ class sparse_lm : public transformer<factorised_embedding<T, Sparsity, Act>, pre
   }
 
   sparse_lm_config cfg_;
-  sparse_plan plan_;
 };
 
 }  // namespace sparselm

@@ -28,8 +28,10 @@
 #include "sparselm/core/arena.hpp"
 #include "sparselm/core/error.hpp"
 #include "sparselm/layers/context.hpp"
+#include "sparselm/layers/linear.hpp"
 #include "sparselm/layers/lm_head.hpp"
 #include "sparselm/layers/visit.hpp"
+#include "sparselm/models/lm_loss.hpp"
 #include "sparselm/models/stack.hpp"
 #include "sparselm/policies/pipeline.hpp"
 #include "sparselm/policies/recompute.hpp"
@@ -52,6 +54,10 @@ class transformer {
   transformer& operator=(transformer&&) = default;
 
   const std::shared_ptr<const arena_layout>& layout() const noexcept { return layout_; }
+  std::size_t vocab_size() const noexcept { return vocab_; }
+  std::size_t max_positions() const noexcept { return max_seq_; }
+  // How many blocks the block-sparse projections got (unused by dense models).
+  const sparse_plan& plan() const noexcept { return plan_; }
   arena<float>& params() noexcept { return params_; }
   const arena<float>& params() const noexcept { return params_; }
   arena<float>& grads() noexcept { return grads_; }
@@ -144,10 +150,15 @@ class transformer {
     return stack_.output(0, b.batch * b.seq);
   }
 
-  // Full logits (B·T, V) for ids (B·T).
+  // Full logits (B·T, V) for a batch, or for ids (B·T) of a token model.
   void logits(const Batch& b, matrix_view<float> out, step_context ctx = {}) {
     const auto s = forward_stack(ctx, b);
     head_.logits(s, stack_.output(0, b.batch * b.seq), out, head_c_);
+  }
+  void logits(std::span<const std::int32_t> ids, std::size_t batch, std::size_t seq, matrix_view<float> out)
+    requires std::is_same_v<Batch, token_batch>
+  {
+    logits(token_batch{ids, {}, {}, batch, seq}, out);
   }
 
   // Bytes held by activations and scratch (for memory reports).
@@ -175,12 +186,15 @@ class transformer {
     grads_ = arena<float>(layout_);
   }
 
-  // How batches are checked: the model's name and its longest sequence (with its config field).
-  void set_limits(std::string name, std::size_t max_seq, std::string max_seq_field) {
+  // The model's name, vocabulary and longest sequence (with its config field, for errors).
+  void set_limits(std::string name, std::size_t vocab, std::size_t max_seq, std::string max_seq_field) {
     name_ = std::move(name);
+    vocab_ = vocab;
     max_seq_ = max_seq;
     max_seq_field_ = std::move(max_seq_field);
   }
+
+  sparse_plan plan_;  // set by derived constructors before they build the parts
 
  private:
   // Checks a batch against the model and binds the step context to this model's storage.
@@ -211,7 +225,7 @@ class transformer {
   }
 
   std::string name_ = "model", max_seq_field_ = "the maximum sequence length";
-  std::size_t max_seq_ = 0;
+  std::size_t vocab_ = 0, max_seq_ = 0;
   std::shared_ptr<const arena_layout> layout_;
   arena<float> params_, grads_;
   Embedding emb_;
