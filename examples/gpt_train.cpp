@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
     json sp = j.value("sparsity", json::object());
     SPARSELM_CHECK(sp.is_object(), ctx, ": field 'sparsity' must be an object {block_size, sparsity}");
     {
-      config_reader r(sp, ctx + " sparsity");
+      json_fields r(sp, ctx + " sparsity");
       job.block = r.get("block_size", job.block);
       job.sparsity = r.get("sparsity", job.sparsity, in_range(0.0, 0.999999));
       r.finish();

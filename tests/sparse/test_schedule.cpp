@@ -128,7 +128,7 @@ TEST_CASE("bad schedule JSON: errors name the field") {
   CHECK_THROWS_WITH_AS(prune_schedule::from_json(json{{"prune_ratio", "high"}}),
                        Contains("field 'prune_ratio' must be a number"), error);
   CHECK_THROWS_WITH_AS(prune_schedule::from_json(json{{"update_period", -1}}),
-                       Contains("field 'update_period' must be a non-negative integer"), error);
+                       Contains("field 'update_period' must not be negative, got -1"), error);
   CHECK_THROWS_WITH_AS(prune_schedule::from_json(json{{"update_period", 2.5}}), Contains("'update_period'"), error);
   CHECK_THROWS_WITH_AS(prune_schedule::from_json(json{{"prune_ration", 0.3}}), Contains("unknown field 'prune_ration'"),
                        error);

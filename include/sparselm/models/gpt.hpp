@@ -28,7 +28,7 @@
 #include "sparselm/layers/layer_norm.hpp"
 #include "sparselm/layers/visit.hpp"
 #include "sparselm/models/causal_lm_head.hpp"
-#include "sparselm/models/config.hpp"
+#include "sparselm/core/json.hpp"
 #include "sparselm/models/lm_loss.hpp"
 #include "sparselm/models/transformer.hpp"
 #include "sparselm/sparse/sparsity.hpp"
@@ -54,7 +54,7 @@ struct gpt_config {
 
   // Reads HF GPT-2 config.json keys; unknown keys and bad values are errors naming the field.
   static gpt_config from_json(const json& j, const std::string& context = "gpt config") {
-    config_reader r(j, context);
+    json_fields r(j, context);
     gpt_config c;
     auto positive = at_least(1);
     auto prob = in_range(0.0, 1.0);
@@ -68,6 +68,7 @@ struct gpt_config {
     c.n_layer = r.get("n_layer", c.n_layer, positive);
     c.n_head = r.get("n_head", c.n_head, positive);
     c.n_embd = r.get("n_embd", c.n_embd, positive);
+    r.nullable({"n_inner"});  // HF writes null for "4 · n_embd"
     c.n_inner = r.get("n_inner", c.n_inner);
     c.embd_pdrop = r.get("embd_pdrop", c.embd_pdrop, prob);
     c.attn_pdrop = r.get("attn_pdrop", c.attn_pdrop, prob);

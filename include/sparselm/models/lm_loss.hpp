@@ -1,5 +1,5 @@
 #pragma once
-// Causal-LM batches and the loss options shared by the LM models (SPEC §2): plain mean
+// Causal-LM batches and the loss options shared by the LM models: plain mean
 // cross-entropy, the S1 weighted repeated-token loss, and the autoregression offset.
 //
 // Legend: B batch, T positions per sequence, N = B·T rows; targets (N) with ignore_index at padding.
@@ -30,7 +30,7 @@
 
 #include "sparselm/core/error.hpp"
 #include "sparselm/layers/lm_head.hpp"
-#include "sparselm/models/config.hpp"
+#include "sparselm/core/json.hpp"
 
 namespace sparselm {
 
@@ -59,7 +59,7 @@ struct lm_loss_options {
 
   // {"weight_repeats": bool, "autoregression_offset": k}; both optional, unknown keys are errors.
   static lm_loss_options from_json(const json& j, const std::string& context = "loss") {
-    config_reader r(j, context);
+    json_fields r(j, context);
     lm_loss_options o;
     o.weight_repeats = r.get("weight_repeats", o.weight_repeats);
     o.autoregression_offset = r.get("autoregression_offset", o.autoregression_offset);

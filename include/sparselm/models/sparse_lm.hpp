@@ -46,7 +46,7 @@
 #include "sparselm/layers/linear.hpp"
 #include "sparselm/layers/visit.hpp"
 #include "sparselm/models/causal_lm_head.hpp"
-#include "sparselm/models/config.hpp"
+#include "sparselm/core/json.hpp"
 #include "sparselm/models/lm_loss.hpp"
 #include "sparselm/models/transformer.hpp"
 #include "sparselm/sparse/init.hpp"
@@ -79,7 +79,7 @@ struct sparse_lm_config {
   lm_loss_options loss{true, 16};      // S1: weighted repeated-token loss, autoregression offset 16
 
   static sparse_lm_config from_json(const json& j, const std::string& context = "sparse_lm config") {
-    config_reader r(j, context);
+    json_fields r(j, context);
     sparse_lm_config c;
     auto positive = at_least(1);
     c.vocab_size = r.get("vocab_size", c.vocab_size, positive);

@@ -1,5 +1,5 @@
 #pragma once
-// Gradient accumulation over micro-batches (SPEC §4; S1 --grad-accumulation-mode Sum|Avg and
+// Gradient accumulation over micro-batches (S1 --grad-accumulation-mode Sum|Avg and
 // --scale-grad-pre-acc).
 //
 // When to use: always when an optimiser step sees more than one micro-batch. Parameter
@@ -20,7 +20,7 @@
 #include <string>
 
 #include "sparselm/core/error.hpp"
-#include "sparselm/optim/json_fields.hpp"
+#include "sparselm/core/json.hpp"
 
 namespace sparselm::optim {
 
@@ -37,14 +37,14 @@ struct grad_accumulation {
   }
   // Fields: steps (1), mode ("sum" | "avg", default "avg"), scale_before (false).
   explicit grad_accumulation(const nlohmann::json& j) {
-    detail::json_fields f(j, "gradient accumulation config");
-    f.count("steps", steps, detail::at_least_one);
+    json_fields f(j, "gradient accumulation config");
+    f.read("steps", steps, at_least(1));
     std::string m = "avg";
-    f.text("mode", m);
+    f.read("mode", m);
     SPARSELM_CHECK(m == "sum" || m == "avg", "gradient accumulation config: field 'mode' must be \"sum\" or \"avg\", ",
                    "got \"", m, "\"");
     mode = m == "sum" ? accumulation_mode::sum : accumulation_mode::avg;
-    f.flag("scale_before", scale_before);
+    f.read("scale_before", scale_before);
     f.finish();
     validate();
   }

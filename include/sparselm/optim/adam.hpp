@@ -1,5 +1,5 @@
 #pragma once
-// Adam and AdamW (SPEC §4).
+// Adam and AdamW.
 //
 // When to use: AdamW for GPT (S2) and BERT SQuAD (S4) with decoupled weight decay; Adam for the
 // dynamic-sparse LM (S1: no weight decay, ε = 1e-2). Both are one implementation, basic_adam,
@@ -28,7 +28,7 @@
 #include "sparselm/core/threads.hpp"
 #include "sparselm/optim/concepts.hpp"
 #include "sparselm/optim/engine.hpp"
-#include "sparselm/optim/json_fields.hpp"
+#include "sparselm/core/json.hpp"
 
 namespace sparselm::optim {
 
@@ -53,11 +53,11 @@ struct moment_config {
       SPARSELM_CHECK(!f.has("weight_decay"), name, " config: field 'weight_decay' is not supported: ", name,
                      " has no weight decay (use adamw)");
     f.type_tag(name);
-    f.number("beta1", beta1, in_unit_open);
-    f.number("beta2", beta2, in_unit_open);
-    f.number("eps", eps, positive);
-    if constexpr (has_weight_decay) f.number("weight_decay", weight_decay, non_negative);
-    f.flag("bias_correction", bias_correction);
+    f.read("beta1", beta1, in_range(0.0, 1.0));
+    f.read("beta2", beta2, in_range(0.0, 1.0));
+    f.read("eps", eps, greater_than(0));
+    if constexpr (has_weight_decay) f.read("weight_decay", weight_decay, at_least(0));
+    f.read("bias_correction", bias_correction);
     f.finish();
   }
 };

@@ -1,5 +1,5 @@
 #pragma once
-// Gradient clipping (SPEC §4): global-norm clip (S2) and per-tensor clip-by-norm (S1).
+// Gradient clipping: global-norm clip (S2) and per-tensor clip-by-norm (S1).
 //
 // Both skip param_frozen tensors: their gradients neither count towards a norm nor get scaled.
 // Norms are sums of squares per segment of the arena (float lanes, double across blocks), added

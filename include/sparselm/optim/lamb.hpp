@@ -1,5 +1,5 @@
 #pragma once
-// LAMB (SPEC §4, S3 BERT pre-training): Adam moments with a per-tensor trust ratio.
+// LAMB (S3, BERT pre-training): Adam moments with a per-tensor trust ratio.
 //
 // When to use: large-batch pre-training (BERT phase 1/2 with batch 65k).
 //
@@ -25,7 +25,7 @@
 #include "sparselm/optim/adam.hpp"
 #include "sparselm/optim/concepts.hpp"
 #include "sparselm/optim/engine.hpp"
-#include "sparselm/optim/json_fields.hpp"
+#include "sparselm/core/json.hpp"
 
 namespace sparselm::optim {
 

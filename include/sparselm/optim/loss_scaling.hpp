@@ -1,5 +1,5 @@
 #pragma once
-// Loss scaling (SPEC §4): the loss gradient is multiplied by `scale()` before backward so that
+// Loss scaling: the loss gradient is multiplied by `scale()` before backward so that
 // small fp16 gradients do not flush to zero; gradients are un-scaled (×1/scale, best folded into
 // the optimiser's grad_scale) before the update.
 //
@@ -27,7 +27,7 @@
 #include "sparselm/core/error.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/optim/engine.hpp"
-#include "sparselm/optim/json_fields.hpp"
+#include "sparselm/core/json.hpp"
 
 namespace sparselm::optim {
 
@@ -69,20 +69,20 @@ struct loss_scale_config {
       validate();
       return;
     }
-    detail::json_fields f(j, "loss scaling config");
+    json_fields f(j, "loss scaling config");
     std::string type = "static";
-    f.text("type", type);
+    f.read("type", type);
     SPARSELM_CHECK(type == "static" || type == "dynamic", "loss scaling config: field 'type' must be \"static\" or ",
                    "\"dynamic\", got \"", type, "\"");
     dynamic = type == "dynamic";
     if (dynamic) scale = 65536.0f;
-    f.number("scale", scale, detail::positive);
+    f.read("scale", scale, greater_than(0));
     if (dynamic) {
-      f.count("growth_interval", growth_interval, detail::at_least_one);
-      f.number("growth_factor", growth_factor, detail::positive);
-      f.number("backoff_factor", backoff_factor, detail::positive);
-      f.number("min_scale", min_scale, detail::positive);
-      f.number("max_scale", max_scale, detail::positive);
+      f.read("growth_interval", growth_interval, at_least(1));
+      f.read("growth_factor", growth_factor, greater_than(0));
+      f.read("backoff_factor", backoff_factor, greater_than(0));
+      f.read("min_scale", min_scale, greater_than(0));
+      f.read("max_scale", max_scale, greater_than(0));
     }
     f.finish();
     validate();
@@ -147,12 +147,12 @@ class loss_scaler {
   // Checkpoint state: {"scale", "good_steps", "skipped_steps"}.
   nlohmann::json state() const { return {{"scale", scale_}, {"good_steps", good_}, {"skipped_steps", skipped_}}; }
   void restore(const nlohmann::json& j) {
-    detail::json_fields f(j, "loss scaler state");
+    json_fields f(j, "loss scaler state");
     float s = scale_;
     f.require("scale");
-    f.number("scale", s, detail::positive);
-    f.count("good_steps", good_);
-    f.count("skipped_steps", skipped_);
+    f.read("scale", s, greater_than(0));
+    f.read("good_steps", good_);
+    f.read("skipped_steps", skipped_);
     f.finish();
     scale_ = s;
   }

@@ -1,5 +1,5 @@
 #pragma once
-// Learning-rate schedules (SPEC §4): small value types with `float operator()(std::size_t step)`,
+// Learning-rate schedules: small value types with `float operator()(std::size_t step)`,
 // and make_schedule(json) for configs. `step` counts optimiser steps from 0. Formulas are
 // evaluated in double.
 //
@@ -34,11 +34,11 @@
 #include <utility>
 
 #include "sparselm/core/error.hpp"
-#include "sparselm/optim/json_fields.hpp"
+#include "sparselm/core/json.hpp"
 
 namespace sparselm::optim {
 
-// Learning-rate multiplier for a sparse model of sparsity s (SPEC §3):
+// Learning-rate multiplier for a sparse model of sparsity s (docs/sparsity_algorithm.md):
 // η(s) = η₀·exp(1.969 s² + 0.2905 s).
 inline double sparse_lr_scale(double sparsity) {
   SPARSELM_CHECK(sparsity >= 0 && sparsity < 1, "sparse_lr_scale: sparsity must be in [0, 1), got ", sparsity);
@@ -61,10 +61,10 @@ struct constant_schedule {
   explicit constant_schedule(float lr_) : lr(lr_) { validate(); }
   // Fields: type, lr.
   explicit constant_schedule(const nlohmann::json& j) {
-    detail::json_fields f(j, "schedule 'constant'");
+    json_fields f(j, "schedule 'constant'");
     f.type_tag(name);
     f.require("lr");
-    f.number("lr", lr, detail::non_negative);
+    f.read("lr", lr, at_least(0));
     f.finish();
   }
   void validate() const { detail::check_lr(name, "lr", lr); }
@@ -84,14 +84,14 @@ struct warmup_cosine_schedule {
   }
   // Fields: type, max_lr, total_steps, warmup_steps, min_lr.
   explicit warmup_cosine_schedule(const nlohmann::json& j) {
-    detail::json_fields f(j, "schedule 'warmup_cosine'");
+    json_fields f(j, "schedule 'warmup_cosine'");
     f.type_tag(name);
     f.require("max_lr");
-    f.number("max_lr", max_lr, detail::non_negative);
+    f.read("max_lr", max_lr, at_least(0));
     f.require("total_steps");
-    f.count("total_steps", total_steps, detail::at_least_one);
-    f.count("warmup_steps", warmup_steps);
-    f.number("min_lr", min_lr, detail::non_negative);
+    f.read("total_steps", total_steps, at_least(1));
+    f.read("warmup_steps", warmup_steps);
+    f.read("min_lr", min_lr, at_least(0));
     f.finish();
     validate();
   }
@@ -113,6 +113,9 @@ struct warmup_cosine_schedule {
 namespace detail {
 // max_lr, total_steps, a warm-up fraction of total_steps and min_lr: the fields of linear and
 // up_down (JSON calls the fraction `fraction_key`).
+// The warmup fraction's admissible range (json.hpp's in_range or in_closed).
+using fraction_check = std::function<std::string(double)>;
+
 struct fraction_warmup {
   float max_lr = 0.0f;
   std::size_t total_steps = 1;
@@ -121,23 +124,23 @@ struct fraction_warmup {
 
   fraction_warmup(float max, std::size_t total, float fraction, float min)
       : max_lr(max), total_steps(total), warmup_fraction(fraction), min_lr(min) {}
-  fraction_warmup(const nlohmann::json& j, const char* name, const char* fraction_key, range fraction_range) {
+  fraction_warmup(const nlohmann::json& j, const char* name, const char* fraction_key, fraction_check fraction_range) {
     json_fields f(j, std::string("schedule '") + name + "'");
     f.type_tag(name);
     f.require("max_lr");
-    f.number("max_lr", max_lr, non_negative);
+    f.read("max_lr", max_lr, at_least(0));
     f.require("total_steps");
-    f.count("total_steps", total_steps, at_least_one);
-    f.number(fraction_key, warmup_fraction, fraction_range);
-    f.number("min_lr", min_lr, non_negative);
+    f.read("total_steps", total_steps, at_least(1));
+    f.read(fraction_key, warmup_fraction, fraction_range);
+    f.read("min_lr", min_lr, at_least(0));
     f.finish();
   }
-  void validate(const char* name, const char* fraction_key, range fraction_range) const {
+  void validate(const char* name, const char* fraction_key, const fraction_check& fraction_range) const {
     check_lr(name, "max_lr", max_lr);
     check_lr(name, "min_lr", min_lr);
     check_steps(name, "total_steps", total_steps);
-    SPARSELM_CHECK(fraction_range.ok(warmup_fraction), "schedule '", name, "': field '", fraction_key, "' ",
-                   fraction_range.text, ", got ", warmup_fraction);
+    const std::string msg = fraction_range(warmup_fraction);
+    SPARSELM_CHECK(msg.empty(), "schedule '", name, "': field '", fraction_key, "' ", msg);
   }
   std::size_t warmup_steps() const noexcept { return std::size_t(double(total_steps) * double(warmup_fraction)); }
 };
@@ -149,10 +152,10 @@ struct linear_schedule : detail::fraction_warmup {
 
   linear_schedule(float max, std::size_t total, float warmup_proportion = 0.0f, float min = 1e-7f)
       : fraction_warmup(max, total, warmup_proportion, min) {
-    validate(name, "warmup_proportion", detail::in_unit_closed);
+    validate(name, "warmup_proportion", in_closed(0.0, 1.0));
   }
   explicit linear_schedule(const nlohmann::json& j)
-      : fraction_warmup(j, name, "warmup_proportion", detail::in_unit_closed) {}
+      : fraction_warmup(j, name, "warmup_proportion", in_closed(0.0, 1.0)) {}
 
   float operator()(std::size_t step) const noexcept {
     const std::size_t warm = warmup_steps();
@@ -169,9 +172,9 @@ struct up_down_schedule : detail::fraction_warmup {
 
   up_down_schedule(float max, std::size_t total, float warmup_frac = 0.0f, float min = 1e-7f)
       : fraction_warmup(max, total, warmup_frac, min) {
-    validate(name, "warmup_frac", detail::in_unit_open);
+    validate(name, "warmup_frac", in_range(0.0, 1.0));
   }
-  explicit up_down_schedule(const nlohmann::json& j) : fraction_warmup(j, name, "warmup_frac", detail::in_unit_open) {}
+  explicit up_down_schedule(const nlohmann::json& j) : fraction_warmup(j, name, "warmup_frac", in_range(0.0, 1.0)) {}
 
   float operator()(std::size_t step) const noexcept {
     const std::size_t warm = warmup_steps();
@@ -195,15 +198,15 @@ struct bert_power_schedule {
   }
   // Fields: type, peak_lr, cooldown_steps, warmup_steps, min_lr, power.
   explicit bert_power_schedule(const nlohmann::json& j) {
-    detail::json_fields f(j, "schedule 'bert_power'");
+    json_fields f(j, "schedule 'bert_power'");
     f.type_tag(name);
     f.require("peak_lr");
-    f.number("peak_lr", peak_lr, detail::non_negative);
+    f.read("peak_lr", peak_lr, at_least(0));
     f.require("cooldown_steps");
-    f.count("cooldown_steps", cooldown_steps, detail::at_least_one);
-    f.count("warmup_steps", warmup_steps);
-    f.number("min_lr", min_lr, detail::non_negative);
-    f.number("power", power, detail::positive);
+    f.read("cooldown_steps", cooldown_steps, at_least(1));
+    f.read("warmup_steps", warmup_steps);
+    f.read("min_lr", min_lr, at_least(0));
+    f.read("power", power, greater_than(0));
     f.finish();
     validate();
   }

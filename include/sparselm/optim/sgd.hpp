@@ -19,7 +19,7 @@
 #include "sparselm/core/threads.hpp"
 #include "sparselm/optim/concepts.hpp"
 #include "sparselm/optim/engine.hpp"
-#include "sparselm/optim/json_fields.hpp"
+#include "sparselm/core/json.hpp"
 
 namespace sparselm::optim {
 
@@ -32,11 +32,11 @@ struct sgd_config {
   sgd_config() = default;
   // Fields: type ("sgd"), momentum, nesterov, weight_decay; others are errors.
   explicit sgd_config(const nlohmann::json& j) {
-    detail::json_fields f(j, "sgd config");
+    json_fields f(j, "sgd config");
     f.type_tag(name);
-    f.number("momentum", momentum, detail::in_unit_open);
-    f.flag("nesterov", nesterov);
-    f.number("weight_decay", weight_decay, detail::non_negative);
+    f.read("momentum", momentum, in_range(0.0, 1.0));
+    f.read("nesterov", nesterov);
+    f.read("weight_decay", weight_decay, at_least(0));
     f.finish();
     validate();
   }

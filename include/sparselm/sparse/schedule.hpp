@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sparselm/core/error.hpp"
+#include "sparselm/core/json.hpp"
 #include "sparselm/sparse/detail/common.hpp"
 
 namespace sparselm::sparse {
@@ -67,15 +68,15 @@ struct prune_schedule {
   // Reads the fields above (all optional; unknown fields are errors). Does not validate, so that
   // total_steps may be filled in afterwards; call validate() once it is.
   static prune_schedule from_json(const nlohmann::json& j, const std::string& what = "prune schedule") {
-    detail::json_fields f(j, what);
-    f.only({"prune_ratio", "update_period", "total_steps", "zero_steps", "phase_delay", "period"});
+    json_fields f(j, what);
     prune_schedule s;
     s.read_fields(f);
+    f.finish();
     return s;
   }
 
   // Field readers shared with configs that embed the schedule's fields (update_config).
-  void read_fields(const detail::json_fields& f) {
+  void read_fields(json_fields& f) {
     f.read("prune_ratio", prune_ratio);
     f.read("update_period", update_period);
     f.read("total_steps", total_steps);

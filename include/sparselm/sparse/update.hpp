@@ -57,14 +57,13 @@ struct update_config {
 
   // All fields optional, unknown fields are errors; does not validate (see prune_schedule).
   static update_config from_json(const nlohmann::json& j, const std::string& what = "sparsity update") {
-    detail::json_fields f(j, what);
-    f.only({"prune_ratio", "update_period", "total_steps", "zero_steps", "phase_delay", "period", "prune_metric",
-            "regrow", "pooling"});
+    json_fields f(j, what);
     update_config c;
     c.schedule.read_fields(f);
     f.read_enum("prune_metric", c.metric, parse_prune_metric);
     f.read_enum("regrow", c.regrow, parse_regrow_method);
     f.read_enum("pooling", c.pooling, parse_grad_pooling);
+    f.finish();
     return c;
   }
 };

@@ -24,7 +24,7 @@
 
 #include "sparselm/core/error.hpp"
 #include "sparselm/kernels/gelu.hpp"
-#include "sparselm/models/config.hpp"
+#include "sparselm/core/json.hpp"
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/models/sparse_lm.hpp"
 #include "sparselm/optim/adam.hpp"
@@ -74,7 +74,7 @@ struct gpt_family {
   static model_spec<gpt_config> read(json j, const std::string& context) {
     model_spec<gpt_config> s;
     if (j.contains("sparselm")) {
-      config_reader r(j["sparselm"], context + " sparselm");
+      json_fields r(j["sparselm"], context + " sparselm");
       s.block = r.require<std::size_t>("block_size");
       s.plan.sparsity = r.require<double>("sparsity");
       r.finish();

@@ -20,7 +20,7 @@
 #include <string>
 #include <utility>
 
-#include "sparselm/models/config.hpp"
+#include "sparselm/core/json.hpp"
 #include "sparselm/optim/adam.hpp"
 #include "sparselm/optim/lamb.hpp"
 #include "sparselm/optim/sgd.hpp"
@@ -44,7 +44,7 @@ struct lm_run_config {
 
   static lm_run_config from_json(const json& j, const std::string& context,
                                  const std::filesystem::path& base_dir = {}) {
-    config_reader r(j, context);
+    json_fields r(j, context);
     lm_run_config c;
     if (r.has("model")) {
       const json& m = j.at("model");
@@ -60,7 +60,7 @@ struct lm_run_config {
     r.ignore({"model"});
     const json data = r.object("data");
     {
-      config_reader d(data, context + " data");
+      json_fields d(data, context + " data");
       c.train_data = d.get("train", c.train_data);
       c.valid_data = d.get("valid", c.valid_data);
       d.finish();

@@ -30,7 +30,7 @@
 #include "sparselm/core/rng.hpp"
 #include "sparselm/layers/context.hpp"
 #include "sparselm/layers/lm_head.hpp"
-#include "sparselm/models/config.hpp"
+#include "sparselm/core/json.hpp"
 #include "sparselm/optim/accumulation.hpp"
 #include "sparselm/optim/adam.hpp"
 #include "sparselm/optim/sgd.hpp"
@@ -87,7 +87,7 @@ struct trainer_options {
   // Fields: accumulation {steps, mode, scale_before}, clip ("none" | "global_norm" | "per_tensor"),
   // max_norm, dropout_seed.
   static trainer_options from_json(const json& j, const std::string& context = "trainer config") {
-    config_reader r(j, context);
+    json_fields r(j, context);
     trainer_options o;
     if (r.has("accumulation")) o.accumulation = optim::grad_accumulation(j.at("accumulation"));
     r.ignore({"accumulation"});

@@ -1,6 +1,6 @@
 #pragma once
-// Internals shared by the sparse/ headers: block counts from real products, and reading JSON
-// config objects field by field with errors that name the field.
+// Internals shared by the sparse/ headers: block counts from real products and enums spelled as
+// strings in configs and logs.
 
 #include <algorithm>
 #include <array>
@@ -12,8 +12,6 @@
 #include <string>
 #include <string_view>
 #include <utility>
-
-#include <nlohmann/json.hpp>
 
 #include "sparselm/core/error.hpp"
 
@@ -49,56 +47,5 @@ E parse_enum(const enum_names<E, N>& names, const std::string& s, const std::str
   }
   fail(what, ": unknown ", kind, " '", s, "' (expected ", expected, ")");
 }
-
-// Reads the fields of one JSON config object. Every error names the config (`what`) and the field.
-class json_fields {
- public:
-  json_fields(const nlohmann::json& j, std::string what) : j_(j), what_(std::move(what)) {
-    SPARSELM_CHECK(j_.is_object(), what_, ": expected a JSON object, got ", j_.type_name());
-  }
-
-  // Fails on a key that is not in `known` (catches misspelt options).
-  void only(std::initializer_list<std::string_view> known) const {
-    for (auto it = j_.begin(); it != j_.end(); ++it)
-      SPARSELM_CHECK(std::find(known.begin(), known.end(), std::string_view(it.key())) != known.end(), what_,
-                     ": unknown field '", it.key(), "'");
-  }
-
-  // Each reader leaves `out` unchanged when the field is absent.
-  void read(const char* field, double& out) const {
-    if (!j_.contains(field)) return;
-    const auto& v = j_.at(field);
-    SPARSELM_CHECK(v.is_number(), what_, ": field '", field, "' must be a number, got ", v.dump());
-    out = v.get<double>();
-    SPARSELM_CHECK(std::isfinite(out), what_, ": field '", field, "' must be finite, got ", v.dump());
-  }
-  void read(const char* field, std::size_t& out) const {
-    if (!j_.contains(field)) return;
-    const auto& v = j_.at(field);
-    bool ok = v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0);
-    SPARSELM_CHECK(ok, what_, ": field '", field, "' must be a non-negative integer, got ", v.dump());
-    out = v.get<std::size_t>();
-  }
-  void read(const char* field, std::string& out) const {
-    if (!j_.contains(field)) return;
-    const auto& v = j_.at(field);
-    SPARSELM_CHECK(v.is_string(), what_, ": field '", field, "' must be a string, got ", v.dump());
-    out = v.get<std::string>();
-  }
-  // An enum spelled as a string; `parse(text, field_label)` throws for an unknown spelling.
-  template <class E, class Parse>
-  void read_enum(const char* field, E& out, Parse parse) const {
-    std::string s;
-    if (!j_.contains(field)) return;
-    read(field, s);
-    out = parse(s, what_ + ": field '" + field + "'");
-  }
-
-  const std::string& what() const noexcept { return what_; }
-
- private:
-  const nlohmann::json& j_;
-  std::string what_;
-};
 
 }  // namespace sparselm::sparse::detail
