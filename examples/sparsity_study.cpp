@@ -1,7 +1,7 @@
 // Does dynamic sparsity learn? Trains four GPTs on the same token files for the same number of steps,
 // with the same data order, optimiser and schedule, and reports the held-out loss of each:
 //
-//   dynamic      projections block_sparse<16> at sparsity s, pattern pruned and regrown (SPEC §3)
+//   dynamic      projections block_sparse<16> at sparsity s, pattern pruned and regrown (docs/sparsity_algorithm.md)
 //   static       the same model and initial pattern, never updated
 //   dense-flops  dense, projection width chosen so its projection FLOPs match the sparse models'
 //   dense-width  dense, the same width as the sparse models (1/density times the projection FLOPs)

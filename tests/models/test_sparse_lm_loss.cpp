@@ -1,4 +1,4 @@
-// The S1 weighted repeated-token loss with autoregression offset (models/lm_loss.hpp, SPEC §2):
+// The S1 weighted repeated-token loss with autoregression offset (models/lm_loss.hpp):
 // hand-built cases, a naive double-precision reference (loss and logit gradient), and the GPT
 // config option end to end (loss from the model's logits, trainer normaliser, config errors).
 #include <doctest/doctest.h>

@@ -1,5 +1,5 @@
 #pragma once
-// Factorised (ALBERT-style) token embedding of the S1 sparse LM (SPEC §1): a narrow look-up table
+// Factorised (ALBERT-style) token embedding of the S1 sparse LM: a narrow look-up table
 // of width E, normalised, plus normalised sinusoidal positions, dropout, a norm, and a (sparse)
 // up-projection to the model width H. The table is also the tied output projection of the LM head.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// Normalised sinusoidal positions added to a sequence of embeddings (the S1 sparse LM, SPEC §1):
+// Normalised sinusoidal positions added to a sequence of embeddings (the S1 sparse LM):
 // y = x + norm(PE), where PE is the fixed sinusoidal table of "Attention is all you need" and norm
 // a layer norm with its own (trainable) gamma and beta.
 //

@@ -87,7 +87,7 @@ class linear<T, block_sparse<B>> {
     rng.fill_normal(params[w_.index], w_.index, 0.0f, std / float(std::sqrt(density())));
     if (has_bias_) std::fill(params[b_.index].begin(), params[b_.index].end(), 0.0f);
   }
-  // Random pattern and density-scaled Glorot-uniform values (SPEC §3, the S1 sparse LM).
+  // Random pattern and density-scaled Glorot-uniform values (the S1 sparse LM).
   void init_glorot(arena<float>& params, const counter_rng& rng) const {
     state_->pattern = sparse::random_pattern(w_.name, in_, out_, B, nnz_, rng, mix_stream(w_.index, 0x7061));
     sparse::init_values(w_.name, state_->pattern, params[w_.index], rng, w_.index);

@@ -2,7 +2,7 @@
 // Data-parallel policies: how gradients are combined across replicas.
 //
 // When to use: `none` (default) trains one replica in this process. MPI replicas with mean-reduced
-// gradients and sharded optimiser state (SPEC §5) are planned; a trainer instantiated with a
+// gradients and sharded optimiser state are planned; a trainer instantiated with a
 // policy it does not implement fails at compile time.
 
 #include <concepts>

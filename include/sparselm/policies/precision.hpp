@@ -2,7 +2,7 @@
 // Precision policies: the dtype of compute and of stored weights.
 //
 // When to use: `fp32` (default) computes and stores in float. Mixed bf16 compute with fp32 master
-// weights and fp16 storage with loss scaling (SPEC §5) are planned; a trainer instantiated with a
+// weights and fp16 storage with loss scaling are planned; a trainer instantiated with a
 // precision it does not implement fails at compile time.
 
 #include <concepts>
