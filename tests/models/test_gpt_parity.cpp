@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/parity.hpp"
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/train/trainer.hpp"
 
@@ -21,42 +22,16 @@ using namespace sparselm;
 
 namespace {
 
-const std::string committed = SPARSELM_SOURCE_DIR "/tests/reference/data/gpt_tiny_parity.json";
-
-json load(const std::string& path) {
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), "cannot open " << path);
-  return json::parse(in);
-}
-
-// max |a − b| / max |b| over a tensor.
-double rel_err(std::span<const float> a, const std::vector<double>& b) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < b.size(); ++i) {
-    num = std::max(num, std::fabs(double(a[i]) - b[i]));
-    den = std::max(den, std::fabs(b[i]));
-  }
-  return den > 0 ? num / den : num;
-}
-
 json reference() {
-  const bool torch = std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") == 0;
-  if (!torch) {
-    MESSAGE("torch not importable by /usr/bin/python3: using the committed reference " << committed);
-    return load(committed);
-  }
-  const std::string fresh = SPARSELM_TEST_TMPDIR "/gpt_tiny_parity.json";
-  const std::string cmd = "/usr/bin/python3 " SPARSELM_SOURCE_DIR "/tests/reference/gpt_reference.py --out " + fresh;
-  REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, "reference script failed: " << cmd);
-  json f = load(fresh), c = load(committed);
-  // the committed file must match what the script produces now
-  CHECK(f["config"] == c["config"]);
-  CHECK(f["ids"] == c["ids"]);
-  CHECK(std::fabs(f["loss"].get<double>() - c["loss"].get<double>()) <= 1e-6);
-  for (std::size_t k = 0; k < f["losses"].size(); ++k)
-    CHECK_MESSAGE(std::fabs(f["losses"][k].get<double>() - c["losses"][k].get<double>()) <= 1e-5,
-                  "committed reference is stale (step " << k << "): regenerate it with tests/reference/gpt_reference.py");
-  return f;
+  return test::parity_reference("gpt_tiny_parity", "gpt_reference.py", [](const json& f, const json& c) {
+    // the committed file must match what the script produces now
+    CHECK(f["config"] == c["config"]);
+    CHECK(f["ids"] == c["ids"]);
+    CHECK(std::fabs(f["loss"].get<double>() - c["loss"].get<double>()) <= 1e-6);
+    for (std::size_t k = 0; k < f["losses"].size(); ++k)
+      CHECK_MESSAGE(std::fabs(f["losses"][k].get<double>() - c["losses"][k].get<double>()) <= 1e-5,
+                    "committed reference is stale (step " << k << "): regenerate it with tests/reference/gpt_reference.py");
+  });
 }
 
 token_batch batch_of(const json& r, std::size_t k, std::vector<std::int32_t>& ids, std::vector<std::int32_t>& tg) {
@@ -65,31 +40,20 @@ token_batch batch_of(const json& r, std::size_t k, std::vector<std::int32_t>& id
   return {ids, tg, {}, r["batch"].get<std::size_t>(), r["seq"].get<std::size_t>()};
 }
 
-void load_params(gpt<>& m, const json& r) {
-  for (const auto& t : *m.layout()) {
-    REQUIRE_MESSAGE(r["params"].contains(t.name), "reference has no tensor " << t.name);
-    auto v = r["params"][t.name].get<std::vector<float>>();
-    auto dst = m.params().at(t.name);
-    REQUIRE_MESSAGE(v.size() == dst.size(), t.name << ": reference has " << v.size() << " values, model " << dst.size());
-    std::copy(v.begin(), v.end(), dst.begin());
-  }
-  CHECK(r["params"].size() == m.layout()->count());
-}
-
 }  // namespace
 
 TEST_CASE("gpt matches PyTorch: logits, loss, gradients, 10 AdamW steps") {
   const json r = reference();
   auto cfg = gpt_config::from_json(r["config"], "reference config");
   gpt<> m(cfg);
-  load_params(m, r);
+  test::load_reference_params(m, r);
   std::vector<std::int32_t> ids, tg;
   auto b = batch_of(r, 0, ids, tg);
 
   // logits
   std::vector<float> logits(b.batch * b.seq * cfg.vocab_size);
   m.logits(b.ids, b.batch, b.seq, matrix_view<float>(logits.data(), b.batch * b.seq, cfg.vocab_size));
-  const double e_logits = rel_err(logits, r["logits"].get<std::vector<double>>());
+  const double e_logits = test::rel_err(logits, r["logits"].get<std::vector<double>>());
   CHECK_MESSAGE(e_logits <= 1e-5, "logits relative error " << e_logits);
 
   // loss and gradients of the mean cross-entropy
@@ -100,14 +64,14 @@ TEST_CASE("gpt matches PyTorch: logits, loss, gradients, 10 AdamW steps") {
   double worst = 0;
   std::string worst_name;
   for (const auto& t : *m.layout()) {
-    const double e = rel_err(m.grads().at(t.name), r["grads"][t.name].get<std::vector<double>>());
+    const double e = test::rel_err(m.grads().at(t.name), r["grads"][t.name].get<std::vector<double>>());
     CHECK_MESSAGE(e <= 1e-4, t.name << ": gradient relative error " << e);
     if (e > worst) worst = e, worst_name = t.name;
   }
   MESSAGE("worst gradient relative error " << worst << " (" << worst_name << "), logits " << e_logits);
 
   // 10 AdamW steps with global-norm clipping and warmup + cosine
-  load_params(m, r);
+  test::load_reference_params(m, r);
   const json& tr = r["train"];
   trainer_options o;
   o.clip = clip_mode::global_norm;

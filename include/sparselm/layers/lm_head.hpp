@@ -31,17 +31,26 @@ struct loss_stats {
   double weight_sum = 0;  // Σ w_i
   double ce_sum = 0;      // Σ CE_i (unweighted; equals loss_sum without weights)
   std::size_t correct = 0, count = 0;
+  // A second objective reported beside the first (BERT's next-sentence prediction): its summed
+  // loss, correct predictions and count. Its loss is already included in loss_sum.
+  double aux_loss_sum = 0;
+  std::size_t aux_correct = 0, aux_count = 0;
 
   double mean_loss() const noexcept { return weight_sum > 0 ? loss_sum / weight_sum : 0.0; }
   double mean_ce() const noexcept { return count ? ce_sum / double(count) : 0.0; }
   double perplexity() const noexcept { return std::exp(mean_ce()); }
   double accuracy() const noexcept { return count ? double(correct) / double(count) : 0.0; }
+  double aux_mean_loss() const noexcept { return aux_count ? aux_loss_sum / double(aux_count) : 0.0; }
+  double aux_accuracy() const noexcept { return aux_count ? double(aux_correct) / double(aux_count) : 0.0; }
   loss_stats& operator+=(const loss_stats& o) noexcept {
     loss_sum += o.loss_sum;
     weight_sum += o.weight_sum;
     ce_sum += o.ce_sum;
     correct += o.correct;
     count += o.count;
+    aux_loss_sum += o.aux_loss_sum;
+    aux_correct += o.aux_correct;
+    aux_count += o.aux_count;
     return *this;
   }
 };

@@ -17,6 +17,7 @@
 
 #include "sparselm/kernels/gelu.hpp"
 #include "sparselm/layers/context.hpp"
+#include "sparselm/layers/dense_gelu_norm.hpp"
 #include "sparselm/layers/layer_norm.hpp"
 #include "sparselm/layers/linear.hpp"
 #include "sparselm/layers/lm_head.hpp"
@@ -37,12 +38,12 @@ struct causal_lm_head_options {
 template <class T = float, sparsity_type Sparsity = dense, kernels::gelu_kind Act = kernels::gelu_kind::tanh>
 class causal_lm_head {
  public:
-  using linear_type = linear<T, Sparsity>;
+  using bottleneck_type = dense_gelu_norm<T, Sparsity, Act>;
   struct cache {
-    lm_loss_targets targets;                 // the scored targets and weights of the batch
-    buffer xf, hd, ha, z, dz, dhd, dxf;      // (N,C) xf, dxf; (N,E) the bottleneck's
-    layer_norm::cache lnf_c, ln_c;
-    typename linear_type::cache down_c;
+    lm_loss_targets targets;  // the scored targets and weights of the batch
+    buffer xf, dxf, z, dz;    // (N,C) xf, dxf; (N,E) the bottleneck's output and its gradient
+    layer_norm::cache lnf_c;
+    typename bottleneck_type::cache bottleneck_c;
   };
 
   causal_lm_head() = default;
@@ -50,10 +51,7 @@ class causal_lm_head {
   causal_lm_head(arena_layout& layout, param_ref tied, const causal_lm_head_options& o) : o_(o) {
     o_.plan = nullptr;
     ln_f_ = layer_norm(layout, "ln_f", o.channels, o.norm);
-    if (o.bottleneck) {
-      down_ = linear_type(layout, "head.down", o.channels, o.bottleneck, true, o.plan);
-      ln_head_ = layer_norm(layout, "head.ln", o.bottleneck, o.norm);
-    }
+    if (o.bottleneck) bottleneck_ = bottleneck_type(layout, "head.down", "head.ln", o.channels, o.bottleneck, o.norm, o.plan);
     if (o.logit_bias) bias_ = param_ref{"head.bias", layout.add("head.bias", {o.vocab}, param_no_decay | param_no_trust)};
     tied_ = tied_lm_head(std::move(tied), o.vocab, width(), bias_);
   }
@@ -61,18 +59,14 @@ class causal_lm_head {
   const lm_loss_options& loss_options() const noexcept { return o_.loss; }
   std::size_t width() const noexcept { return o_.bottleneck ? o_.bottleneck : o_.channels; }
   const layer_norm& final_norm() const noexcept { return ln_f_; }
-  const linear_type& down_projection() const noexcept { return down_; }
-  const layer_norm& head_norm() const noexcept { return ln_head_; }
+  const bottleneck_type& bottleneck() const noexcept { return bottleneck_; }
   const std::optional<param_ref>& bias() const noexcept { return bias_; }
   tied_lm_head& projection() noexcept { return tied_; }
   const tied_lm_head& projection() const noexcept { return tied_; }
   template <class F>
   void visit(F&& f) const {
     f(ln_f_);
-    if (o_.bottleneck) {
-      f(down_);
-      f(ln_head_);
-    }
+    if (o_.bottleneck) f(bottleneck_);
     if (bias_) f(*bias_);
   }
 
@@ -92,12 +86,8 @@ class causal_lm_head {
     c.targets.finish(st);
     if (!grad) return st;
     if (o_.bottleneck) {
-      auto dhd = c.dhd.matrix(N, E);
-      ln_head_.backward(s, dz, dhd, c.ln_c);
-      std::span<float> dh(dhd.data, N * E);
-      kernels::gelu_backward<Act>(std::span<const float>(c.hd.get(N * E).data(), N * E), dh, dh);
       auto dxf = c.dxf.matrix(N, o_.channels);
-      down_.backward(s, dhd, dxf, c.down_c);
+      bottleneck_.backward(s, dz, dxf, c.bottleneck_c);
       ln_f_.backward(s, dxf, dx, c.lnf_c);
     } else {
       ln_f_.backward(s, dz, dx, c.lnf_c);
@@ -117,18 +107,14 @@ class causal_lm_head {
     auto xf = c.xf.matrix(N, o_.channels);
     ln_f_.forward(s, x, xf, c.lnf_c);
     if (!o_.bottleneck) return xf;
-    const std::size_t E = o_.bottleneck;
-    auto hd = c.hd.matrix(N, E), ha = c.ha.matrix(N, E), z = c.z.matrix(N, E);
-    down_.forward(s, xf, hd, c.down_c);
-    kernels::gelu_forward<Act>(std::span<const float>(hd.data, N * E), std::span<float>(ha.data, N * E));
-    ln_head_.forward(s, ha, z, c.ln_c);
+    auto z = c.z.matrix(N, o_.bottleneck);
+    bottleneck_.forward(s, xf, z, c.bottleneck_c);
     return z;
   }
 
   causal_lm_head_options o_;
   layer_norm ln_f_;
-  linear_type down_;
-  layer_norm ln_head_;
+  bottleneck_type bottleneck_;
   std::optional<param_ref> bias_;
   tied_lm_head tied_;
 };

@@ -12,7 +12,8 @@
 // they plug in and in their configs and initialisation, which derived classes add.
 //
 // The parts' contracts (Batch has ids, batch, seq and optionally lengths):
-//   Embedding: forward(s, ids, x0 (N,C), cache, pos_offset), backward(s, ids, dx0, cache)
+//   Embedding: forward(s, ids, x0 (N,C), cache, pos_offset), backward(s, ids, dx0, cache); or, for
+//              a Batch with token_types, forward(s, ids, types, x0, cache), backward(s, ids, types, dx0, cache)
 //   Block:     transformer_block (layers/block.hpp)
 //   Head:      forward_backward(s, xL, batch, grad_scale, dxL, cache[, ce]) -> loss_stats,
 //              logits(s, xL, out, cache), loss_normaliser(batch)
@@ -111,9 +112,9 @@ class transformer {
       switch (step.what) {
         case pipeline::part::embedding:
           if (fwd)
-            emb_.forward(s, b.ids, stack_.input(slot, N), emb_c_[slot]);
+            embed_forward(s, b, stack_.input(slot, N), emb_c_[slot]);
           else
-            emb_.backward(s, b.ids, stack_.grad(slot, N), emb_c_[slot]);
+            embed_backward(s, b, stack_.grad(slot, N), emb_c_[slot]);
           break;
         case pipeline::part::block:
           if (fwd)
@@ -167,11 +168,13 @@ class transformer {
  protected:
   transformer() = default;
 
-  // Blocks "h.0" … "h.<layers-1>" on a layout (HF GPT-2 names; block l's dropout site is 16 + l).
-  static std::vector<Block> make_blocks(arena_layout& layout, std::size_t layers, const block_options& o) {
+  // Blocks "<prefix>0" … "<prefix><layers-1>" on a layout (HF GPT-2 names by default; block l's
+  // dropout site is 16 + l).
+  static std::vector<Block> make_blocks(arena_layout& layout, std::size_t layers, const block_options& o,
+                                        const std::string& prefix = "h.") {
     std::vector<Block> blocks;
     blocks.reserve(layers);
-    for (std::size_t l = 0; l < layers; ++l) blocks.emplace_back(layout, "h." + std::to_string(l), o, 16 + l);
+    for (std::size_t l = 0; l < layers; ++l) blocks.emplace_back(layout, prefix + std::to_string(l), o, 16 + l);
     return blocks;
   }
 
@@ -215,11 +218,21 @@ class transformer {
     return s;
   }
 
+  // The embedding reads the token ids, and the token types when it takes them (BERT's segments).
+  void embed_forward(const step_context& s, const Batch& b, matrix_view<float> x, typename Embedding::cache& c) {
+    if constexpr (requires { b.token_types; }) emb_.forward(s, b.ids, b.token_types, x, c);
+    else emb_.forward(s, b.ids, x, c);
+  }
+  void embed_backward(const step_context& s, const Batch& b, matrix_view<float> dx, typename Embedding::cache& c) {
+    if constexpr (requires { b.token_types; }) emb_.backward(s, b.ids, b.token_types, dx, c);
+    else emb_.backward(s, b.ids, dx, c);
+  }
+
   step_context forward_stack(step_context ctx, const Batch& b) {
     const auto s = bind(ctx, b);
     stack_.template prepare<recompute::blocks>(1);
     if (emb_c_.empty()) emb_c_.resize(1);
-    emb_.forward(s, b.ids, stack_.input(0, b.batch * b.seq), emb_c_[0]);
+    embed_forward(s, b, stack_.input(0, b.batch * b.seq), emb_c_[0]);
     stack_.forward(s);
     return s;
   }
