@@ -25,7 +25,7 @@ echo "killed at: $(tail -n 1 "$work/killed/metrics.jsonl" | cut -c1-60)...; late
 "$train" "${common[@]}" --out "$work/killed" --resume > "$work/resumed.json" 2> "$work/resumed.err"
 grep -q "resuming from" "$work/resumed.err" || { echo "FAIL: no resume message" >&2; cat "$work/resumed.err" >&2; exit 1; }
 /usr/bin/python3 - "$work/full/metrics.jsonl" "$work/killed/metrics.jsonl" <<'PY'
-import json, sys
+import json, os, sys
 def losses(p):
     return [(j["kind"], j["step"], j["loss"], json.dumps(j.get("sparsity_update"), sort_keys=True))
             for j in map(json.loads, open(p)) if j.get("kind") in ("train", "eval")]
@@ -36,5 +36,8 @@ diff = [(x, y) for x, y in zip(a, b) if x != y]
 if diff:
     sys.exit(f"FAIL: {len(diff)} lines differ, first {diff[0]}")
 updates = sum(1 for x in a if x[3] != "null")
+need = int(os.environ.get("MIN_UPDATES", "0"))  # sparse runs: the kill must fall between updates
+if updates < need:
+    sys.exit(f"FAIL: {updates} pattern updates, expected at least {need}")
 print(f"OK: {len(a)} train/eval lines ({updates} with pattern updates) bit-identical after kill -9 and resume")
 PY

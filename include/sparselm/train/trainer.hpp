@@ -130,8 +130,10 @@ class trainer {
 
   // Hooks for a dynamic-sparsity updater (or anything else that acts around the update).
   struct hooks {
-    std::function<bool(std::size_t step)> needs_dense_grad;   // before the step's backward passes
-    std::function<void(std::size_t step)> after_update;       // after the optimiser update
+    // Both receive t, the number of optimiser steps completed once this step's update is applied
+    // (1 for the first step), the step counting of sparse::prune_schedule.
+    std::function<bool(std::size_t t)> needs_dense_grad;  // before the step's backward passes
+    std::function<void(std::size_t t)> after_update;      // after the optimiser update
   };
 
   trainer(Model& model, trainer_options o, optimizer_type opt, optim::schedule sched)
@@ -157,7 +159,7 @@ class trainer {
     ctx.training = true;
     ctx.step = step_;
     ctx.rng = counter_rng(o_.dropout_seed);
-    ctx.need_dense_grad = hooks_.needs_dense_grad && hooks_.needs_dense_grad(step_);
+    ctx.need_dense_grad = hooks_.needs_dense_grad && hooks_.needs_dense_grad(step_ + 1);
     scales_.resize(micro.size());
     for (std::size_t k = 0; k < micro.size(); ++k) {
       const double w = detail::loss_normaliser(model_, micro[k]);
@@ -179,8 +181,8 @@ class trainer {
     }
     m.lr = sched_(step_);
     opt_.step(model_.params(), model_.grads(), m.lr, grad_scale);
-    if (hooks_.after_update) hooks_.after_update(step_);
     ++step_;
+    if (hooks_.after_update) hooks_.after_update(step_);
     m.step = step_;
     m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return m;
