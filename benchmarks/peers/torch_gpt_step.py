@@ -6,32 +6,20 @@ global-norm clipping, dropout as configured, fp32, a fixed number of threads.
 Prints one JSON line: {"impl": "pytorch", "batch", "seq", "threads", "step_seconds" (median),
 "tokens_per_second", "peak_rss_mb"}. Run with Debian's /usr/bin/python3 (python3-torch).
 """
-import argparse
 import json
 import math
 import os
-import resource
-import statistics
 import sys
-import time
 
-here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(here, "..", "..", "tests", "reference"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_common  # noqa: E402  (puts tests/reference on the path)
 import torch  # noqa: E402
 
 import gpt_model  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--config", default=os.path.join(here, "..", "..", "configs", "gpt2-small.json"))
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=5, help="timed steps")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed steps first")
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
-
+    args = peer_common.parse_args(__doc__, "gpt2-small.json", 5)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     with open(args.config) as f:
@@ -53,27 +41,19 @@ def main():
                             lr=1e-4, betas=(0.9, 0.999), eps=1e-8)
     V = cfg["vocab_size"]
     g = torch.Generator().manual_seed(1)
-    times = []
-    for step in range(args.warmup + args.steps):
+
+    def step(i):
         ids = torch.randint(0, V, (args.batch, args.seq + 1), generator=g)
-        t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         logits = gpt_model.forward(params, ids[:, :-1], cfg, training=True)
         loss = gpt_model.loss_fn(logits, ids[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
         opt.step()
-        dt = time.perf_counter() - t0
-        if step >= args.warmup:
-            times.append(dt)
-    med = statistics.median(times)
-    print(json.dumps({
-        "impl": "pytorch", "torch": torch.__version__, "batch": args.batch, "seq": args.seq,
-        "threads": args.threads, "step_seconds": med, "tokens_per_second": args.batch * args.seq / med,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-        "loss": float(loss),
-    }))
+        return loss
 
+    med, loss = peer_common.timed_steps(args, step)
+    peer_common.report(torch, args, med, loss, tokens_per_second=args.batch * args.seq / med)
 
 if __name__ == "__main__":
     main()

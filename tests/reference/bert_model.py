@@ -107,8 +107,9 @@ def from_sparselm(t, cfg):
     return out
 
 
-def encoder(t, ids, types, lengths, cfg):
-    """Sequence output (B, T, C) for ids, token types (B, T) and valid lengths (B)."""
+def encoder(t, ids, types, lengths, cfg, training=False):
+    """Sequence output (B, T, C) for ids, token types (B, T) and valid lengths (B). With
+    training=True, dropout is applied with the config's probabilities (as BERT does)."""
     B, T = ids.shape
     C, H = cfg["hidden_size"], cfg["num_attention_heads"]
     D = C // H
@@ -117,26 +118,28 @@ def encoder(t, ids, types, lengths, cfg):
     lin = lambda x, p: x @ t[p + ".weight"].t() + t[p + ".bias"]
     x = (t["bert.embeddings.word_embeddings.weight"][ids] + t["bert.embeddings.position_embeddings.weight"][:T][None]
          + t["bert.embeddings.token_type_embeddings.weight"][types])
-    x = ln(x, "bert.embeddings.LayerNorm")
+    hidden_p, attn_p = cfg.get("hidden_dropout_prob", 0.0), cfg.get("attention_probs_dropout_prob", 0.0)
+    drop = lambda x, p: torch.nn.functional.dropout(x, p, True) if training and p > 0 else x
+    x = drop(ln(x, "bert.embeddings.LayerNorm"), hidden_p)
     keep = torch.arange(T)[None, :] < lengths[:, None]                      # (B, T) valid keys
     additive = torch.where(keep, 0.0, float("-inf"))[:, None, None, :]      # (B, 1, 1, T)
     for l in range(cfg["num_hidden_layers"]):
         p = f"bert.encoder.layer.{l}."
         q, k, v = (lin(x, p + f"attention.self.{n}").view(B, T, H, D).transpose(1, 2) for n in ("query", "key", "value"))
         s = (q @ k.transpose(-2, -1)) / math.sqrt(D) + additive
-        a = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
-        x = ln(x + lin(a, p + "attention.output.dense"), p + "attention.output.LayerNorm")
+        a = (drop(torch.softmax(s, dim=-1), attn_p) @ v).transpose(1, 2).reshape(B, T, C)
+        x = ln(x + drop(lin(a, p + "attention.output.dense"), hidden_p), p + "attention.output.LayerNorm")
         h = gelu_erf(lin(x, p + "intermediate.dense"))
-        x = ln(x + lin(h, p + "output.dense"), p + "output.LayerNorm")
+        x = ln(x + drop(lin(h, p + "output.dense"), hidden_p), p + "output.LayerNorm")
     return x
 
 
-def pretraining_loss(t, batch, cfg):
+def pretraining_loss(t, batch, cfg, training=False):
     """(mlm_loss, nsp_loss): mean cross-entropies over the masked positions (label >= 0) and over the
     sequences with an NSP label."""
     ids, types, lengths, positions, labels, nsp = batch
     C, eps = cfg["hidden_size"], cfg.get("layer_norm_eps", 1e-12)
-    x = encoder(t, ids, types, lengths, cfg)
+    x = encoder(t, ids, types, lengths, cfg, training)
     B, T, _ = x.shape
     rows = (torch.arange(B)[:, None] * T + positions).reshape(-1)
     use = labels.reshape(-1) >= 0
