@@ -1,0 +1,233 @@
+#pragma once
+// A BERT pre-training job: batches from an example file (data/bert_examples.hpp) in a seeded
+// shuffled order, training steps with MLM + NSP metrics, evaluation on a validation file,
+// checkpoints (model + training state + data position) and exact resume, a progress bar.
+//
+//   bert_job job({.train = "train-128.bex", .valid = "valid-128.bex", .out = "runs/bert-p1", .steps = 1000});
+//   nlohmann::json summary = job.run(model, trainer);      // (dynamic_sparsity* optional)
+//
+// Phase 2 of BERT pre-training (sequence 384 after 128) is a second job whose model starts from
+// phase 1's weights (`init_from`: a checkpoint directory; the optimiser starts afresh).
+// Metrics (<out>/metrics.jsonl): "train" lines with mlm_loss, mlm_accuracy, nsp_loss,
+// nsp_accuracy, loss, lr, grad_norm, samples_per_s, tokens_per_s; "eval" lines with the same
+// losses on the validation file.
+
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sparselm/core/rng.hpp"
+#include "sparselm/data/bert_examples.hpp"
+#include "sparselm/io/checkpoint.hpp"
+#include "sparselm/models/bert_heads.hpp"
+#include "sparselm/train/lm_job.hpp"
+#include "sparselm/train/lm_training.hpp"
+#include "sparselm/train/metrics.hpp"
+#include "sparselm/train/progress.hpp"
+
+namespace sparselm {
+
+struct bert_job_options {
+  std::filesystem::path train, valid, out = "runs/bert";
+  std::filesystem::path init_from;  // a checkpoint whose model weights start this job (phase 2)
+  std::size_t batch_size = 8, steps = 1000, eval_every = 100, eval_batches = 8, log_every = 10;
+  std::size_t checkpoint_every = 0, keep_checkpoints = 2;
+  std::uint64_t seed = 1234;
+  bool resume = false;
+  nlohmann::json config;  // the resolved run config (logged and saved)
+};
+
+// Where the shuffled pass over the examples stands.
+struct bert_data_position {
+  std::size_t epoch = 0, next = 0;
+};
+
+inline nlohmann::json bert_loss_json(const loss_stats& s) {
+  return {{"loss", s.mean_loss()},
+          {"mlm_loss", s.mean_ce()},
+          {"mlm_accuracy", s.accuracy()},
+          {"nsp_loss", s.aux_mean_loss()},
+          {"nsp_accuracy", s.aux_accuracy()},
+          {"predictions", s.count}};
+}
+
+class bert_job {
+ public:
+  explicit bert_job(bert_job_options o) : o_(std::move(o)) {}
+
+  template <class Model, class Trainer, class Sparsity = std::nullptr_t>
+  nlohmann::json run(Model& model, Trainer& t, Sparsity* ds = nullptr) {
+    namespace fs = std::filesystem;
+    SPARSELM_CHECK(!o_.train.empty(), "bert_job: no training examples (--train)");
+    data::bert_example_file train(o_.train);
+    check_file(train, model);
+    std::optional<data::bert_example_file> valid;
+    if (!o_.valid.empty()) {
+      valid.emplace(o_.valid);
+      check_file(*valid, model);
+    }
+    io::checkpoint_dir cd(o_.out / "checkpoints", o_.keep_checkpoints);
+    sparse::pattern_updater* up = nullptr;
+    if constexpr (!std::is_same_v<Sparsity, std::nullptr_t>)
+      if (ds) up = &ds->updater();
+    bert_data_position pos;
+    if (o_.resume) {
+      auto latest = cd.latest();
+      SPARSELM_CHECK(latest.has_value(), "bert_job: --resume: no checkpoint in '", cd.root().string(), "'");
+      io::load_model(*latest, model);
+      auto run = io::load_training_state(*latest / io::state_file, t, up);
+      SPARSELM_CHECK(run.contains("data"), latest->string(), ": training state has no data position");
+      pos.epoch = run["data"].at("epoch").template get<std::size_t>();
+      pos.next = run["data"].at("next").template get<std::size_t>();
+      say("resuming from " + latest->string() + " (step " + std::to_string(t.step()) + ")");
+    } else {
+      SPARSELM_CHECK(cd.steps().empty(), "bert_job: '", o_.out.string(), "' already holds checkpoints; pass --resume "
+                     "to continue that run or choose another --out");
+      if (!o_.init_from.empty()) {
+        const auto from = io::resolve_checkpoint(o_.init_from);
+        io::load_model(from, model);
+        say("model weights from " + from.string());
+      }
+    }
+    fs::create_directories(o_.out);
+    io::atomic_write_text(o_.out / "config.json", o_.config.dump(2) + "\n");
+    if (o_.resume) truncate_metrics_after(o_.out / "metrics.jsonl", t.step());
+    metrics_log log(o_.out / "metrics.jsonl", /*truncate=*/!o_.resume);
+    log.write({{"kind", "run"},
+               {"program", "bert_pretrain"},
+               {"config", o_.config},
+               {"parameters", model.num_parameters()},
+               {"train_examples", train.size()},
+               {"seq_len", train.info().seq_len},
+               {"resumed_from", t.step()}});
+
+    const std::size_t B = o_.batch_size, T = train.info().seq_len;
+    std::vector<std::size_t> order, pick(B);
+    auto shuffle = [&](std::size_t epoch) {
+      order.resize(train.size());
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+      const counter_rng rng(o_.seed);
+      for (std::size_t i = order.size(); i > 1; --i)
+        std::swap(order[i - 1], order[rng.below(epoch, i, i)]);
+    };
+    shuffle(pos.epoch);
+    data::bert_batch_arrays arrays;
+    auto view = [&] {
+      return bert_batch{arrays.ids, arrays.token_types, arrays.lengths, arrays.masked_positions, arrays.masked_labels,
+                        arrays.nsp_labels, arrays.batch, arrays.seq};
+    };
+    auto evaluate = [&](std::size_t step) {
+      if (!valid) return loss_stats{};
+      loss_stats st;
+      const std::size_t n = std::min(valid->size() / B, o_.eval_batches ? o_.eval_batches : SIZE_MAX);
+      for (std::size_t k = 0; k < n; ++k) {
+        for (std::size_t i = 0; i < B; ++i) pick[i] = k * B + i;
+        arrays.assemble(*valid, pick);
+        st += model.evaluate(view());
+      }
+      auto j = bert_loss_json(st);
+      j["kind"] = "eval";
+      j["step"] = step;
+      log.write(j);
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "step %zu: validation MLM loss %.4f (accuracy %.3f), NSP loss %.4f (accuracy %.3f)",
+                    step, st.mean_ce(), st.accuracy(), st.aux_mean_loss(), st.aux_accuracy());
+      say(buf);
+      return st;
+    };
+    auto checkpoint = [&](std::size_t step) {
+      const nlohmann::json run = {{"data", {{"epoch", pos.epoch}, {"next", pos.next}}}, {"config", o_.config}};
+      cd.save(step, [&](const fs::path& dir) {
+        io::save_model(dir, model);
+        io::save_training_state(dir / io::state_file, t, run, up);
+      });
+    };
+
+    detail::stop_requested = 0;
+    std::signal(SIGINT, detail::request_stop);
+    std::signal(SIGTERM, detail::request_stop);
+    progress_bar bar(o_.steps, isatty(STDERR_FILENO) != 0, t.step());
+    if (t.step() == 0 && o_.eval_every) evaluate(0);
+    loss_stats window, last_eval;
+    double window_sec = 0, window_norm = 0, train_sec = 0;
+    std::size_t window_steps = 0, samples = 0;
+    bool interrupted = false;
+    while (t.step() < o_.steps) {
+      for (std::size_t i = 0; i < B; ++i) {
+        if (pos.next == order.size()) shuffle(++pos.epoch), pos.next = 0;
+        pick[i] = order[pos.next++];
+      }
+      arrays.assemble(train, pick);
+      const bert_batch b = view();
+      const auto m = t.train_step(std::span<const bert_batch>(&b, 1));
+      window += m.loss;
+      window_sec += m.seconds;
+      train_sec += m.seconds;
+      window_norm += m.grad_norm;
+      samples += B;
+      ++window_steps;
+      if (m.step % std::max<std::size_t>(o_.log_every, 1) == 0 || m.step == o_.steps) {
+        auto j = bert_loss_json(window);
+        j["kind"] = "train";
+        j["step"] = m.step;
+        j["lr"] = m.lr;
+        j["grad_norm"] = window_norm / double(window_steps);
+        j["samples_per_s"] = double(window_steps * B) / window_sec;
+        j["tokens_per_s"] = double(window_steps * B * T) / window_sec;
+        j["epoch"] = pos.epoch;
+        if constexpr (!std::is_same_v<Sparsity, std::nullptr_t>)
+          if (ds) j.update(ds->take_metrics());
+        log.write(j);
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "mlm %.3f nsp %.3f | lr %.2e | %.1f samples/s", window.mean_ce(),
+                      window.aux_mean_loss(), double(m.lr), double(window_steps * B) / window_sec);
+        bar.update(m.step, buf);
+        window = {};
+        window_sec = window_norm = 0;
+        window_steps = 0;
+      }
+      const bool last = m.step == o_.steps, stop = detail::stop_requested != 0;
+      if (last || (o_.eval_every && m.step % o_.eval_every == 0)) last_eval = evaluate(m.step);
+      if (last || stop || (o_.checkpoint_every && m.step % o_.checkpoint_every == 0)) checkpoint(m.step);
+      if (stop) {
+        interrupted = true;
+        say("interrupted at step " + std::to_string(m.step) + "; state saved, rerun with --resume to continue");
+        break;
+      }
+    }
+    bar.finish();
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    nlohmann::json summary = {{"steps", t.step()},
+                              {"interrupted", interrupted},
+                              {"train_seconds", train_sec},
+                              {"samples_per_s", train_sec > 0 ? double(samples) / train_sec : 0.0}};
+    if (valid && last_eval.count) summary["valid"] = bert_loss_json(last_eval);
+    if (auto l = cd.latest()) summary["checkpoint"] = l->string();
+    return summary;
+  }
+
+ private:
+  template <class Model>
+  void check_file(const data::bert_example_file& f, const Model& model) const {
+    SPARSELM_CHECK(f.info().vocab_size <= model.vocab_size(), f.name(), ": vocabulary ", f.info().vocab_size,
+                   " exceeds the model's vocab_size ", model.vocab_size());
+    SPARSELM_CHECK(f.info().seq_len <= model.max_positions(), f.name(), ": sequences of ", f.info().seq_len,
+                   " tokens exceed the model's max_position_embeddings ", model.max_positions());
+    SPARSELM_CHECK(f.size() >= o_.batch_size, f.name(), ": ", f.size(), " examples, fewer than one batch of ",
+                   o_.batch_size);
+  }
+  static void say(const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); }
+
+  bert_job_options o_;
+};
+
+}  // namespace sparselm
