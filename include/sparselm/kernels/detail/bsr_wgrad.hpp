@@ -54,19 +54,18 @@ inline std::size_t strip_stride(std::size_t rows) noexcept {
 }
 
 // dst[(c/B)*strip_stride + r*B + c%B] = src[r*lds + c]: the strips of B columns, each rows x B
-// contiguous. Walks one source cache line (16/B strips) down all rows at a time, so reads stay in
-// few lines and writes are 16/B sequential streams.
+// contiguous. Groups of 8 rows: 8 sequential read streams, and 8 rows written contiguously per
+// strip. (Walking each strip down all rows touches a new page at almost every row when rows are
+// several KiB apart, which the hardware prefetchers do not follow: measured a third of the weight
+// gradient's time on the Zen 3 host, with the chunk coming from memory.)
 template <std::size_t B>
 inline void pack_strips(const float* src, std::size_t lds, std::size_t rows, std::size_t cols, float* dst) {
-  constexpr std::size_t G = B >= 16 ? 1 : 16 / B;
+  constexpr std::size_t RG = 8;
   const std::size_t nb = cols / B, ss = strip_stride<B>(rows);
-  for (std::size_t b0 = 0; b0 < nb; b0 += G) {
-    const std::size_t g1 = std::min(G, nb - b0);
-    for (std::size_t r = 0; r < rows; ++r) {
-      const float* s = src + r * lds + b0 * B;
-      float* d = dst + b0 * ss + r * B;
-      for (std::size_t g = 0; g < g1; ++g) std::memcpy(d + g * ss, s + g * B, B * sizeof(float));
-    }
+  for (std::size_t r0 = 0; r0 < rows; r0 += RG) {
+    const std::size_t r1 = std::min(rows, r0 + RG);
+    for (std::size_t b = 0; b < nb; ++b)
+      for (std::size_t r = r0; r < r1; ++r) std::memcpy(dst + b * ss + r * B, src + r * lds + b * B, B * sizeof(float));
   }
 }
 
