@@ -138,7 +138,9 @@ inline void tile_lanes_m(const float* P, std::size_t n, const std::uint32_t* kb,
     const float* pn = P + std::size_t(kb[t + 1 < n ? t + 1 : t]) * B * MR;
 #pragma GCC unroll 2
     for (std::size_t k = 0; k < B; ++k) {
-      if constexpr (B >= 8) prefetch_span<MR>(pn + k * MR);  // (B < 8: more prefetches than FMAs)
+      // The next block's panel rows (not with B = 1: as many prefetches as FMAs; B = 4 only with
+      // 16 registers, where the panel does not fit in L1 and there are 12 FMAs per k).
+      if constexpr (B >= 8 || (B == 4 && !arch_is_avx512<Arch>)) prefetch_span<MR>(pn + k * MR);
       vec x[NV];
 #pragma GCC unroll 8
       for (std::size_t v = 0; v < NV; ++v) x[v] = vec::load_aligned(p + k * MR + v * W);

@@ -76,7 +76,15 @@ template <std::size_t B, class Arch>
 inline void wgrad_block_n(const float* xs, const float* ds, std::size_t rows, float* dv) {
   constexpr std::size_t NB = B / simd_width<float, Arch>;
   constexpr std::size_t RA = std::min<std::size_t>(B, std::bit_floor((vec_regs<Arch> - 4) / NB));
-  for (std::size_t a0 = 0; a0 < B; a0 += RA) xty_tile<RA, NB, Arch>(xs + a0, B, ds, B, 0, rows, dv + a0 * B, B);
+  if constexpr (vec_regs<Arch> == 16 && NB == 2 && B == 16) {
+    // 16 registers, two vectors a row: passes of 6, 6 and 4 block rows (12, 12 and 8 accumulators)
+    // instead of four of 4, so that most passes have more than the 8 FMA chains that hide latency.
+    xty_tile<6, 2, Arch>(xs, B, ds, B, 0, rows, dv, B);
+    xty_tile<6, 2, Arch>(xs + 6, B, ds, B, 0, rows, dv + 6 * B, B);
+    xty_tile<4, 2, Arch>(xs + 12, B, ds, B, 0, rows, dv + 12 * B, B);
+  } else {
+    for (std::size_t a0 = 0; a0 < B; a0 += RA) xty_tile<RA, NB, Arch>(xs + a0, B, ds, B, 0, rows, dv + a0 * B, B);
+  }
 }
 
 // ---- AVX-512, B = 4 or 8: block lanes ------------------------------------------------------------
@@ -366,7 +374,9 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
 #else
           constexpr bool lanes = false;
 #endif
-          constexpr std::size_t U = lanes ? (B == 4 ? 8 : 4) : 2 * (W / B);
+          // Groups without AVX-512: 2 (3 with 16 registers and B = 4) vectors of W / B slots.
+          constexpr std::size_t NG = B == 4 && vec_regs<Arch> == 16 && W == 8 ? 3 : 2;
+          constexpr std::size_t U = lanes ? (B == 4 ? 8 : 4) : NG * (W / B);
           float* dummy = bsr_scratch(U * B * B, 2);
           std::memset(dummy, 0, U * B * B * sizeof(float));
           for_row_groups<U>(p, pb, pe, [&](std::size_t i, std::size_t q, std::size_t n) {
@@ -382,7 +392,7 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
               wgrad_block_lanes<B, U>(Xs + i * strip, dYs, off, mv, dvs);
             else
 #endif
-              wgrad_group<B, 2, Arch>(Xs + i * strip, dYs, off, mv, dvs);
+              wgrad_group<B, NG, Arch>(Xs + i * strip, dYs, off, mv, dvs);
           });
         }
       }
