@@ -92,7 +92,13 @@ inline void tile_lanes_n(const float* P, std::size_t n, const std::uint32_t* kb,
     // The next block's panel rows are elsewhere in the panel: fetch them while this one computes.
     const float* an = P + std::size_t(kb[t + 1 < n ? t + 1 : t]) * B * MR;
     for (std::size_t k = 0; k < B; ++k) {
-      prefetch_span<MR>(an + k * MR);
+      // The next block row of the panel is B*MR contiguous floats in both layouts: one prefetch per
+      // cache line, spread over the k steps (the row-major panel's lanes-N tiles already issue
+      // about one load per FMA: 13 per 12 for B = 8 on AVX2).
+      if constexpr (KMajor)
+        prefetch_span<MR>(an + k * MR);
+      else if (k * 16 < MR * B)
+        __builtin_prefetch(an + k * 16, 0, 3);
       vec wv[NB];
 #pragma GCC unroll 4
       for (std::size_t v = 0; v < NB; ++v) wv[v] = vec::load_unaligned(w + k * B + v * W);
