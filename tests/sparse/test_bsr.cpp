@@ -150,6 +150,9 @@ void check_all_products() {
   check_products<B, Arch>({33, 4, 5}, 6, layout::skip_first_row, 8);
   // Enough rows for several panels and threads.
   check_products<B, Arch>({300, 3, 4}, 5, layout::random, 9);
+  // A deep K: several row blocks of the blocked lanes-N driver (rows per block shrink with K), a
+  // partial last block and panel, column groups balanced by blocks per column.
+  check_products<B, Arch>({203, 1024 / B, 48 / B}, (1024 / B) * (48 / B) / 5, layout::random, 12);
   // B = 1: grids large enough that the weight gradient's slot order spans several L1 tiles and
   // runs, with either side streaming.
   if constexpr (B == 1) {

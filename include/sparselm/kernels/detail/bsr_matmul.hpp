@@ -40,17 +40,43 @@ struct bsr_tiling {
   static constexpr bool lanes_n = B % W == 0;
   static constexpr std::size_t NB = lanes_n ? B / W : 1;                                  // vectors per block row
   static constexpr std::size_t MR_N = std::min<std::size_t>(24, (vec_regs<Arch> - 4) / NB);  // lanes-N tile rows
-  // lanes-M vectors: B = 1 reads one panel vector per FMA, so a smaller panel (L2) beats more chains
-  static constexpr std::size_t NV = B == 1 ? 4 : std::clamp<std::size_t>((vec_regs<Arch> - 6) / B, 1, 8);
+  // lanes-M vectors: B = 1 reads one panel vector per FMA, so a smaller panel (L2) beats more chains.
+  // With 16 registers B = 4 takes 3 vectors (12 accumulators, 3 panel vectors, 1 broadcast).
+  static constexpr std::size_t NV =
+      B == 1 ? 4 : std::clamp<std::size_t>((vec_regs<Arch> - (arch_is_avx512<Arch> ? 6 : 4)) / B, 1, 8);
   static constexpr std::size_t MR = lanes_n ? MR_N : NV * W;
+  // Lanes-N tiles without AVX-512 read the activation in row blocks of MC rows kept in L2 and walk
+  // every output block column over all MR-row panels of the block, so a column's blocks are reused
+  // from L1; the panels hold each block row of A as MR x B (row-major), which needs no transpose.
+  static constexpr bool row_blocks = lanes_n && !arch_is_avx512<Arch>;
 };
+
+// Rows of A per row block of the blocked driver: MC x K floats take about 160 KiB (L2), 1 to 16
+// panels of MR rows.
+template <std::size_t MR>
+inline std::size_t bsr_block_rows(std::size_t K) noexcept {
+  const std::size_t mc = (160u * 1024u) / (sizeof(float) * std::max<std::size_t>(K, 1));
+  return std::clamp<std::size_t>(mc / MR, 1, 16) * MR;
+}
+
+// dst[kb*MR*B + r*B + c] = src[r*lds + kb*B + c] for r < rows, 0 for rows <= r < MR: the panel of
+// MR rows in block rows of MR x B. Block row by block row: MR sequential read streams and
+// sequential writes (reading row by row instead, with writes MR*B floats apart, measured slower).
+template <std::size_t B, std::size_t MR>
+inline void pack_row_panel(const float* src, std::size_t lds, std::size_t rows, std::size_t K, float* dst) {
+  for (std::size_t kb = 0; kb < K / B; ++kb, dst += MR * B) {
+    for (std::size_t r = 0; r < rows; ++r) std::memcpy(dst + r * B, src + r * lds + kb * B, B * sizeof(float));
+    if (rows < MR) std::memset(dst + rows * B, 0, (MR - rows) * B * sizeof(float));
+  }
+}
 
 // ---- lanes along N -------------------------------------------------------------------------------
 
 // C rows [0, MR) x B columns (at C) = beta*C + P-panel · (sum over n blocks) [+ bias]; rows >= mvalid
-// are computed but not stored. P is the packed panel (K x MR, k-major); block t of the column is
-// V + t*B*B (K index first) and multiplies panel rows kb[t]*B .. +B.
-template <std::size_t B, std::size_t MR, class Arch>
+// are computed but not stored. P is the packed panel: K x MR k-major (KMajor), or MR x B row-major
+// per block row (pack_row_panel); block t of the column is V + t*B*B (K index first) and
+// multiplies the panel's block row kb[t] (B*MR floats at P + kb[t]*B*MR in both layouts).
+template <std::size_t B, std::size_t MR, class Arch, bool KMajor = true>
 inline void tile_lanes_n(const float* P, std::size_t n, const std::uint32_t* kb, const float* V, float* C,
                          std::size_t ldc, std::size_t mvalid, float beta, const float* bias) {
   using vec = xsimd::batch<float, Arch>;
@@ -66,13 +92,19 @@ inline void tile_lanes_n(const float* P, std::size_t n, const std::uint32_t* kb,
     // The next block's panel rows are elsewhere in the panel: fetch them while this one computes.
     const float* an = P + std::size_t(kb[t + 1 < n ? t + 1 : t]) * B * MR;
     for (std::size_t k = 0; k < B; ++k) {
-      prefetch_span<MR>(an + k * MR);
+      // The next block row of the panel is B*MR contiguous floats in both layouts: one prefetch per
+      // cache line, spread over the k steps (the row-major panel's lanes-N tiles already issue
+      // about one load per FMA: 13 per 12 for B = 8 on AVX2).
+      if constexpr (KMajor)
+        prefetch_span<MR>(an + k * MR);
+      else if (k * 16 < MR * B)
+        __builtin_prefetch(an + k * 16, 0, 3);
       vec wv[NB];
 #pragma GCC unroll 4
       for (std::size_t v = 0; v < NB; ++v) wv[v] = vec::load_unaligned(w + k * B + v * W);
 #pragma GCC unroll 32
       for (std::size_t r = 0; r < MR; ++r) {
-        const vec x(a[k * MR + r]);
+        const vec x(a[KMajor ? k * MR + r : r * B + k]);
 #pragma GCC unroll 4
         for (std::size_t v = 0; v < NB; ++v) acc[r][v] = xsimd::fma(x, wv[v], acc[r][v]);
       }
@@ -112,7 +144,9 @@ inline void tile_lanes_m(const float* P, std::size_t n, const std::uint32_t* kb,
     const float* pn = P + std::size_t(kb[t + 1 < n ? t + 1 : t]) * B * MR;
 #pragma GCC unroll 2
     for (std::size_t k = 0; k < B; ++k) {
-      if constexpr (B >= 8) prefetch_span<MR>(pn + k * MR);  // (B < 8: more prefetches than FMAs)
+      // The next block's panel rows (not with B = 1: as many prefetches as FMAs; B = 4 only with
+      // 16 registers, where the panel does not fit in L1 and there are 12 FMAs per k).
+      if constexpr (B >= 8 || (B == 4 && !arch_is_avx512<Arch>)) prefetch_span<MR>(pn + k * MR);
       vec x[NV];
 #pragma GCC unroll 8
       for (std::size_t v = 0; v < NV; ++v) x[v] = vec::load_aligned(p + k * MR + v * W);
@@ -161,6 +195,60 @@ packed_blocks pack_blocks(const bsr_lists& L, const float* V) {
   return {vp, kbp};
 }
 
+// Splits the output block columns into `ngrp` groups of about equal work (B k steps per block plus
+// one for the column's write-out): group g is [starts[g], starts[g+1]).
+inline void balanced_column_groups(const bsr_lists& L, std::size_t B, std::size_t ngrp, std::size_t* starts) {
+  const std::size_t n = L.n_out_blocks;
+  const auto cost = [&](std::size_t j) { return std::size_t(L.ptr[j]) * B + j; };  // work before column j
+  const std::size_t total = cost(n);
+  starts[0] = 0;
+  for (std::size_t g = 1; g < ngrp; ++g) {
+    const std::size_t target = total * g / ngrp;
+    std::size_t lo = starts[g - 1], hi = n;  // first j >= lo with cost(j) >= target
+    while (lo < hi) {
+      const std::size_t mid = (lo + hi) / 2;
+      if (cost(mid) < target) lo = mid + 1;
+      else hi = mid;
+    }
+    starts[g] = lo;
+  }
+  starts[ngrp] = n;
+}
+
+// The lanes-N product in row blocks (bsr_tiling::row_blocks): threads take (row block, column
+// group) items; a row block's panels are packed once per item, then every block column of the group
+// runs over all of them.
+template <std::size_t B, class Arch>
+void bsr_product_row_blocks(const float* A, std::size_t lda, std::size_t M, std::size_t K, const bsr_lists& L,
+                            const packed_blocks& pb, float beta, float* C, std::size_t ldc, const float* bias, int nt) {
+  constexpr std::size_t MR = bsr_tiling<B, Arch>::MR;
+  const std::size_t MC = bsr_block_rows<MR>(K);
+  const std::size_t nblk = (M + MC - 1) / MC;
+  // Column groups when there are few row blocks for the threads, balanced by blocks per column.
+  const std::size_t ngrp =
+      nblk >= 4 * std::size_t(nt) ? 1 : std::min(L.n_out_blocks, (4 * std::size_t(nt) + nblk - 1) / nblk);
+  thread_local std::vector<std::size_t> starts;
+  starts.resize(std::max(starts.size(), ngrp + 1));
+  std::size_t* gs = starts.data();
+  balanced_column_groups(L, B, ngrp, gs);
+  parallel_for(0, nblk * ngrp, [&](std::size_t item) {
+    const std::size_t b = item / ngrp, g = item % ngrp;
+    const std::size_t j0 = gs[g], j1 = gs[g + 1];
+    if (j0 == j1) return;
+    const std::size_t m0 = b * MC, mv = std::min(MC, M - m0), np = (mv + MR - 1) / MR;
+    float* P = bsr_scratch(np * K * MR, 0);
+    for (std::size_t q = 0; q < np; ++q)
+      pack_row_panel<B, MR>(A + (m0 + q * MR) * lda, lda, std::min(MR, mv - q * MR), K, P + q * K * MR);
+    for (std::size_t j = j0; j < j1; ++j) {
+      const std::size_t t0 = L.ptr[j], n = L.ptr[j + 1] - t0;
+      for (std::size_t q = 0; q < np; ++q)
+        tile_lanes_n<B, MR, Arch, false>(P + q * K * MR, n, pb.kb + t0, pb.values + t0 * B * B,
+                                         C + (m0 + q * MR) * ldc + j * B, ldc, std::min(MR, mv - q * MR), beta,
+                                         bias ? bias + j * B : nullptr);
+    }
+  });
+}
+
 // C (M x N, N = n_out_blocks*B) = beta*C + A (M x K) · S [+ bias], S from the lists and V (TransV as
 // in pack_blocks).
 template <std::size_t B, bool TransV, class Arch>
@@ -171,8 +259,12 @@ void bsr_product(const float* A, std::size_t lda, std::size_t M, std::size_t K, 
   const std::size_t N = L.n_out_blocks * B;
   if (M == 0 || N == 0) return;
   const packed_blocks pb = pack_blocks<B, TransV, Arch>(L, V);
-  const std::size_t npan = (M + MR - 1) / MR;
   const int nt = team_size();
+  if constexpr (T::row_blocks) {
+    bsr_product_row_blocks<B, Arch>(A, lda, M, K, L, pb, beta, C, ldc, bias, nt);
+    return;
+  }
+  const std::size_t npan = (M + MR - 1) / MR;
   // Split the output columns too when there are few row panels for the threads.
   const std::size_t ngrp =
       npan >= 4 * std::size_t(nt) ? 1 : std::min(L.n_out_blocks, (4 * std::size_t(nt) + npan - 1) / npan);

@@ -2,9 +2,9 @@
 // Internals shared by the block-sparse kernels (kernels/bsr.hpp): architecture traits, reusable
 // thread-local scratch buffers, a thread-team helper, and the panel transposes used for packing.
 //
-// ISA-specific code (AVX-512 16x16 in-register transposes with masked edges, the transpose-add
-// reduction) runs only when the kernel's Arch is an AVX-512 arch and the translation unit is
-// compiled with AVX-512F; otherwise the portable loops beside it run (the tests run both).
+// ISA-specific code (AVX-512 16x16 and AVX 8x8 in-register transposes with masked edges, the
+// transpose-add reductions) runs only when the kernel's Arch is such an arch and the translation
+// unit is compiled for it; otherwise the portable loops beside it run (the tests run both).
 
 #include <algorithm>
 #include <cstddef>
@@ -13,6 +13,7 @@
 #include <cstring>
 #include <new>
 #include <type_traits>
+#include <utility>
 
 #if defined(__AVX512F__) || defined(__AVX__)
 #include <immintrin.h>
@@ -136,6 +137,56 @@ inline void transpose16(__m512 r[16]) noexcept {
 }
 #endif
 
+#if defined(__AVX__)
+// In-register transpose of 8 rows of 8 floats: r[i][j] -> r[j][i]. Written with GCC's generic
+// shuffles: lane_source<Step>(i) says which lane of the pair (a: 0-7, b: 8-15) output lane i takes.
+//   step 0 / 1: interleave the low / high halves of each 128-bit lane (unpcklps / unpckhps)
+//   step 2 / 3: elements 0-1 / 2-3 of each 128-bit lane of a, then of b (shufps 0x44 / 0xEE)
+//   step 4 / 5: the low / high 128 bits of a, then of b (vperm2f128 0x20 / 0x31)
+template <int Step>
+constexpr int lane_source(int i) {
+  const int lane = i / 4 * 4, j = i % 4;
+  switch (Step) {
+    case 0: return (j % 2) * 8 + lane + j / 2;
+    case 1: return (j % 2) * 8 + lane + 2 + j / 2;
+    case 2: return (j / 2) * 8 + lane + j % 2;
+    case 3: return (j / 2) * 8 + lane + 2 + j % 2;
+    case 4: return (i / 4) * 8 + j;
+    default: return (i / 4) * 8 + 4 + j;
+  }
+}
+template <int Step, int... I>
+inline __m256 shuffle8(__m256 a, __m256 b, std::integer_sequence<int, I...>) noexcept {
+  return __builtin_shufflevector(a, b, lane_source<Step>(I)...);
+}
+inline void transpose8(__m256 r[8]) noexcept {
+  constexpr auto lanes = std::make_integer_sequence<int, 8>{};
+  __m256 t[8];
+  for (int i = 0; i < 8; i += 2) {  // pairs of rows interleaved
+    t[i] = shuffle8<0>(r[i], r[i + 1], lanes);
+    t[i + 1] = shuffle8<1>(r[i], r[i + 1], lanes);
+  }
+  for (int g = 0; g < 8; g += 4) {  // 4 x 4 transposes in each 128-bit lane of rows g..g+3
+    r[g] = shuffle8<2>(t[g], t[g + 2], lanes);
+    r[g + 1] = shuffle8<3>(t[g], t[g + 2], lanes);
+    r[g + 2] = shuffle8<2>(t[g + 1], t[g + 3], lanes);
+    r[g + 3] = shuffle8<3>(t[g + 1], t[g + 3], lanes);
+  }
+  // r[q] (rows 0-3) and r[4+q] (rows 4-7) hold columns q (low 128 bits) and 4+q (high).
+  for (int q = 0; q < 4; ++q) {
+    t[q] = shuffle8<4>(r[q], r[4 + q], lanes);
+    t[4 + q] = shuffle8<5>(r[q], r[4 + q], lanes);
+  }
+  for (int i = 0; i < 8; ++i) r[i] = t[i];
+}
+
+// Mask of the first n (<= 8) of 8 lanes, for maskload/maskstore.
+inline __m256i lanes_mask8(std::size_t n) noexcept {
+  alignas(64) static constexpr std::int32_t m[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + 8 - std::min<std::size_t>(n, 8)));
+}
+#endif
+
 // out[q] = sum of the lanes of v[q], q < W (a horizontal-add transpose). xsimd 8.1's haddp returns
 // the sums in a permuted order on AVX-512, so this does its own. On AVX-512 it adds while it
 // shuffles, halving the data at every step (30 shuffles and 15 adds for 16 vectors, against 64
@@ -157,6 +208,16 @@ inline void hsum_rows(const xsimd::batch<float, Arch>* v, float* out) {
     const __m512 a = _mm512_add_ps(_mm512_shuffle_f32x4(s2[0], s2[1], 0x88), _mm512_shuffle_f32x4(s2[0], s2[1], 0xDD));
     const __m512 b = _mm512_add_ps(_mm512_shuffle_f32x4(s2[2], s2[3], 0x88), _mm512_shuffle_f32x4(s2[2], s2[3], 0xDD));
     _mm512_storeu_ps(out, _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD)));
+    return;
+  }
+#endif
+#if defined(__AVX__)
+  if constexpr (arch_is_avx<Arch> && vec::size == 8) {
+    // Pairs, then quads within 128-bit lanes; then the two lanes: 6 hadds, 2 permutes, 1 add.
+    const __m256 s0 = _mm256_hadd_ps(v[0], v[1]), s1 = _mm256_hadd_ps(v[2], v[3]);
+    const __m256 s2 = _mm256_hadd_ps(v[4], v[5]), s3 = _mm256_hadd_ps(v[6], v[7]);
+    const __m256 a = _mm256_hadd_ps(s0, s1), b = _mm256_hadd_ps(s2, s3);
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31)));
     return;
   }
 #endif
@@ -194,32 +255,69 @@ inline void xty_tile(const float* X, std::size_t ldx, const float* dY, std::size
     for (std::size_t v = 0; v < NB; ++v) acc[a][v].store_unaligned(Gt + a * ldg + v * W);
 }
 
+// Per-ISA vector operations for the transposing pack/unpack below: W lanes, loads and stores of
+// the first n lanes (the rest read as zero / left alone), an in-register W x W transpose.
+template <class Arch, class = void>
+struct transpose_ops {
+  static constexpr bool available = false;
+};
 #if defined(__AVX512F__)
 inline __mmask16 lanes_mask(std::size_t n) noexcept { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
+template <class Arch>
+struct transpose_ops<Arch, std::enable_if_t<arch_is_avx512<Arch>>> {
+  static constexpr bool available = true;
+  static constexpr std::size_t W = 16;
+  using V = __m512;
+  static V zero() noexcept { return _mm512_setzero_ps(); }
+  static V set1(float x) noexcept { return _mm512_set1_ps(x); }
+  static V load(const float* p, std::size_t n) noexcept { return _mm512_maskz_loadu_ps(lanes_mask(n), p); }
+  static void store(float* p, std::size_t n, V v) noexcept { _mm512_mask_storeu_ps(p, lanes_mask(n), v); }
+  static V add(V a, V b) noexcept { return _mm512_add_ps(a, b); }
+  static V mul_add(V a, V b, V c) noexcept { return _mm512_fmadd_ps(a, b, c); }
+  static void transpose(V* r) noexcept { transpose16(r); }
+};
+#endif
+#if defined(__AVX__)
+template <class Arch>
+struct transpose_ops<Arch, std::enable_if_t<arch_is_avx<Arch> && !arch_is_avx512<Arch>>> {
+  static constexpr bool available = true;
+  static constexpr std::size_t W = 8;
+  using V = __m256;
+  static V zero() noexcept { return _mm256_setzero_ps(); }
+  static V set1(float x) noexcept { return _mm256_set1_ps(x); }
+  // Masked moves only at the edges: they are much slower than plain ones on AMD cores.
+  static V load(const float* p, std::size_t n) noexcept {
+    return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, lanes_mask8(n));
+  }
+  static void store(float* p, std::size_t n, V v) noexcept {
+    if (n >= 8) _mm256_storeu_ps(p, v);
+    else _mm256_maskstore_ps(p, lanes_mask8(n), v);
+  }
+  static V add(V a, V b) noexcept { return _mm256_add_ps(a, b); }
+  static V mul_add(V a, V b, V c) noexcept { return _mm256_add_ps(_mm256_mul_ps(a, b), c); }
+  static void transpose(V* r) noexcept { transpose8(r); }
+};
 #endif
 
 // dst[c*ldd + r] = src[r*lds + c] for r < rows, c < cols, and 0 for rows <= r < rows_pad.
 template <class Arch>
 void pack_transpose(const float* src, std::size_t lds, std::size_t rows, std::size_t rows_pad, std::size_t cols,
                     float* dst, std::size_t ldd) {
-#if defined(__AVX512F__)
-  if constexpr (arch_is_avx512<Arch>) {
-    for (std::size_t r0 = 0; r0 < rows_pad; r0 += 16) {
-      const std::size_t nr = rows > r0 ? std::min<std::size_t>(16, rows - r0) : 0;
-      const __mmask16 smask = lanes_mask(rows_pad - r0);
-      for (std::size_t c0 = 0; c0 < cols; c0 += 16) {
-        const std::size_t nc = std::min<std::size_t>(16, cols - c0);
-        const __mmask16 cmask = lanes_mask(nc);
-        __m512 v[16];
-        for (std::size_t i = 0; i < 16; ++i)
-          v[i] = i < nr ? _mm512_maskz_loadu_ps(cmask, src + (r0 + i) * lds + c0) : _mm512_setzero_ps();
-        transpose16(v);
-        for (std::size_t i = 0; i < nc; ++i) _mm512_mask_storeu_ps(dst + (c0 + i) * ldd + r0, smask, v[i]);
+  using ops = transpose_ops<Arch>;
+  if constexpr (ops::available) {
+    constexpr std::size_t W = ops::W;
+    for (std::size_t r0 = 0; r0 < rows_pad; r0 += W) {
+      const std::size_t nr = rows > r0 ? std::min(W, rows - r0) : 0, ns = rows_pad - r0;
+      for (std::size_t c0 = 0; c0 < cols; c0 += W) {
+        const std::size_t nc = std::min(W, cols - c0);
+        typename ops::V v[W];
+        for (std::size_t i = 0; i < W; ++i) v[i] = i < nr ? ops::load(src + (r0 + i) * lds + c0, nc) : ops::zero();
+        ops::transpose(v);
+        for (std::size_t i = 0; i < nc; ++i) ops::store(dst + (c0 + i) * ldd + r0, ns, v[i]);
       }
     }
     return;
   }
-#endif
   constexpr std::size_t tb = 8;  // cache blocking of the portable loop
   for (std::size_t rb = 0; rb < rows_pad; rb += tb)
     for (std::size_t cb = 0; cb < cols; cb += tb)
@@ -233,31 +331,28 @@ void pack_transpose(const float* src, std::size_t lds, std::size_t rows, std::si
 template <class Arch>
 void unpack_transpose(const float* src, std::size_t lds, std::size_t rows, std::size_t cols, float* Y,
                       std::size_t ldy, float beta, const float* bias) {
-#if defined(__AVX512F__)
-  if constexpr (arch_is_avx512<Arch>) {
-    const __m512 vbeta = _mm512_set1_ps(beta);
-    for (std::size_t r0 = 0; r0 < rows; r0 += 16) {
-      const std::size_t nr = std::min<std::size_t>(16, rows - r0);
-      const __mmask16 rmask = lanes_mask(nr);
-      for (std::size_t c0 = 0; c0 < cols; c0 += 16) {
-        const std::size_t nc = std::min<std::size_t>(16, cols - c0);
-        const __mmask16 cmask = lanes_mask(nc);
-        __m512 v[16];
-        for (std::size_t i = 0; i < 16; ++i)
-          v[i] = i < nc ? _mm512_maskz_loadu_ps(rmask, src + (c0 + i) * lds + r0) : _mm512_setzero_ps();
-        transpose16(v);
-        const __m512 vb = bias ? _mm512_maskz_loadu_ps(cmask, bias + c0) : _mm512_setzero_ps();
+  using ops = transpose_ops<Arch>;
+  if constexpr (ops::available) {
+    constexpr std::size_t W = ops::W;
+    const auto vbeta = ops::set1(beta);
+    for (std::size_t r0 = 0; r0 < rows; r0 += W) {
+      const std::size_t nr = std::min(W, rows - r0);
+      for (std::size_t c0 = 0; c0 < cols; c0 += W) {
+        const std::size_t nc = std::min(W, cols - c0);
+        typename ops::V v[W];
+        for (std::size_t i = 0; i < W; ++i) v[i] = i < nc ? ops::load(src + (c0 + i) * lds + r0, nr) : ops::zero();
+        ops::transpose(v);
+        const auto vb = bias ? ops::load(bias + c0, nc) : ops::zero();
         for (std::size_t i = 0; i < nr; ++i) {
           float* y = Y + (r0 + i) * ldy + c0;
-          __m512 o = _mm512_add_ps(v[i], vb);
-          if (beta != 0.0f) o = _mm512_fmadd_ps(vbeta, _mm512_maskz_loadu_ps(cmask, y), o);
-          _mm512_mask_storeu_ps(y, cmask, o);
+          auto o = ops::add(v[i], vb);
+          if (beta != 0.0f) o = ops::mul_add(vbeta, ops::load(y, nc), o);
+          ops::store(y, nc, o);
         }
       }
     }
     return;
   }
-#endif
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t c = 0; c < cols; ++c) {
       float& y = Y[r * ldy + c];
