@@ -392,9 +392,12 @@ class token_file_writer {
     detail::store_le(h + 40, info_.documents);
     SPARSELM_CHECK(std::fseek(file_, 0, SEEK_SET) == 0, tmp_.string(), ": seek failed: ", detail::errno_text(errno));
     write_bytes(h, sizeof h);
+    errno = 0;
     const bool flushed = std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;
-    const int e = errno;
+    int e = errno;
     const bool closed = std::fclose(file_) == 0;
+    if (!closed && e == 0) e = errno;
+    if (e == 0) e = EIO;  // never "Success" in a failure message
     file_ = nullptr;
     std::error_code ec;
     if (!flushed || !closed) {

@@ -88,8 +88,10 @@ inline void atomic_write(const std::filesystem::path& path, const std::function<
   }
   errno = 0;
   const bool ok = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0 && !std::ferror(f);
-  const int e = errno ? errno : EIO;
+  int e = errno;
   const bool closed = std::fclose(f) == 0;
+  if (!closed && e == 0) e = errno;
+  if (e == 0) e = EIO;  // never "Success" in a failure message
   if (!ok || !closed) {
     fs::remove(tmp, ec);
     fail(path.string(), ": cannot write: ", detail::errno_message(e));

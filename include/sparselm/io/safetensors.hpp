@@ -191,14 +191,16 @@ class safetensors_file {
     const int fd = open_regular(path, "safetensors file");
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
+      const int e = errno;
       ::close(fd);
-      fail(p, ": cannot stat: ", detail::errno_message(errno));
+      fail(p, ": cannot stat: ", detail::errno_message(e));
     }
     size_ = std::size_t(st.st_size);
     if (size_ > 0) {
       void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      const int e = errno;  // read before close() can change it
       ::close(fd);
-      SPARSELM_CHECK(m != MAP_FAILED, p, ": cannot map: ", detail::errno_message(errno));
+      SPARSELM_CHECK(m != MAP_FAILED, p, ": cannot map: ", detail::errno_message(e));
       map_ = static_cast<const unsigned char*>(m);
     } else {
       ::close(fd);
