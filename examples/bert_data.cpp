@@ -8,6 +8,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli.hpp"
+#include "sparselm/core/checked.hpp"
+#include "sparselm/core/program.hpp"
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -20,41 +24,44 @@
 namespace sd = sparselm::data;
 
 int main(int argc, char** argv) {
-  CLI::App app{"Make BERT pre-training examples (NSP segment pairs, 80/10/10 masked LM) from text files.\n"
-               "A blank line separates documents (and so does a file boundary); sentences split at . ! ?"};
-  std::vector<std::filesystem::path> inputs;
-  std::filesystem::path output;
-  std::string vocab = std::string(SPARSELM_SOURCE_DIR) + "/data/bert/vocab.txt";
-  sd::bert_example_options o;
-  app.add_option("-i,--input", inputs, "Text files or directories (their *.txt and *.raw files, recursively)")
-      ->required();
-  app.add_option("-o,--output", output, "Example file to write")->required();
-  app.add_option("--vocab", vocab, "BERT vocab.txt")->capture_default_str();
-  app.add_option("--seq-len", o.seq_len, "Tokens per example, [CLS] and [SEP]s included")
-      ->check(CLI::Range(5, 65535))
-      ->capture_default_str();
-  app.add_option("--max-predictions", o.max_predictions, "Masked-LM predictions per example at most")
-      ->check(CLI::Range(1, 65535))
-      ->capture_default_str();
-  app.add_option("--dupe-factor", o.dupe_factor, "Passes over the documents, each with other masks")
-      ->check(CLI::Range(1, 1000))
-      ->capture_default_str();
-  app.add_option("--mlm-prob", o.mlm_prob, "Fraction of tokens to predict")->check(CLI::Range(0.001, 0.999))->capture_default_str();
-  app.add_option("--short-seq-prob", o.short_seq_prob, "Probability of a shorter target length")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
-  app.add_option("--seed", o.seed, "Seed of every random choice")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  return sparselm::run_program("bert_data", [&]() -> int {
+    CLI::App app{
+        "Make BERT pre-training examples (NSP segment pairs, 80/10/10 masked LM) from text files.\n"
+        "A blank line separates documents (and so does a file boundary); sentences split at . ! ?"};
+    std::vector<std::filesystem::path> inputs;
+    std::filesystem::path output;
+    std::string vocab = std::string(SPARSELM_SOURCE_DIR) + "/data/bert/vocab.txt";
+    sd::bert_example_options o;
+    app.add_option("-i,--input", inputs, "Text files or directories (their *.txt and *.raw files, recursively)")
+        ->required();
+    app.add_option("-o,--output", output, "Example file to write")->required();
+    app.add_option("--vocab", vocab, "BERT vocab.txt")->capture_default_str();
+    app.add_option("--seq-len", o.seq_len, "Tokens per example, [CLS] and [SEP]s included")
+        ->check(CLI::Range(5, 65535))
+        ->capture_default_str();
+    app.add_option("--max-predictions", o.max_predictions, "Masked-LM predictions per example at most")
+        ->check(CLI::Range(1, 65535))
+        ->capture_default_str();
+    app.add_option("--dupe-factor", o.dupe_factor, "Passes over the documents, each with other masks")
+        ->check(CLI::Range(1, 1000))
+        ->capture_default_str();
+    app.add_option("--mlm-prob", o.mlm_prob, "Fraction of tokens to predict")
+        ->check(CLI::Range(0.001, 0.999))
+        ->capture_default_str();
+    app.add_option("--short-seq-prob", o.short_seq_prob, "Probability of a shorter target length")
+        ->check(CLI::Range(0.0, 1.0))
+        ->capture_default_str();
+    app.add_option("--seed", o.seed, "Seed of every random choice")->capture_default_str();
+    if (auto status = examples::parse(app, argc, argv)) return *status;
 
-  try {
     SPARSELM_CHECK(o.max_predictions <= o.seq_len, "--max-predictions ", o.max_predictions, " exceeds --seq-len ",
                    o.seq_len);
     const auto t0 = std::chrono::steady_clock::now();
     const auto wp = sd::wordpiece::from_file(vocab);
     const auto files = sd::collect_text_files(inputs);
     for (const auto& f : files)
-      SPARSELM_CHECK(std::filesystem::weakly_canonical(f) != std::filesystem::weakly_canonical(output),
-                     "output ", output.string(), " is also an input");
+      SPARSELM_CHECK(std::filesystem::weakly_canonical(f) != std::filesystem::weakly_canonical(output), "output ",
+                     output.string(), " is also an input");
     sd::bert_example_stats st;
     std::vector<sd::bert_document> docs;
     std::size_t bytes = 0;
@@ -80,17 +87,16 @@ int main(int argc, char** argv) {
     SPARSELM_CHECK(check.size() == examples.size(), output.string(), ": ", check.size(), " examples read back, ",
                    examples.size(), " written");
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("bert_data: %zu files, %.1f MB of text: %zu documents, %zu sentences; skipped %zu documents with one "
-                "sentence\n",
-                files.size(), double(bytes) / 1e6, st.documents, st.sentences, st.single_sentence_documents);
-    std::printf("bert_data: %zu examples of at most %zu tokens (dupe factor %zu), %.1f %% with a random next "
-                "segment, %.1f tokens and %.1f predictions per example on average\n",
-                st.examples, o.seq_len, o.dupe_factor, 100.0 * double(st.random_next) / double(st.examples),
-                double(st.tokens) / double(st.examples), double(st.masked) / double(st.examples));
+    std::printf(
+        "bert_data: %zu files, %.1f MB of text: %zu documents, %zu sentences; skipped %zu documents with one "
+        "sentence\n",
+        files.size(), double(bytes) / 1e6, st.documents, st.sentences, st.single_sentence_documents);
+    std::printf(
+        "bert_data: %zu examples of at most %zu tokens (dupe factor %zu), %.1f %% with a random next "
+        "segment, %.1f tokens and %.1f predictions per example on average\n",
+        st.examples, o.seq_len, o.dupe_factor, 100.0 * double(st.random_next) / double(st.examples),
+        double(st.tokens) / double(st.examples), double(st.masked) / double(st.examples));
     std::printf("bert_data: wrote %s (read back and validated) in %.1f s\n", output.string().c_str(), s);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bert_data: error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -13,6 +13,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli.hpp"
+#include "sparselm/core/checked.hpp"
+#include "sparselm/core/program.hpp"
+
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -28,50 +32,80 @@
 using namespace sparselm;
 
 int main(int argc, char** argv) {
-  CLI::App app{"BERT pre-training (MLM + NSP) with LAMB on bert_data example files."};
-  std::string config = std::string(SPARSELM_SOURCE_DIR) + "/configs/bert-tiny.json";
-  bert_job_options o;
-  double lr = 1e-3, warmup_frac = 0.1, weight_decay = 0.01, max_norm = 1.0, sparsity = 0.9;
-  std::size_t block = 0, update_period = 0;
-  int threads = 0;
-  std::optional<double> dropout;
-  app.add_option("-c,--config", config, "BERT config (HF config.json keys)")->capture_default_str();
-  app.add_option("--train", o.train, "Training example file (bert_data)")->required();
-  app.add_option("--valid", o.valid, "Validation example file");
-  app.add_option("--out", o.out, "Run directory")->capture_default_str();
-  app.add_option("--init-from", o.init_from, "Start from this checkpoint's model weights (phase 2)");
-  app.add_flag("--resume", o.resume, "Continue the run in --out from its newest checkpoint");
-  app.add_option("--steps", o.steps, "Optimiser steps in total")->check(CLI::Range(1ul, 1ul << 40))->capture_default_str();
-  app.add_option("--batch-size", o.batch_size, "Sequences per step")->check(CLI::Range(1ul, 1ul << 20))->capture_default_str();
-  app.add_option("--lr", lr, "Peak learning rate of the up_down schedule")->check(CLI::Range(0.0, 10.0))->capture_default_str();
-  app.add_option("--warmup-frac", warmup_frac, "Warm-up fraction of the steps")->check(CLI::Range(0.0, 0.99))->capture_default_str();
-  app.add_option("--weight-decay", weight_decay, "LAMB weight decay (not on norms and biases)")
-      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  app.add_option("--max-norm", max_norm, "Global-norm gradient clipping")->check(CLI::Range(1e-6, 1e6))->capture_default_str();
-  app.add_option("--dropout", dropout, "Hidden and attention dropout (default: the config's)")->check(CLI::Range(0.0, 0.99));
-  app.add_option("--eval-every", o.eval_every, "Evaluate every this many steps (0: at the end)")->capture_default_str();
-  app.add_option("--eval-batches", o.eval_batches, "Validation batches per evaluation (0: all)")->capture_default_str();
-  app.add_option("--log-every", o.log_every, "Training metrics every this many steps")->check(CLI::Range(1ul, 1ul << 40))->capture_default_str();
-  app.add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every this many steps (0: at the end)")->capture_default_str();
-  app.add_option("--block", block, "Block-sparse projections with this block size (0: dense)")
-      ->check(CLI::IsMember({0, 1, 4, 8, 16}))->capture_default_str();
-  app.add_option("--sparsity", sparsity, "Sparsity of the projections with --block")->check(CLI::Range(0.0, 0.99))->capture_default_str();
-  app.add_option("--update-period", update_period, "Prune and regrow every this many steps (0: static pattern)")
-      ->capture_default_str();
-  app.add_option("--seed", o.seed, "Initialisation, data order and dropout")->capture_default_str();
-  app.add_option("--threads", threads, "Threads (0: OpenMP default)")->check(CLI::Range(0, 1024));
-  CLI11_PARSE(app, argc, argv);
+  return run_program("bert_pretrain", [&]() -> int {
+    CLI::App app{"BERT pre-training (MLM + NSP) with LAMB on bert_data example files."};
+    std::string config = std::string(SPARSELM_SOURCE_DIR) + "/configs/bert-tiny.json";
+    bert_job_options o;
+    double lr = 1e-3, warmup_frac = 0.1, weight_decay = 0.01, max_norm = 1.0, sparsity = 0.9;
+    std::size_t block = 0, update_period = 0;
+    int threads = 0;
+    std::optional<double> dropout;
+    app.add_option("-c,--config", config, "BERT config (HF config.json keys)")->capture_default_str();
+    app.add_option("--train", o.train, "Training example file (bert_data)")->required();
+    app.add_option("--valid", o.valid, "Validation example file");
+    app.add_option("--out", o.out, "Run directory")->capture_default_str();
+    app.add_option("--init-from", o.init_from, "Start from this checkpoint's model weights (phase 2)");
+    app.add_flag("--resume", o.resume, "Continue the run in --out from its newest checkpoint");
+    app.add_option("--steps", o.steps, "Optimiser steps in total")
+        ->check(CLI::Range(1ul, 1ul << 40))
+        ->capture_default_str();
+    app.add_option("--batch-size", o.batch_size, "Sequences per step")
+        ->check(CLI::Range(1ul, 1ul << 20))
+        ->capture_default_str();
+    app.add_option("--lr", lr, "Peak learning rate of the up_down schedule")
+        ->check(CLI::Range(0.0, 10.0))
+        ->capture_default_str();
+    app.add_option("--warmup-frac", warmup_frac, "Warm-up fraction of the steps")
+        ->check(CLI::Range(0.0, 0.99))
+        ->capture_default_str();
+    app.add_option("--weight-decay", weight_decay, "LAMB weight decay (not on norms and biases)")
+        ->check(CLI::Range(0.0, 1.0))
+        ->capture_default_str();
+    app.add_option("--max-norm", max_norm, "Global-norm gradient clipping")
+        ->check(CLI::Range(1e-6, 1e6))
+        ->capture_default_str();
+    app.add_option("--dropout", dropout, "Hidden and attention dropout (default: the config's)")
+        ->check(CLI::Range(0.0, 0.99));
+    app.add_option("--eval-every", o.eval_every, "Evaluate every this many steps (0: at the end)")
+        ->capture_default_str();
+    app.add_option("--eval-batches", o.eval_batches, "Validation batches per evaluation (0: all)")
+        ->capture_default_str();
+    app.add_option("--log-every", o.log_every, "Training metrics every this many steps")
+        ->check(CLI::Range(1ul, 1ul << 40))
+        ->capture_default_str();
+    app.add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every this many steps (0: at the end)")
+        ->capture_default_str();
+    app.add_option("--block", block, "Block-sparse projections with this block size (0: dense)")
+        ->check(CLI::IsMember({0, 1, 4, 8, 16}))
+        ->capture_default_str();
+    app.add_option("--sparsity", sparsity, "Sparsity of the projections with --block")
+        ->check(CLI::Range(0.0, 0.99))
+        ->capture_default_str();
+    app.add_option("--update-period", update_period, "Prune and regrow every this many steps (0: static pattern)")
+        ->capture_default_str();
+    app.add_option("--seed", o.seed, "Initialisation, data order and dropout")->capture_default_str();
+    app.add_option("--threads", threads, "Threads (0: OpenMP default)")->check(CLI::Range(0, 1024));
+    if (auto status = examples::parse(app, argc, argv)) return *status;
 
-  try {
     if (threads > 0) set_num_threads(threads);
     json model_json = read_json_file(config);
+    check_model_limits(model_json, config);
     if (dropout) model_json["hidden_dropout_prob"] = model_json["attention_probs_dropout_prob"] = *dropout;
     const auto cfg = bert_config::from_json(model_json, config);
-    o.config = {{"model", cfg.to_json()},   {"train", o.train.string()}, {"valid", o.valid.string()},
-                {"steps", o.steps},         {"batch_size", o.batch_size}, {"lr", lr},
-                {"warmup_frac", warmup_frac}, {"weight_decay", weight_decay}, {"max_norm", max_norm},
-                {"block", block},           {"sparsity", block ? sparsity : 0.0}, {"update_period", update_period},
-                {"seed", o.seed},           {"init_from", o.init_from.string()}};
+    o.config = {{"model", cfg.to_json()},
+                {"train", o.train.string()},
+                {"valid", o.valid.string()},
+                {"steps", o.steps},
+                {"batch_size", o.batch_size},
+                {"lr", lr},
+                {"warmup_frac", warmup_frac},
+                {"weight_decay", weight_decay},
+                {"max_norm", max_norm},
+                {"block", block},
+                {"sparsity", block ? sparsity : 0.0},
+                {"update_period", update_period},
+                {"seed", o.seed},
+                {"init_from", o.init_from.string()}};
     int rc = 0;
     registry::with_sparsity(block, [&]<class S>() {
       using model_t = bert<float, S>;
@@ -85,24 +119,23 @@ int main(int argc, char** argv) {
       to.max_norm = float(max_norm);
       to.dropout_seed = o.seed + 1;
       trainer_t t(model, to, optim::lamb<>(json{{"weight_decay", weight_decay}}),
-                  optim::make_schedule({{"type", "up_down"}, {"max_lr", lr}, {"total_steps", o.steps},
-                                        {"warmup_frac", warmup_frac}}));
+                  optim::make_schedule(
+                      {{"type", "up_down"}, {"max_lr", lr}, {"total_steps", o.steps}, {"warmup_frac", warmup_frac}}));
       std::optional<dynamic_sparsity<model_t, trainer_t>> ds;
       if constexpr (S::is_sparse)
         if (update_period > 0)
           ds.emplace(model, t,
-                     sparse::update_config::from_json(json{{"update_period", update_period}, {"total_steps", o.steps},
-                                                           {"regrow", "rigl"}}),
+                     sparse::update_config::from_json(
+                         json{{"update_period", update_period}, {"total_steps", o.steps}, {"regrow", "rigl"}}),
                      o.seed + 7);
       std::fprintf(stderr, "bert_pretrain: %zu parameters%s\n", model.num_parameters(),
-                   S::is_sparse ? (update_period ? ", block-sparse projections, dynamic" : ", block-sparse projections, static") : "");
+                   S::is_sparse
+                       ? (update_period ? ", block-sparse projections, dynamic" : ", block-sparse projections, static")
+                       : "");
       const auto summary = bert_job(o).run(model, t, ds ? &*ds : nullptr);
       std::printf("%s\n", summary.dump().c_str());
       rc = summary.value("interrupted", false) ? 130 : 0;
     });
     return rc;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bert_pretrain: error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

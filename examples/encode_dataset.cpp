@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <string>
 
+#include "cli.hpp"
+#include "sparselm/core/program.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/data/dataset_encoder.hpp"
 
@@ -32,35 +34,38 @@ static void report(const char* what, const sd::encoded_split& s) {
 }
 
 int main(int argc, char** argv) {
-  CLI::App app{"Encode text files into sparselm token files with the GPT-2 byte-level BPE tokenizer.\n"
-               "gpt mode: documents joined with <|endoftext|> into one stream (GPT pre-training).\n"
-               "wikitext mode: articles between heading lines, each cropped to --seq-len tokens; shorter ones dropped."};
-  sd::encode_dataset_options o;
-  std::string vocab_dir = std::string(SPARSELM_SOURCE_DIR) + "/data/gpt2";
-  int threads = 0;
-  std::string mode = "gpt", documents = "file";
-  app.add_option("--mode", mode, "Output layout: gpt (one stream) or wikitext (fixed-length articles)")
-      ->check(CLI::IsMember({"gpt", "wikitext"}))
-      ->capture_default_str();
-  app.add_option("-i,--input", o.inputs, "Text files or directories (their *.txt and *.raw files, recursively)")
-      ->required();
-  app.add_option("-o,--output", o.output, "Training token file to write")->required();
-  app.add_option("--validation-input", o.validation_inputs, "Separate validation text files or directories");
-  app.add_option("--validation-output", o.validation_output, "Validation token file to write");
-  app.add_option("--validation-fraction", o.validation_fraction,
-                 "gpt mode: hold out this fraction of the token stream (its tail) for validation")
-      ->check(CLI::Range(0.0, 0.99));
-  app.add_option("--documents", documents, "gpt mode: a document is a whole file or one non-empty line")
-      ->check(CLI::IsMember({"file", "line"}))
-      ->capture_default_str();
-  app.add_option("--seq-len", o.seq_len, "wikitext mode: tokens per sequence (shorter articles are discarded)");
-  app.add_option("--vocab", vocab_dir, "Directory with GPT-2's encoder.json and vocab.bpe")->capture_default_str();
-  app.add_option("--threads", threads, "Encoding threads (0: OpenMP default)")->check(CLI::NonNegativeNumber);
-  CLI11_PARSE(app, argc, argv);
-  o.mode = mode == "wikitext" ? sd::dataset_mode::wikitext : sd::dataset_mode::gpt;
-  o.documents = documents == "line" ? sd::document_split::line : sd::document_split::file;
+  return sparselm::run_program("encode_dataset", [&]() -> int {
+    CLI::App app{
+        "Encode text files into sparselm token files with the GPT-2 byte-level BPE tokenizer.\n"
+        "gpt mode: documents joined with <|endoftext|> into one stream (GPT pre-training).\n"
+        "wikitext mode: articles between heading lines, each cropped to --seq-len tokens; shorter ones dropped."};
+    sd::encode_dataset_options o;
+    std::string vocab_dir = std::string(SPARSELM_SOURCE_DIR) + "/data/gpt2";
+    int threads = 0;
+    std::string mode = "gpt", documents = "file";
+    app.add_option("--mode", mode, "Output layout: gpt (one stream) or wikitext (fixed-length articles)")
+        ->check(CLI::IsMember({"gpt", "wikitext"}))
+        ->capture_default_str();
+    app.add_option("-i,--input", o.inputs, "Text files or directories (their *.txt and *.raw files, recursively)")
+        ->required();
+    app.add_option("-o,--output", o.output, "Training token file to write")->required();
+    app.add_option("--validation-input", o.validation_inputs, "Separate validation text files or directories");
+    app.add_option("--validation-output", o.validation_output, "Validation token file to write");
+    app.add_option("--validation-fraction", o.validation_fraction,
+                   "gpt mode: hold out this fraction of the token stream (its tail) for validation")
+        ->check(CLI::Range(0.0, 0.99));
+    app.add_option("--documents", documents, "gpt mode: a document is a whole file or one non-empty line")
+        ->check(CLI::IsMember({"file", "line"}))
+        ->capture_default_str();
+    app.add_option("--seq-len", o.seq_len, "wikitext mode: tokens per sequence (shorter articles are discarded)")
+        ->check(examples::at_most(sparselm::limits::positions));
+    app.add_option("--vocab", vocab_dir, "Directory with GPT-2's encoder.json and vocab.bpe")->capture_default_str();
+    app.add_option("--threads", threads, "Encoding threads (0: OpenMP default)")
+        ->check(CLI::Range(0, int(sparselm::limits::threads)));
+    if (auto status = examples::parse(app, argc, argv)) return *status;
+    o.mode = mode == "wikitext" ? sd::dataset_mode::wikitext : sd::dataset_mode::gpt;
+    o.documents = documents == "line" ? sd::document_split::line : sd::document_split::file;
 
-  try {
     if (threads > 0) sparselm::set_num_threads(threads);
     auto tok = sd::gpt2_bpe::from_directory(vocab_dir);
     for (const auto* p : {&o.output, &o.validation_output})
@@ -71,9 +76,6 @@ int main(int argc, char** argv) {
     const double mb = double(r.train.input_bytes + (r.validation ? r.validation->input_bytes : 0)) / 1e6;
     std::printf("encoded %.1f MB in %.2f s (%.1f MB/s on %d threads)\n", mb, r.seconds, mb / r.seconds,
                 sparselm::num_threads());
-  } catch (const sparselm::error& e) {
-    std::fprintf(stderr, "encode_dataset: error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -20,6 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "cli.hpp"
+#include "sparselm/core/checked.hpp"
+#include "sparselm/core/program.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/data/gpt2_bpe.hpp"
 #include "sparselm/io/checkpoint.hpp"
@@ -36,13 +39,14 @@ struct run_options {
   std::filesystem::path checkpoint;
   std::string prompt;
   generation_options gen;
+  bool verify = true;
 };
 
 template <class Model, class Family, class Spec>
 int run(const run_options& ro, const Spec& spec, gpt2_bpe& bpe) {
   Model model = Family::template make<Model>(spec);
   if constexpr (Model::sparsity::is_sparse) model.init(0);  // sizes the block patterns that loading restores
-  io::load_model(ro.checkpoint, model);
+  io::load_model(ro.checkpoint, model, {.verify = ro.verify});
   generation_options o = ro.gen;
   if (o.stop_token >= 0 && std::size_t(o.stop_token) >= model.vocab_size()) {
     std::fprintf(stderr, "note: the model's vocabulary (%zu) has no <|endoftext|>; no stop token\n", model.vocab_size());
@@ -69,50 +73,55 @@ int run(const run_options& ro, const Spec& spec, gpt2_bpe& bpe) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Generate text from a GPT checkpoint (config.json + model.safetensors) with the GPT-2 tokenizer.\n"
-               "Sampling: temperature (0: greedy), then top-k (0: off), then top-p (1: off); a seed gives the same\n"
-               "text for any thread count."};
-  run_options ro;
-  std::string vocab_dir = std::string(SPARSELM_SOURCE_DIR) + "/data/gpt2", overflow = "error";
-  int threads = 0;
-  bool no_cache = false, no_stop = false;
-  auto& s = ro.gen.sampling;
-  s.temperature = 0.8f;
-  s.top_k = 40;
-  s.top_p = 0.95f;
-  s.seed = 1;
-  app.add_option("--checkpoint", ro.checkpoint, "Checkpoint directory (config.json + model.safetensors), or a run directory (its latest checkpoint)")->required();
-  app.add_option("--prompt", ro.prompt, "Prompt text (must encode to at least one token)")->required();
-  app.add_option("--max-new-tokens", ro.gen.max_new_tokens, "Tokens to generate at most")->capture_default_str();
-  app.add_option("--temperature", s.temperature, "Softmax temperature; 0 is greedy")->capture_default_str();
-  app.add_option("--top-k", s.top_k, "Keep the k most likely tokens; 0 is off")->capture_default_str();
-  app.add_option("--top-p", s.top_p, "Nucleus: smallest most-likely set with this mass, in (0, 1]; 1 is off")
-      ->capture_default_str();
-  app.add_option("--seed", s.seed, "Sampling seed")->capture_default_str();
-  app.add_flag("--no-cache", no_cache, "Recompute the whole context every token instead of using the KV cache");
-  app.add_flag("--no-stop", no_stop, "Do not stop at <|endoftext|>");
-  app.add_option("--overflow", overflow,
-                 "Context longer than n_positions: error, or restart (keep the last half of the context)")
-      ->check(CLI::IsMember({"error", "restart"}))
-      ->capture_default_str();
-  app.add_option("--vocab-dir", vocab_dir, "Directory with GPT-2's encoder.json and vocab.bpe")->capture_default_str();
-  app.add_option("--threads", threads, "Threads (0: OpenMP default)")->check(CLI::NonNegativeNumber);
-  CLI11_PARSE(app, argc, argv);
-  ro.gen.use_cache = !no_cache;
-  ro.gen.stop_token = no_stop ? -1 : gpt2_endoftext_id;
-  ro.gen.overflow = overflow == "restart" ? context_overflow::restart : context_overflow::error;
-  try {
+  return run_program("generate", [&]() -> int {
+    CLI::App app{
+        "Generate text from a GPT checkpoint (config.json + model.safetensors) with the GPT-2 tokenizer.\n"
+        "Sampling: temperature (0: greedy), then top-k (0: off), then top-p (1: off); a seed gives the same\n"
+        "text for any thread count."};
+    run_options ro;
+    std::string vocab_dir = std::string(SPARSELM_SOURCE_DIR) + "/data/gpt2", overflow = "error";
+    int threads = 0;
+    bool no_cache = false, no_stop = false, no_verify = false;
+    auto& s = ro.gen.sampling;
+    s.temperature = 0.8f;
+    s.top_k = 40;
+    s.top_p = 0.95f;
+    s.seed = 1;
+    app.add_option("--checkpoint", ro.checkpoint,
+                   "Checkpoint directory (config.json + model.safetensors), or a run directory (its latest checkpoint)")
+        ->required();
+    app.add_option("--prompt", ro.prompt, "Prompt text (must encode to at least one token)")->required();
+    app.add_option("--max-new-tokens", ro.gen.max_new_tokens, "Tokens to generate at most")
+        ->check(examples::at_most(limits::tokens))
+        ->capture_default_str();
+    app.add_option("--temperature", s.temperature, "Softmax temperature; 0 is greedy")->capture_default_str();
+    app.add_option("--top-k", s.top_k, "Keep the k most likely tokens; 0 is off")->capture_default_str();
+    app.add_option("--top-p", s.top_p, "Nucleus: smallest most-likely set with this mass, in (0, 1]; 1 is off")
+        ->capture_default_str();
+    app.add_option("--seed", s.seed, "Sampling seed")->capture_default_str();
+    app.add_flag("--no-cache", no_cache, "Recompute the whole context every token instead of using the KV cache");
+    app.add_flag("--no-stop", no_stop, "Do not stop at <|endoftext|>");
+    app.add_flag("--no-verify", no_verify, "Load without checking the checkpoint's CRC-32C checksums");
+    app.add_option("--overflow", overflow,
+                   "Context longer than n_positions: error, or restart (keep the last half of the context)")
+        ->check(CLI::IsMember({"error", "restart"}))
+        ->capture_default_str();
+    app.add_option("--vocab-dir", vocab_dir, "Directory with GPT-2's encoder.json and vocab.bpe")
+        ->capture_default_str();
+    app.add_option("--threads", threads, "Threads (0: OpenMP default)")->check(CLI::Range(0, int(limits::threads)));
+    if (auto status = examples::parse(app, argc, argv)) return *status;
+    ro.gen.use_cache = !no_cache;
+    ro.gen.stop_token = no_stop ? -1 : gpt2_endoftext_id;
+    ro.verify = !no_verify;
+    ro.gen.overflow = overflow == "restart" ? context_overflow::restart : context_overflow::error;
     if (threads > 0) set_num_threads(threads);
     auto bpe = gpt2_bpe::from_directory(vocab_dir);
     ro.checkpoint = io::resolve_checkpoint(ro.checkpoint);  // a run directory means its latest checkpoint
     std::fprintf(stderr, "checkpoint %s\n", ro.checkpoint.string().c_str());
     const json j = io::read_model_config(ro.checkpoint);
-    return registry::with_model(j, (ro.checkpoint / "config.json").string(),
-                                [&]<class Model, class Family>(const auto& spec) {
-                                  return run<Model, Family>(ro, spec, bpe);
-                                });
-  } catch (const sparselm::error& e) {
-    std::fprintf(stderr, "generate: %s\n", e.what());
-    return 1;
-  }
+    check_model_limits(j, (ro.checkpoint / "config.json").string());
+    return registry::with_model(
+        j, (ro.checkpoint / "config.json").string(),
+        [&]<class Model, class Family>(const auto& spec) { return run<Model, Family>(ro, spec, bpe); });
+  });
 }

@@ -17,6 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "cli.hpp"
+#include "sparselm/core/checked.hpp"
+#include "sparselm/core/program.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/train/lm_job.hpp"
@@ -28,7 +31,7 @@ using namespace sparselm;
 
 namespace {
 
-bool resume_flag = false;  // --resume
+lm_job_options job_options;  // --resume, --overwrite, --no-verify
 
 struct cli_values {
   std::optional<std::string> train, valid, out, optimizer, clip, recompute, order;
@@ -115,7 +118,7 @@ int dispatch(const gpt_job& job) {
         model.init(job.run.seed);
         trainer<Model, policies> t(model, job.run.trainer, std::move(opt), optim::make_schedule(job.run.schedule_json()));
         lm_job runner(job.run, job.resolved, "gpt_train");
-        return runner.run(model, t, {.resume = resume_flag}).value("interrupted", false) ? 130 : 0;
+        return runner.run(model, t, job_options).value("interrupted", false) ? 130 : 0;
       }, job.context + ": field 'optimizer.type'");
     }, job.context + ": field 'recompute'");
   }, job.context + ": field 'sparsity.block_size'");
@@ -124,54 +127,64 @@ int dispatch(const gpt_job& job) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "Train a GPT (pre-LN decoder, tied LM head; dense or with block-sparse projections) on token files written\n"
-      "by encode_dataset. Writes <out>/config.json, <out>/metrics.jsonl (JSON lines) and <out>/checkpoints/\n"
-      "(step-NNNNNN/{config.json, model.safetensors, training_state.safetensors}, latest). Flags override the\n"
-      "run config's fields; --set overrides any field."};
-  std::string config_path;
-  cli_values c;
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
-  app.add_option("-c,--config", config_path, "Run config JSON (e.g. configs/gpt-mini-train.json)");
-  app.add_option("--train", c.train, "Training token file (data.train)");
-  app.add_option("--valid", c.valid, "Validation token file (data.valid)");
-  app.add_option("-o,--out", c.out, "Output directory (out)");
-  app.add_flag("--resume", resume_flag, "Continue the run in --out from its newest checkpoint (exact resume)");
-  auto* g = app.add_option_group("model");
-  g->add_option("--layers", c.layers, "Transformer blocks (model.n_layer)");
-  g->add_option("--heads", c.heads, "Attention heads (model.n_head)");
-  g->add_option("--embd", c.embd, "Width C (model.n_embd)");
-  g->add_option("--vocab", c.vocab, "Vocabulary size (model.vocab_size; token ids must be below it)");
-  g->add_option("--positions", c.positions, "Maximum sequence length (model.n_positions)");
-  g->add_option("--dropout", c.dropout, "Embedding, attention and residual dropout (model.*_pdrop)");
-  g->add_option("--block-size", c.block_size, "Block-sparse projections with this block: 1, 4, 8, 16 (0: dense)");
-  g->add_option("--sparsity", c.sparsity, "Fraction of zero blocks in the sparse projections (static pattern)");
-  auto* o = app.add_option_group("optimisation");
-  o->add_option("--steps", c.steps, "Optimiser steps in total (a resumed run continues up to it)");
-  o->add_option("--batch-size", c.batch_size, "Sequences per micro-batch");
-  o->add_option("--seq-len", c.seq_len, "Input positions per sequence");
-  o->add_option("--accumulation", c.accumulation, "Micro-batches per optimiser step (trainer.accumulation.steps)");
-  o->add_option("--optimizer", c.optimizer, "adamw, adam, sgd or lamb");
-  o->add_option("--weight-decay", c.weight_decay, "Weight decay (optimizer.weight_decay)");
-  o->add_option("--lr", c.max_lr, "Peak learning rate (schedule.max_lr)");
-  o->add_option("--min-lr", c.min_lr, "Final learning rate of the cosine (schedule.min_lr)");
-  o->add_option("--warmup-steps", c.warmup_steps, "Linear warm-up steps (schedule.warmup_steps)");
-  o->add_option("--clip", c.clip, "Gradient clipping: global_norm, per_tensor or none");
-  o->add_option("--max-norm", c.max_norm, "Clipping norm");
-  o->add_option("--recompute", c.recompute, "Activation memory policy: none or blocks (recompute each block in backward)");
-  auto* l = app.add_option_group("loop");
-  l->add_option("--eval-every", c.eval_every, "Evaluate on the validation split every N steps (0: only at the end)");
-  l->add_option("--eval-batches", c.eval_batches, "Validation batches per evaluation (0: all)");
-  l->add_option("--log-every", c.log_every, "Training metrics line every N steps");
-  l->add_option("--checkpoint-every", c.checkpoint_every, "Checkpoint every N steps (0: only at the end and on Ctrl-C)");
-  l->add_option("--order", c.order, "Training windows: shuffled or sequential");
-  app.add_option("--seed", c.seed, "Seed of initialisation, data order and dropout");
-  app.add_option("--threads", c.threads, "Threads (0: all cores)");
-  app.add_option("--set", c.sets, "Override any run-config field: key.path=value (repeatable)")
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  CLI11_PARSE(app, argc, argv);
+  return run_program("gpt_train", [&]() -> int {
+    CLI::App app{
+        "Train a GPT (pre-LN decoder, tied LM head; dense or with block-sparse projections) on token files written\n"
+        "by encode_dataset. Writes <out>/config.json, <out>/metrics.jsonl (JSON lines) and <out>/checkpoints/\n"
+        "(step-NNNNNN/{config.json, model.safetensors, training_state.safetensors}, latest). Flags override the\n"
+        "run config's fields; --set overrides any field."};
+    std::string config_path;
+    cli_values c;
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
+    app.add_option("-c,--config", config_path, "Run config JSON (e.g. configs/gpt-mini-train.json)");
+    app.add_option("--train", c.train, "Training token file (data.train)");
+    app.add_option("--valid", c.valid, "Validation token file (data.valid)");
+    app.add_option("-o,--out", c.out, "Output directory (out)");
+    app.add_flag("--resume", job_options.resume, "Continue the run in --out from its newest checkpoint (exact resume)");
+    app.add_flag("--overwrite", job_options.overwrite,
+                 "Start again in a used --out: delete its checkpoints, metrics.jsonl and config.json first");
+    app.add_flag("--no-verify", [](std::int64_t) { job_options.verify = false; },
+                 "Resume without checking the checkpoint's CRC-32C checksums");
+    auto* g = app.add_option_group("model");
+    g->add_option("--layers", c.layers, "Transformer blocks (model.n_layer)")->check(examples::at_most(limits::layers));
+    g->add_option("--heads", c.heads, "Attention heads (model.n_head)")->check(examples::at_most(limits::heads));
+    g->add_option("--embd", c.embd, "Width C (model.n_embd)")->check(examples::at_most(limits::width));
+    g->add_option("--vocab", c.vocab, "Vocabulary size (model.vocab_size; token ids must be below it)")
+        ->check(examples::at_most(limits::vocab));
+    g->add_option("--positions", c.positions, "Maximum sequence length (model.n_positions)")
+        ->check(examples::at_most(limits::positions));
+    g->add_option("--dropout", c.dropout, "Embedding, attention and residual dropout (model.*_pdrop)");
+    g->add_option("--block-size", c.block_size, "Block-sparse projections with this block: 1, 4, 8, 16 (0: dense)");
+    g->add_option("--sparsity", c.sparsity, "Fraction of zero blocks in the sparse projections (static pattern)");
+    auto* o = app.add_option_group("optimisation");
+    o->add_option("--steps", c.steps, "Optimiser steps in total (a resumed run continues up to it)")
+        ->check(examples::at_most(limits::steps));
+    o->add_option("--batch-size", c.batch_size, "Sequences per micro-batch")->check(examples::at_most(limits::batch));
+    o->add_option("--seq-len", c.seq_len, "Input positions per sequence")->check(examples::at_most(limits::positions));
+    o->add_option("--accumulation", c.accumulation, "Micro-batches per optimiser step (trainer.accumulation.steps)")
+        ->check(examples::at_most(limits::accumulation));
+    o->add_option("--optimizer", c.optimizer, "adamw, adam, sgd or lamb");
+    o->add_option("--weight-decay", c.weight_decay, "Weight decay (optimizer.weight_decay)");
+    o->add_option("--lr", c.max_lr, "Peak learning rate (schedule.max_lr)");
+    o->add_option("--min-lr", c.min_lr, "Final learning rate of the cosine (schedule.min_lr)");
+    o->add_option("--warmup-steps", c.warmup_steps, "Linear warm-up steps (schedule.warmup_steps)");
+    o->add_option("--clip", c.clip, "Gradient clipping: global_norm, per_tensor or none");
+    o->add_option("--max-norm", c.max_norm, "Clipping norm");
+    o->add_option("--recompute", c.recompute,
+                  "Activation memory policy: none or blocks (recompute each block in backward)");
+    auto* l = app.add_option_group("loop");
+    l->add_option("--eval-every", c.eval_every, "Evaluate on the validation split every N steps (0: only at the end)");
+    l->add_option("--eval-batches", c.eval_batches, "Validation batches per evaluation (0: all)");
+    l->add_option("--log-every", c.log_every, "Training metrics line every N steps");
+    l->add_option("--checkpoint-every", c.checkpoint_every,
+                  "Checkpoint every N steps (0: only at the end and on Ctrl-C)");
+    l->add_option("--order", c.order, "Training windows: shuffled or sequential");
+    app.add_option("--seed", c.seed, "Seed of initialisation, data order and dropout");
+    app.add_option("--threads", c.threads, "Threads (0: all cores)")->check(CLI::Range(0, int(limits::threads)));
+    app.add_option("--set", c.sets, "Override any run-config field: key.path=value (repeatable)")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    if (auto status = examples::parse(app, argc, argv)) return *status;
 
-  try {
     auto [j, base] = read_run_json(config_path);
     if (!j.contains("model")) j["model"] = read_json_file(SPARSELM_SOURCE_DIR "/configs/gpt-mini.json");
     apply_flags(j, c);
@@ -190,6 +203,7 @@ int main(int argc, char** argv) {
     json run = j;
     run.erase("sparsity");
     run.erase("recompute");
+    check_model_limits(run["model"], ctx + " model");
     job.model = gpt_config::from_json(run["model"], ctx + " model");
     job.run = lm_run_config::from_json(run, ctx, base);
     SPARSELM_CHECK(job.run.seq_len <= job.model.n_positions, ctx, ": seq_len ", job.run.seq_len,
@@ -199,8 +213,5 @@ int main(int argc, char** argv) {
     job.resolved["model"] = job.model.to_json();
     job.resolved["schedule"] = job.run.schedule_json();
     return dispatch(job);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpt_train: error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -12,6 +12,10 @@
 // lines) and <out>/config.json.
 #include <CLI/CLI.hpp>
 
+#include "cli.hpp"
+#include "sparselm/core/checked.hpp"
+#include "sparselm/core/program.hpp"
+
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -114,7 +118,7 @@ struct run_inputs {
   sparse_lm_config model;
   sparse::update_config update;
   bool dynamic = true;
-  bool resume = false;
+  lm_job_options job;  // --resume, --overwrite, --no-verify
   json resolved;  // the whole resolved config, for the log and <out>/config.json
 };
 
@@ -135,7 +139,7 @@ int train(const run_inputs& in, Optimizer opt) {
   std::optional<dynamic_sparsity<Model, trainer_t>> ds;
   if (in.dynamic && Model::sparsity::is_sparse) ds.emplace(model, t, in.update, rc.seed + 7);
   lm_job job(rc, in.resolved, "sparse_lm");
-  const auto summary = job.run(model, t, {.resume = in.resume}, ds ? &*ds : nullptr);
+  const auto summary = job.run(model, t, in.job, ds ? &*ds : nullptr);
   return summary.value("interrupted", false) ? 130 : 0;
 }
 
@@ -152,65 +156,77 @@ int dispatch(const run_inputs& in) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Train the S1 dynamic-sparse language model (block-sparse projections, RigL/random pattern updates,\n"
-               "factorised embedding, weighted repeated-token loss) on token files written by encode_dataset.\n"
-               "Compute is fp32 only: --dtype accepts float32 and rejects anything else."};
-  std::string config_path;
-  cli_values c;
-  int threads = 0;
-  bool resume = false;
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
-  app.add_option("-c,--config", config_path, "Run config JSON (e.g. configs/s1-tiny-train.json)");
-  app.add_option("--train", c.train, "Training token file");
-  app.add_option("--valid", c.valid, "Validation token file");
-  app.add_option("-o,--out", c.out, "Output directory (metrics.jsonl, config.json, checkpoints/)");
-  app.add_flag("--resume", resume, "Continue the run in --out from its newest checkpoint (exact, patterns included)");
-  auto* g = app.add_option_group("model");
-  g->add_option("--layers", c.layers, "Transformer layers (S1 --encoder-layers)");
-  g->add_option("--hidden", c.hidden, "Hidden width H (--hidden-length)");
-  g->add_option("--ff", c.ff, "Feed-forward width F (--ff-length)");
-  g->add_option("--heads", c.heads, "Attention heads (--attention-heads)");
-  g->add_option("--qkv", c.qkv, "Per-head query/key/value width (--qkv-length)");
-  g->add_option("--embedding", c.embedding, "Factorised embedding width E (--embedding-length)");
-  g->add_option("--sequence", c.sequence, "Maximum sequence length of the model (--source-sequence-length)");
-  g->add_option("--vocab", c.vocab, "Vocabulary size V (--source-vocab-length)");
-  g->add_option("--dtype", c.dtype, "Compute dtype: only float32 is implemented (float16 is rejected)");
-  g->add_option("--dropout", c.dropout, "Embedding and residual dropout rate");
-  g->add_option("--weight-repeats", c.weight_repeats, "Weighted repeated-token loss (true/false)");
-  g->add_option("--autoregression-offset", c.autoregression_offset, "Positions at the start of a sequence not scored");
-  auto* sp = app.add_option_group("sparsity");
-  sp->add_option("--sparsity", c.sparsity, "Fraction of zero blocks in each sparse projection");
-  sp->add_option("--block-size", c.block_size, "Block size B: 1, 4, 8, 16, or 0 for a dense model");
-  sp->add_option("--allocation", c.allocation, "Block allocation across projections: uniform or erk");
-  sp->add_option("--prune-ratio", c.prune_ratio, "Fraction of active blocks pruned at an update (before the cosine decay)");
-  sp->add_option("--update-period", c.update_period, "Optimiser steps between pattern updates");
-  sp->add_option("--regrow-type", c.regrow, "Regrowth: rigl or random");
-  sp->add_option("--pooling-type", c.pooling, "RigL gradient pooling per block: sum, avg or max");
-  sp->add_option("--prune-metric", c.prune_metric, "Block magnitude for pruning: l1, l2 or max");
-  sp->add_option("--prune-zero-steps", c.zero_steps, "Cosine prune schedule: no update before this step");
-  sp->add_option("--prune-phase-delay", c.phase_delay, "Cosine prune schedule: phase delay (radians)");
-  sp->add_option("--prune-period", c.period, "Cosine prune schedule: periods over the run (0.5 = half a cosine)");
-  sp->add_flag("--static-sparsity", c.static_sparsity, "Keep the initial patterns (no updates)");
-  auto* o = app.add_option_group("optimisation");
-  o->add_option("--steps", c.steps, "Optimiser steps");
-  o->add_option("--batch-size", c.batch_size, "Sequences per micro-batch");
-  o->add_option("--seq-len", c.seq_len, "Input positions per sequence (a window has seq-len + 1 tokens)");
-  o->add_option("--accumulation", c.accumulation, "Micro-batches per optimiser step");
-  o->add_option("--optimizer", c.optimizer, "adam (S1; eps 1e-2), adamw, sgd or lamb");
-  o->add_option("--clip", c.clip, "Gradient clipping: per_tensor (S1), global_norm or none");
-  o->add_option("--max-norm", c.max_norm, "Clipping norm");
-  o->add_option("--peak-lr", c.peak_lr, "S1 schedule (bert_power): peak learning rate");
-  o->add_option("--min-lr", c.min_lr, "S1 schedule: minimum learning rate");
-  o->add_option("--warmup-steps", c.warmup_steps, "S1 schedule: linear warm-up steps");
-  o->add_option("--cooldown-steps", c.cooldown_steps, "S1 schedule: decay steps");
-  o->add_option("--decay-power", c.decay_power, "S1 schedule: power of the decay (0.5 = square root)");
-  app.add_option("--seed", c.seed, "Seed of initialisation, patterns, data order and dropout");
-  app.add_option("--threads", threads, "Threads (0: all cores)");
-  app.add_option("--set", c.sets, "Override any config field: key.path=value (repeatable)")
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  CLI11_PARSE(app, argc, argv);
+  return run_program("sparse_lm", [&]() -> int {
+    CLI::App app{
+        "Train the S1 dynamic-sparse language model (block-sparse projections, RigL/random pattern updates,\n"
+        "factorised embedding, weighted repeated-token loss) on token files written by encode_dataset.\n"
+        "Compute is fp32 only: --dtype accepts float32 and rejects anything else."};
+    std::string config_path;
+    cli_values c;
+    int threads = 0;
+    lm_job_options job_options;
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
+    app.add_option("-c,--config", config_path, "Run config JSON (e.g. configs/s1-tiny-train.json)");
+    app.add_option("--train", c.train, "Training token file");
+    app.add_option("--valid", c.valid, "Validation token file");
+    app.add_option("-o,--out", c.out, "Output directory (metrics.jsonl, config.json, checkpoints/)");
+    app.add_flag("--resume", job_options.resume,
+                 "Continue the run in --out from its newest checkpoint (exact, patterns included)");
+    app.add_flag("--overwrite", job_options.overwrite,
+                 "Start again in a used --out: delete its checkpoints, metrics.jsonl and config.json first");
+    app.add_flag("--no-verify", [&](std::int64_t) { job_options.verify = false; },
+                 "Resume without checking the checkpoint's CRC-32C checksums");
+    auto* g = app.add_option_group("model");
+    g->add_option("--layers", c.layers, "Transformer layers (S1 --encoder-layers)")
+        ->check(examples::at_most(limits::layers));
+    g->add_option("--hidden", c.hidden, "Hidden width H (--hidden-length)");
+    g->add_option("--ff", c.ff, "Feed-forward width F (--ff-length)");
+    g->add_option("--heads", c.heads, "Attention heads (--attention-heads)")->check(examples::at_most(limits::heads));
+    g->add_option("--qkv", c.qkv, "Per-head query/key/value width (--qkv-length)");
+    g->add_option("--embedding", c.embedding, "Factorised embedding width E (--embedding-length)");
+    g->add_option("--sequence", c.sequence, "Maximum sequence length of the model (--source-sequence-length)")
+        ->check(examples::at_most(limits::positions));
+    g->add_option("--vocab", c.vocab, "Vocabulary size V (--source-vocab-length)")
+        ->check(examples::at_most(limits::vocab));
+    g->add_option("--dtype", c.dtype, "Compute dtype: only float32 is implemented (float16 is rejected)");
+    g->add_option("--dropout", c.dropout, "Embedding and residual dropout rate");
+    g->add_option("--weight-repeats", c.weight_repeats, "Weighted repeated-token loss (true/false)");
+    g->add_option("--autoregression-offset", c.autoregression_offset,
+                  "Positions at the start of a sequence not scored");
+    auto* sp = app.add_option_group("sparsity");
+    sp->add_option("--sparsity", c.sparsity, "Fraction of zero blocks in each sparse projection");
+    sp->add_option("--block-size", c.block_size, "Block size B: 1, 4, 8, 16, or 0 for a dense model");
+    sp->add_option("--allocation", c.allocation, "Block allocation across projections: uniform or erk");
+    sp->add_option("--prune-ratio", c.prune_ratio,
+                   "Fraction of active blocks pruned at an update (before the cosine decay)");
+    sp->add_option("--update-period", c.update_period, "Optimiser steps between pattern updates");
+    sp->add_option("--regrow-type", c.regrow, "Regrowth: rigl or random");
+    sp->add_option("--pooling-type", c.pooling, "RigL gradient pooling per block: sum, avg or max");
+    sp->add_option("--prune-metric", c.prune_metric, "Block magnitude for pruning: l1, l2 or max");
+    sp->add_option("--prune-zero-steps", c.zero_steps, "Cosine prune schedule: no update before this step");
+    sp->add_option("--prune-phase-delay", c.phase_delay, "Cosine prune schedule: phase delay (radians)");
+    sp->add_option("--prune-period", c.period, "Cosine prune schedule: periods over the run (0.5 = half a cosine)");
+    sp->add_flag("--static-sparsity", c.static_sparsity, "Keep the initial patterns (no updates)");
+    auto* o = app.add_option_group("optimisation");
+    o->add_option("--steps", c.steps, "Optimiser steps")->check(examples::at_most(limits::steps));
+    o->add_option("--batch-size", c.batch_size, "Sequences per micro-batch")->check(examples::at_most(limits::batch));
+    o->add_option("--seq-len", c.seq_len, "Input positions per sequence (a window has seq-len + 1 tokens)");
+    o->add_option("--accumulation", c.accumulation, "Micro-batches per optimiser step")
+        ->check(examples::at_most(limits::accumulation));
+    o->add_option("--optimizer", c.optimizer, "adam (S1; eps 1e-2), adamw, sgd or lamb");
+    o->add_option("--clip", c.clip, "Gradient clipping: per_tensor (S1), global_norm or none");
+    o->add_option("--max-norm", c.max_norm, "Clipping norm");
+    o->add_option("--peak-lr", c.peak_lr, "S1 schedule (bert_power): peak learning rate");
+    o->add_option("--min-lr", c.min_lr, "S1 schedule: minimum learning rate");
+    o->add_option("--warmup-steps", c.warmup_steps, "S1 schedule: linear warm-up steps");
+    o->add_option("--cooldown-steps", c.cooldown_steps, "S1 schedule: decay steps");
+    o->add_option("--decay-power", c.decay_power, "S1 schedule: power of the decay (0.5 = square root)");
+    app.add_option("--seed", c.seed, "Seed of initialisation, patterns, data order and dropout");
+    app.add_option("--threads", threads, "Threads (0: all cores)")->check(CLI::Range(0, int(limits::threads)));
+    app.add_option("--set", c.sets, "Override any config field: key.path=value (repeatable)")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    if (auto status = examples::parse(app, argc, argv)) return *status;
 
-  try {
     if (threads > 0) set_num_threads(threads);
     auto [j, base] = read_run_json(config_path);
     if (!j.contains("model")) j["model"] = json::object();
@@ -219,7 +235,7 @@ int main(int argc, char** argv) {
     apply_flags(j, c);
     const std::string ctx = config_path.empty() ? std::string("run config") : config_path;
     run_inputs in;
-    in.resume = resume;
+    in.job = job_options;
     json upd = j.value("sparsity_update", json::object());
     j.erase("sparsity_update");
     SPARSELM_CHECK(upd.is_object(), ctx, ": field 'sparsity_update' must be an object");
@@ -228,6 +244,7 @@ int main(int argc, char** argv) {
       in.dynamic = upd["enabled"].get<bool>();
       upd.erase("enabled");
     }
+    check_model_limits(j["model"], ctx + " model");
     in.model = sparse_lm_config::from_json(j["model"], ctx + " model");
     in.run = lm_run_config::from_json(j, ctx, base);
     in.update = sparse::update_config::from_json(upd, ctx + " sparsity_update");
@@ -238,8 +255,5 @@ int main(int argc, char** argv) {
     in.resolved["sparsity_update"]["enabled"] = in.dynamic;
     in.resolved["schedule"] = in.run.schedule_json();
     return dispatch(in);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "sparse_lm: error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

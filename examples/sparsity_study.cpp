@@ -17,6 +17,10 @@
 // scores stay dense in every variant; only the four projections per block are sparse.
 #include <CLI/CLI.hpp>
 
+#include "cli.hpp"
+#include "sparselm/core/checked.hpp"
+#include "sparselm/core/program.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -120,44 +124,55 @@ variant_result train_variant(const std::string& name, Model& model, const gpt_co
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Dynamic sparse vs static sparse vs dense (same FLOPs) vs dense (same width) GPT on the same data.\n"
-               "Sparse variants use block_sparse<16> projections; everything else is shared."};
-  std::string train_path, valid_path, model_path = SPARSELM_SOURCE_DIR "/configs/gpt-mini.json", out = "runs/study";
-  std::vector<std::string> variants{"dynamic", "static", "dense-flops", "dense-width"};
-  study_options so;
-  int threads = 0;
-  app.add_option("--train", train_path, "Training token file (encode_dataset)")->required();
-  app.add_option("--valid", valid_path, "Validation token file")->required();
-  app.add_option("--model", model_path, "GPT model config JSON (the width of the sparse and dense-width variants)")
-      ->capture_default_str();
-  app.add_option("--variants", variants, "Which variants to train")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"dynamic", "static", "dense-flops", "dense-width"}))
-      ->capture_default_str();
-  app.add_option("--steps", so.steps, "Optimiser steps per variant")->capture_default_str();
-  app.add_option("--batch-size", so.batch, "Sequences per step")->capture_default_str();
-  app.add_option("--seq-len", so.seq, "Tokens per sequence")->capture_default_str();
-  app.add_option("--lr", so.lr, "Peak learning rate (warmup 5 %, cosine to lr/10)")->capture_default_str();
-  app.add_option("--sparsity", so.sparsity, "Fraction of zero blocks in each projection")
-      ->check(CLI::Range(0.0, 0.999))
-      ->capture_default_str();
-  app.add_option("--prune-ratio", so.prune_ratio, "Fraction of active blocks pruned at the first update")
-      ->capture_default_str();
-  app.add_option("--update-period", so.update_period, "Steps between pattern updates")->capture_default_str();
-  app.add_option("--regrow", so.regrow, "Regrowth: rigl or random")
-      ->check(CLI::IsMember({"rigl", "random"}))
-      ->capture_default_str();
-  app.add_option("--eval-every", so.eval_every, "Evaluate every N steps")->capture_default_str();
-  app.add_option("--eval-batches", so.eval_batches, "Validation batches per evaluation (0: all)")
-      ->capture_default_str();
-  app.add_option("--seed", so.seed, "Seed of initialisation, pattern and data order")->capture_default_str();
-  app.add_option("--threads", threads, "Threads (0: all cores)")->capture_default_str();
-  app.add_option("-o,--out", out, "Output directory")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  return run_program("sparsity_study", [&]() -> int {
+    CLI::App app{
+        "Dynamic sparse vs static sparse vs dense (same FLOPs) vs dense (same width) GPT on the same data.\n"
+        "Sparse variants use block_sparse<16> projections; everything else is shared."};
+    std::string train_path, valid_path, model_path = SPARSELM_SOURCE_DIR "/configs/gpt-mini.json", out = "runs/study";
+    std::vector<std::string> variants{"dynamic", "static", "dense-flops", "dense-width"};
+    study_options so;
+    int threads = 0;
+    app.add_option("--train", train_path, "Training token file (encode_dataset)")->required();
+    app.add_option("--valid", valid_path, "Validation token file")->required();
+    app.add_option("--model", model_path, "GPT model config JSON (the width of the sparse and dense-width variants)")
+        ->capture_default_str();
+    app.add_option("--variants", variants, "Which variants to train")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"dynamic", "static", "dense-flops", "dense-width"}))
+        ->capture_default_str();
+    app.add_option("--steps", so.steps, "Optimiser steps per variant")
+        ->check(examples::at_most(limits::steps))
+        ->capture_default_str();
+    app.add_option("--batch-size", so.batch, "Sequences per step")
+        ->check(examples::at_most(limits::batch))
+        ->capture_default_str();
+    app.add_option("--seq-len", so.seq, "Tokens per sequence")
+        ->check(examples::at_most(limits::positions))
+        ->capture_default_str();
+    app.add_option("--lr", so.lr, "Peak learning rate (warmup 5 %, cosine to lr/10)")->capture_default_str();
+    app.add_option("--sparsity", so.sparsity, "Fraction of zero blocks in each projection")
+        ->check(CLI::Range(0.0, 0.999))
+        ->capture_default_str();
+    app.add_option("--prune-ratio", so.prune_ratio, "Fraction of active blocks pruned at the first update")
+        ->capture_default_str();
+    app.add_option("--update-period", so.update_period, "Steps between pattern updates")->capture_default_str();
+    app.add_option("--regrow", so.regrow, "Regrowth: rigl or random")
+        ->check(CLI::IsMember({"rigl", "random"}))
+        ->capture_default_str();
+    app.add_option("--eval-every", so.eval_every, "Evaluate every N steps")->capture_default_str();
+    app.add_option("--eval-batches", so.eval_batches, "Validation batches per evaluation (0: all)")
+        ->capture_default_str();
+    app.add_option("--seed", so.seed, "Seed of initialisation, pattern and data order")->capture_default_str();
+    app.add_option("--threads", threads, "Threads (0: all cores)")
+        ->check(CLI::Range(0, int(limits::threads)))
+        ->capture_default_str();
+    app.add_option("-o,--out", out, "Output directory")->capture_default_str();
+    if (auto status = examples::parse(app, argc, argv)) return *status;
 
-  try {
     if (threads > 0) set_num_threads(threads);
-    const auto base = gpt_config::from_json(read_json_file(model_path), model_path);
+    const json model_json = read_json_file(model_path);
+    check_model_limits(model_json, model_path);
+    const auto base = gpt_config::from_json(model_json, model_path);
     SPARSELM_CHECK(so.seq <= base.n_positions, model_path, ": --seq-len ", so.seq, " exceeds n_positions ",
                    base.n_positions);
     SPARSELM_CHECK(base.n_embd % block == 0 && base.hidden() % block == 0, model_path, ": n_embd ", base.n_embd,
@@ -211,8 +226,8 @@ int main(int argc, char** argv) {
                     {"update_period", so.update_period},
                     {"unigram_perplexity", unigram},
                     {"variants", json::array()}};
-    std::printf("%-12s %6s %8s %10s %14s %14s %10s %10s %8s\n", "variant", "width", "density", "params",
-                "proj MAC/tok", "total MAC/tok", "val loss", "val ppl", "train s");
+    std::printf("%-12s %6s %8s %10s %14s %14s %10s %10s %8s\n", "variant", "width", "density", "params", "proj MAC/tok",
+                "total MAC/tok", "val loss", "val ppl", "train s");
     for (const auto& r : results) {
       std::printf("%-12s %6zu %8.3f %10zu %14.3g %14.3g %10.4f %10.2f %8.0f\n", r.name.c_str(), r.width, r.density,
                   r.params, r.proj_macs, r.total_macs, r.valid_loss, r.valid_ppl, r.train_seconds);
@@ -228,8 +243,5 @@ int main(int argc, char** argv) {
     }
     std::ofstream(fs::path(out) / "summary.json") << summary.dump(2) << "\n";
     return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "sparsity_study: error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -2,7 +2,8 @@
 # Installs the Debian packages sparselm needs. Works as root or through sudo.
 #
 #   scripts/setup.sh           build + main job (compiler, cmake, header deps, benchmark peers)
-#   scripts/setup.sh --test    also the test-only tools (PyTorch reference, MPI runtime)
+#   scripts/setup.sh --test    also the test-only tools (PyTorch reference, MPI runtime, clang with
+#                              libFuzzer for tests/fuzz)
 #
 # Nothing else is installed by hand: every later script relies only on these packages.
 set -euo pipefail
@@ -11,7 +12,7 @@ want_test=0
 for a in "$@"; do
   case "$a" in
     --test) want_test=1 ;;
-    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$a'" >&2; exit 2 ;;
   esac
 done
@@ -29,6 +30,8 @@ pkgs=(
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 if [ "$want_test" = 1 ]; then
   pkgs+=(python3 python3-torch python3-numpy)
+  # clang and its compiler-rt (libFuzzer, ASan, UBSan) for the fuzz harnesses (tests/fuzz)
+  pkgs+=(clang libclang-rt-dev)
 fi
 
 missing=()

@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sparselm/core/checked.hpp"
 #include "sparselm/core/dtype.hpp"
 #include "sparselm/core/error.hpp"
 #include "sparselm/core/view.hpp"
@@ -61,13 +62,15 @@ class arena_layout {
     SPARSELM_CHECK(!name.empty(), "arena: tensor name is empty");
     SPARSELM_CHECK(!index_.contains(name), "arena: duplicate tensor name '", name, "'");
     SPARSELM_CHECK(!shape.empty(), "arena: tensor '", name, "' has an empty shape");
-    std::size_t n = 1;
-    for (auto d : shape) {
+    for (auto d : shape)
       SPARSELM_CHECK(d > 0, "arena: tensor '", name, "' has a zero dimension in shape ", shape_string(shape));
-      n *= d;
-    }
+    const std::string what = "arena: tensor '" + name + "' of shape " + shape_string(shape);
+    const std::size_t n = checked_product(shape, what);
+    const std::size_t padded = checked_add(n, align_elems - 1, what) / align_elems * align_elems;
+    SPARSELM_CHECK(padded <= limits::arena_elements - total_, what, ": the arena would hold more than ",
+                   limits::arena_elements, " elements (the limit of one arena)");
     tensor_info t{std::move(name), std::move(shape), total_, n, flags};
-    total_ += (n + align_elems - 1) / align_elems * align_elems;
+    total_ += padded;
     index_.emplace(t.name, tensors_.size());
     tensors_.push_back(std::move(t));
     return tensors_.size() - 1;
@@ -127,11 +130,12 @@ class arena {
   arena() = default;
   explicit arena(std::shared_ptr<const arena_layout> layout) : layout_(std::move(layout)) {
     SPARSELM_CHECK(layout_ != nullptr, "arena: null layout");
-    std::size_t bytes = layout_->total() * sizeof(T);
+    std::size_t bytes = layout_->total() * sizeof(T);  // total() <= limits::arena_elements: no overflow
     bytes = (bytes + 63) / 64 * 64;
     if (bytes == 0) return;
     void* p = std::aligned_alloc(64, bytes);
-    SPARSELM_CHECK(p != nullptr, "arena: cannot allocate ", bytes, " bytes");
+    SPARSELM_CHECK(p != nullptr, "arena: cannot allocate ", bytes, " bytes (", layout_->count(),
+                   " tensors, the first '", (*layout_)[0].name, "'): out of memory");
     std::memset(p, 0, bytes);
     data_.reset(static_cast<T*>(p));
   }

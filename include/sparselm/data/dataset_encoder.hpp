@@ -170,13 +170,17 @@ inline std::vector<std::filesystem::path> collect_text_files(const std::vector<s
   for (const auto& p : paths) {
     std::error_code ec;
     auto st = fs::status(p, ec);
-    SPARSELM_CHECK(!ec && fs::exists(st), p.string(), ": no such file or directory");
+    SPARSELM_CHECK(!ec && fs::exists(st), p.string(), ": ", ec ? ec.message() : std::string("no such file or directory"));
     if (fs::is_directory(st)) {
       std::vector<fs::path> found;
-      for (const auto& e : fs::recursive_directory_iterator(p)) {
-        if (!e.is_regular_file()) continue;
-        const auto ext = e.path().extension();
-        if (ext == ".txt" || ext == ".raw") found.push_back(e.path());
+      try {
+        for (const auto& e : fs::recursive_directory_iterator(p)) {
+          if (!e.is_regular_file()) continue;
+          const auto ext = e.path().extension();
+          if (ext == ".txt" || ext == ".raw") found.push_back(e.path());
+        }
+      } catch (const fs::filesystem_error& e) {  // a symlink loop, a name too long, no permission
+        fail(p.string(), ": cannot list '", e.path1().string(), "': ", e.code().message());
       }
       SPARSELM_CHECK(!found.empty(), p.string(), ": directory has no *.txt or *.raw files");
       std::sort(found.begin(), found.end());
@@ -189,6 +193,33 @@ inline std::vector<std::filesystem::path> collect_text_files(const std::vector<s
 }
 
 namespace detail {
+
+// The same file, also when spelled differently (relative, through symlinks, hard links).
+inline bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
+  auto norm = [&](const fs::path& p) { return fs::weakly_canonical(fs::absolute(p, ec), ec).lexically_normal(); };
+  return norm(a) == norm(b);
+}
+
+// Refuses an output that is one of the inputs (it would be overwritten before or while being read)
+// and two outputs that are one file (the second split would replace the first).
+inline void check_outputs(const encode_dataset_options& o, const std::vector<std::filesystem::path>& inputs) {
+  SPARSELM_CHECK(o.validation_output.empty() || !same_file(o.output, o.validation_output), "encode_dataset: output '",
+                 o.output.string(), "' and validation output '", o.validation_output.string(), "' are the same file");
+  std::vector<std::filesystem::path> all = inputs;
+  if (!o.validation_inputs.empty()) {
+    auto v = collect_text_files(o.validation_inputs);
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  for (const auto* out : {&o.output, &o.validation_output}) {
+    if (out->empty()) continue;
+    for (const auto& in : all)
+      SPARSELM_CHECK(!same_file(*out, in), "encode_dataset: output '", out->string(), "' is also an input ('",
+                     in.string(), "')");
+  }
+}
 
 struct gpt_stream {
   std::vector<std::int32_t> ids;
@@ -289,6 +320,7 @@ inline encode_dataset_result encode_dataset(const gpt2_bpe& tok, const encode_da
   SPARSELM_CHECK(want_valid || o.validation_output.empty(),
                  "encode_dataset: a validation output path needs validation inputs or a validation fraction");
   const auto files = collect_text_files(o.inputs);
+  detail::check_outputs(o, files);
   encode_dataset_result r;
   if (o.mode == dataset_mode::wikitext) {
     SPARSELM_CHECK(o.seq_len > 0, "encode_dataset: wikitext mode needs seq_len > 0");

@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "sparselm/core/error.hpp"
+#include "sparselm/io/atomic_file.hpp"
 #include "sparselm/data/unicode_tables.hpp"
 
 namespace sparselm::data {
@@ -106,13 +107,10 @@ inline void append_utf8(std::string& out, char32_t cp) {
   }
 }
 
-// Reads a whole file as bytes; sparselm::error names the file when it cannot be read.
+// Reads a whole file as bytes; sparselm::error names the file when it cannot be read or is not a
+// regular file (a FIFO would block, a device never end).
 inline std::string read_file_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  SPARSELM_CHECK(in.good(), path.string(), ": cannot open file for reading");
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  SPARSELM_CHECK(!in.bad(), path.string(), ": read error");
-  return s;
+  return io::read_text_file(path);
 }
 
 // 1-based line number of byte offset `pos` in `text` (for error messages).

@@ -19,7 +19,9 @@
 // The file size is exactly 64 + N*w. Readers reject, with sparselm::error naming the file and the
 // fault: a foreign file (bad magic), another version, an unknown width, a truncated file or
 // trailing bytes, N = 0 (empty dataset), and ids >= V (checked on load by default, or on demand
-// for each range read).
+// for each range read). Non-regular files (FIFO, device) are refused. A file truncated while it
+// is mapped ends the process with one line naming it and exit status 1, not a bare SIGBUS (see
+// detail::guard_mapping).
 //
 //   sparselm::data::write_token_file("train.tok", ids, 50257);
 //   sparselm::data::token_file f("train.tok");
@@ -40,11 +42,14 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "sparselm/core/error.hpp"
+#include "sparselm/core/program.hpp"
+#include "sparselm/io/atomic_file.hpp"
 
 namespace sparselm::data {
 
@@ -74,6 +79,66 @@ void store_le(unsigned char* p, T v) noexcept {
 
 inline std::string errno_text(int e) { return std::generic_category().message(e); }
 
+// The SIGBUS guard of mapped token files. Reading a page of a mapping whose file was truncated
+// (or overwritten in place by a shorter one) raises SIGBUS; the handler finds the mapping the
+// faulting address belongs to, writes one line naming the file and ends the process with exit
+// status 1 (nothing can be saved from inside a signal handler; the last checkpoint is intact). A
+// SIGBUS elsewhere gets the default action. Up to max_guarded mappings are watched at once; more
+// are mapped unguarded.
+struct guarded_mapping {
+  std::atomic<const unsigned char*> begin{nullptr};
+  std::size_t size = 0;
+  char message[512] = {};
+  std::size_t length = 0;
+};
+inline constexpr int max_guarded = 32;
+inline guarded_mapping guarded[max_guarded];
+
+inline void on_sigbus(int sig, siginfo_t* info, void*) {
+  const auto* a = static_cast<const unsigned char*>(info->si_addr);
+  for (auto& g : guarded) {
+    const unsigned char* b = g.begin.load(std::memory_order_acquire);
+    if (b && a >= b && a < b + g.size) {
+      (void)!::write(STDERR_FILENO, g.message, g.length);
+      ::_exit(1);
+    }
+  }
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+inline int guard_mapping(const unsigned char* p, std::size_t size, const std::string& path) noexcept {
+  static std::atomic<bool> installed{false};
+  if (!installed.exchange(true)) {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, nullptr);
+  }
+  for (int i = 0; i < max_guarded; ++i) {
+    auto& g = guarded[i];
+    const unsigned char* expected = nullptr;
+    // claim the slot with a sentinel, fill it, then publish the real address
+    static const unsigned char claimed = 0;
+    if (!g.begin.compare_exchange_strong(expected, &claimed)) continue;
+    g.size = 0;
+    g.length = std::size_t(std::snprintf(g.message, sizeof g.message,
+                                         "%s: error: token file '%s' was truncated or overwritten while in use (SIGBUS "
+                                         "reading it); stopped without saving, the last checkpoint is intact\n",
+                                         sparselm::detail::program_name(), path.c_str()));
+    g.length = std::min(g.length, sizeof g.message - 1);
+    g.size = size;
+    g.begin.store(p, std::memory_order_release);
+    return i;
+  }
+  return -1;
+}
+
+inline void unguard_mapping(int slot) noexcept {
+  if (slot >= 0) guarded[slot].begin.store(nullptr, std::memory_order_release);
+}
+
 }  // namespace detail
 
 // The header fields (what write_token_file takes besides the ids, and what a reader reports).
@@ -84,6 +149,41 @@ struct token_file_info {
   std::uint64_t sequence_length = 0;
   std::uint64_t documents = 0;
 };
+
+// Validates a token file's header against the file's size (`file` is the whole file image, or at
+// least its header with file.size() the file's size) and returns its fields; errors name `name`.
+inline token_file_info parse_token_file_header(std::span<const unsigned char> file, const std::string& name) {
+  token_file_info info_;
+  const unsigned char* h = file.data();
+  const std::uint64_t n = file.size();
+  const std::size_t m = std::size_t(std::min<std::uint64_t>(n, token_file_magic.size()));
+  const bool magic_prefix = m == 0 || std::memcmp(h, token_file_magic.data(), m) == 0;
+  SPARSELM_CHECK(magic_prefix, name, ": not a sparselm token file (bad magic; expected \"SPLMTOK\\0\")");
+  SPARSELM_CHECK(n >= token_file_header_size, name, ": truncated token file: ", n, " bytes, shorter than the ",
+                 token_file_header_size, "-byte header");
+  const auto version = detail::load_le<std::uint32_t>(h + 8);
+  SPARSELM_CHECK(version == token_file_version, name, ": unsupported token file version ", version,
+                 " (this build reads version ", token_file_version, ")");
+  const auto w = detail::load_le<std::uint32_t>(h + 12);
+  SPARSELM_CHECK(w == 2 || w == 4, name, ": unknown token width ", w, " bytes (expected 2 or 4)");
+  info_.dtype = token_dtype(w);
+  info_.tokens = detail::load_le<std::uint64_t>(h + 16);
+  info_.vocab_size = detail::load_le<std::uint64_t>(h + 24);
+  info_.sequence_length = detail::load_le<std::uint64_t>(h + 32);
+  info_.documents = detail::load_le<std::uint64_t>(h + 40);
+  SPARSELM_CHECK(info_.vocab_size > 0 && info_.vocab_size <= (std::uint64_t(1) << 31), name,
+                 ": invalid vocab size ", info_.vocab_size, " in header");
+  SPARSELM_CHECK(info_.tokens > 0, name, ": empty dataset: the token file holds no tokens");
+  const std::uint64_t body = n - token_file_header_size;
+  SPARSELM_CHECK(info_.tokens <= body / w, name, ": truncated token file: header says ", info_.tokens,
+                 " tokens (", info_.tokens * w, " bytes) but only ", body, " bytes follow the header");
+  SPARSELM_CHECK(body == info_.tokens * w, name, ": ", body - info_.tokens * w,
+                 " trailing bytes after the last of ", info_.tokens, " tokens");
+  SPARSELM_CHECK(info_.sequence_length == 0 || info_.tokens % info_.sequence_length == 0, name,
+                 ": token count ", info_.tokens, " is not a multiple of the sequence length ", info_.sequence_length);
+  return info_;
+}
+
 
 // How much a reader checks on open.
 enum class token_check {
@@ -97,8 +197,7 @@ class token_file {
   token_file() = default;
   explicit token_file(const std::filesystem::path& path, token_check check = token_check::full) : path_(path) {
     const std::string name = path.string();
-    int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
-    SPARSELM_CHECK(fd >= 0, name, ": cannot open token file: ", detail::errno_text(errno));
+    int fd = io::open_regular(path, "token file");  // a FIFO or device is refused
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
       int e = errno;
@@ -115,6 +214,7 @@ class token_file {
       }
       map_ = static_cast<const unsigned char*>(p);
       map_size_ = fsize;
+      guard_ = detail::guard_mapping(map_, map_size_, name);
     }
     ::close(fd);
     try {
@@ -197,38 +297,11 @@ class token_file {
                    " is not below the vocab size ", info_.vocab_size);
   }
 
-  void parse_header() {
-    const std::string name = path_.string();
-    const unsigned char* h = map_;
-    const std::uint64_t n = map_size_;
-    const std::size_t m = std::size_t(std::min<std::uint64_t>(n, token_file_magic.size()));
-    const bool magic_prefix = m == 0 || std::memcmp(h, token_file_magic.data(), m) == 0;
-    SPARSELM_CHECK(magic_prefix, name, ": not a sparselm token file (bad magic; expected \"SPLMTOK\\0\")");
-    SPARSELM_CHECK(n >= token_file_header_size, name, ": truncated token file: ", n, " bytes, shorter than the ",
-                   token_file_header_size, "-byte header");
-    const auto version = detail::load_le<std::uint32_t>(h + 8);
-    SPARSELM_CHECK(version == token_file_version, name, ": unsupported token file version ", version,
-                   " (this build reads version ", token_file_version, ")");
-    const auto w = detail::load_le<std::uint32_t>(h + 12);
-    SPARSELM_CHECK(w == 2 || w == 4, name, ": unknown token width ", w, " bytes (expected 2 or 4)");
-    info_.dtype = token_dtype(w);
-    info_.tokens = detail::load_le<std::uint64_t>(h + 16);
-    info_.vocab_size = detail::load_le<std::uint64_t>(h + 24);
-    info_.sequence_length = detail::load_le<std::uint64_t>(h + 32);
-    info_.documents = detail::load_le<std::uint64_t>(h + 40);
-    SPARSELM_CHECK(info_.vocab_size > 0 && info_.vocab_size <= (std::uint64_t(1) << 31), name,
-                   ": invalid vocab size ", info_.vocab_size, " in header");
-    SPARSELM_CHECK(info_.tokens > 0, name, ": empty dataset: the token file holds no tokens");
-    const std::uint64_t body = n - token_file_header_size;
-    SPARSELM_CHECK(info_.tokens <= body / w, name, ": truncated token file: header says ", info_.tokens,
-                   " tokens (", info_.tokens * w, " bytes) but only ", body, " bytes follow the header");
-    SPARSELM_CHECK(body == info_.tokens * w, name, ": ", body - info_.tokens * w,
-                   " trailing bytes after the last of ", info_.tokens, " tokens");
-    SPARSELM_CHECK(info_.sequence_length == 0 || info_.tokens % info_.sequence_length == 0, name,
-                   ": token count ", info_.tokens, " is not a multiple of the sequence length ", info_.sequence_length);
-  }
+  void parse_header() { info_ = parse_token_file_header({map_, std::size_t(map_size_)}, path_.string()); }
 
   void unmap() noexcept {
+    detail::unguard_mapping(guard_);
+    guard_ = -1;
     if (map_) ::munmap(const_cast<unsigned char*>(map_), map_size_);
     map_ = nullptr;
     map_size_ = 0;
@@ -239,6 +312,7 @@ class token_file {
     std::swap(map_, o.map_);
     std::swap(map_size_, o.map_size_);
     std::swap(validated_, o.validated_);
+    std::swap(guard_, o.guard_);
   }
 
   std::filesystem::path path_;
@@ -246,6 +320,7 @@ class token_file {
   const unsigned char* map_ = nullptr;
   std::uint64_t map_size_ = 0;
   bool validated_ = false;
+  int guard_ = -1;  // slot in the SIGBUS guard (detail::guard_mapping)
 };
 
 // Streams ids into `path` through a temporary file in the same directory; commit() fills in the
@@ -317,9 +392,12 @@ class token_file_writer {
     detail::store_le(h + 40, info_.documents);
     SPARSELM_CHECK(std::fseek(file_, 0, SEEK_SET) == 0, tmp_.string(), ": seek failed: ", detail::errno_text(errno));
     write_bytes(h, sizeof h);
+    errno = 0;
     const bool flushed = std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;
-    const int e = errno;
+    int e = errno;
     const bool closed = std::fclose(file_) == 0;
+    if (!closed && e == 0) e = errno;
+    if (e == 0) e = EIO;  // never "Success" in a failure message
     file_ = nullptr;
     std::error_code ec;
     if (!flushed || !closed) {

@@ -7,6 +7,7 @@
 //   io::atomic_write_text(dir / "latest", "ckpt-000200\n");
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -33,15 +34,40 @@ inline std::filesystem::path temp_path_for(const std::filesystem::path& path) {
   return t;
 }
 
-// fsync a directory so that a rename inside it is durable (best effort: some file systems refuse).
+// fsync a directory so that a rename inside it is durable. File systems that cannot sync a
+// directory (EINVAL) are accepted; any other failure throws naming the directory.
 inline void sync_directory(const std::filesystem::path& dir) {
-  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    (void)::fsync(fd);
-    ::close(fd);
-  }
+  const char* d = dir.empty() ? "." : dir.c_str();
+  const int fd = ::open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  SPARSELM_CHECK(fd >= 0, d, ": cannot open the directory to sync it: ", errno_message(errno));
+  const int r = ::fsync(fd);
+  const int e = errno;
+  ::close(fd);
+  SPARSELM_CHECK(r == 0 || e == EINVAL, d, ": cannot sync the directory: ", errno_message(e));
 }
 }  // namespace detail
+
+// Opens `path` for reading and returns the descriptor, or throws naming the path and `what` (e.g.
+// "token file") when it cannot be opened or is not a regular file: a FIFO would block the reader
+// for ever and a device would never end, so both are refused before anything is read (the open
+// itself does not block: O_NONBLOCK, cleared once the file is known to be regular).
+inline int open_regular(const std::filesystem::path& path, const char* what) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  SPARSELM_CHECK(fd >= 0, path.string(), ": cannot open ", what, ": ", detail::errno_message(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    fail(path.string(), ": cannot stat ", what, ": ", detail::errno_message(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(path.string(), ": ", what, " is not a regular file (",
+         S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket", ")");
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
 
 // Creates `path` atomically from what `fill` writes to the stream. On any failure (including an
 // exception from fill) the temporary file is removed, the old `path` is untouched and
@@ -60,9 +86,12 @@ inline void atomic_write(const std::filesystem::path& path, const std::function<
     fs::remove(tmp, ec);
     throw;
   }
-  const bool ok = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  const int e = errno;
+  errno = 0;
+  const bool ok = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0 && !std::ferror(f);
+  int e = errno;
   const bool closed = std::fclose(f) == 0;
+  if (!closed && e == 0) e = errno;
+  if (e == 0) e = EIO;  // never "Success" in a failure message
   if (!ok || !closed) {
     fs::remove(tmp, ec);
     fail(path.string(), ": cannot write: ", detail::errno_message(e));
@@ -86,8 +115,9 @@ inline void atomic_write_text(const std::filesystem::path& path, std::string_vie
 }
 
 // Reads a whole (small) text file; throws naming it when it cannot be read.
+// Refuses anything but a regular file (a FIFO would block, a device never end).
 inline std::string read_text_file(const std::filesystem::path& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
+  std::FILE* f = ::fdopen(open_regular(path, "file"), "rb");
   SPARSELM_CHECK(f != nullptr, path.string(), ": cannot open: ", detail::errno_message(errno));
   std::string s;
   char buf[4096];

@@ -32,6 +32,7 @@
 
 #include "sparselm/core/arena.hpp"
 #include "sparselm/core/error.hpp"
+#include "sparselm/core/json.hpp"
 #include "sparselm/io/atomic_file.hpp"
 #include "sparselm/io/safetensors.hpp"
 #include "sparselm/sparse/pattern_io.hpp"
@@ -131,15 +132,12 @@ inline nlohmann::json read_model_config(const std::filesystem::path& dir) {
   const auto path = dir / config_file;
   SPARSELM_CHECK(std::filesystem::exists(path), path.string(), ": no model config (is '", dir.string(),
                  "' a checkpoint directory?)");
-  try {
-    return nlohmann::json::parse(read_text_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    fail(path.string(), ": not valid JSON (", e.what(), ")");
-  }
+  return parse_json(read_text_file(path), path.string());
 }
 
 struct load_options {
   bool allow_hf_extras = true;  // ignore HF GPT-2's mask buffers and tied lm_head.weight
+  bool verify = true;           // check the tensors' CRC-32C when the file records them
 };
 
 // Loads <dir>/model.safetensors (or the file `path` itself) into model.params(). Every parameter
@@ -149,7 +147,7 @@ struct load_options {
 template <class Model>
 void load_model(const std::filesystem::path& path, Model& model, const load_options& o = {}) {
   const auto file = std::filesystem::is_directory(path) ? path / model_file : path;
-  safetensors_file f(file);
+  safetensors_file f(file, o.verify);
   const arena_layout& layout = *model.layout();
   auto& params = model.params();
   auto weights = detail::sparse_weights_of(model);
@@ -222,18 +220,15 @@ void save_training_state(const std::filesystem::path& path, Trainer& t, const nl
 // optimiser.
 template <class Trainer>
 nlohmann::json load_training_state(const std::filesystem::path& path, Trainer& t,
-                                   sparse::pattern_updater* updater = nullptr) {
-  safetensors_file f(path);
+                                   sparse::pattern_updater* updater = nullptr, bool verify = true) {
+  safetensors_file f(path, verify);
   auto& model = t.model();
   const arena_layout& layout = *model.layout();
   SPARSELM_CHECK(f.metadata("sparselm.layout") == detail::layout_fingerprint(layout), path.string(),
                  ": the training state is for a different model (parameter names or shapes differ)");
-  nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(f.metadata("sparselm.training_state"));
-  } catch (const nlohmann::json::exception& e) {
-    fail(path.string(), ": metadata 'sparselm.training_state' is not valid JSON (", e.what(), ")");
-  }
+  const nlohmann::json meta =
+      parse_json(f.metadata("sparselm.training_state"), path.string() + ": metadata 'sparselm.training_state'");
+  SPARSELM_CHECK(meta.is_object(), path.string(), ": metadata 'sparselm.training_state' is not a JSON object");
   for (const char* k : {"step", "optimizer_step"})
     SPARSELM_CHECK(meta.contains(k) && meta[k].is_number_unsigned(), path.string(), ": training state has no '", k,
                    "'");
@@ -304,12 +299,28 @@ class checkpoint_dir {
     if (fs::exists(final_dir)) {  // the same step saved again (e.g. after a resume): swap it out
       const fs::path old = detail::temp_path_for(final_dir);
       fs::rename(final_dir, old, ec);
-      SPARSELM_CHECK(!ec, final_dir.string(), ": cannot move the previous checkpoint aside: ", ec.message());
+      if (ec) {
+        std::error_code ignored;
+        fs::remove_all(tmp, ignored);
+        fail(final_dir.string(), ": cannot move the previous checkpoint aside: ", ec.message());
+      }
       fs::rename(tmp, final_dir, ec);
-      fs::remove_all(old, ec);
+      if (ec) {  // put the previous one back: a failed save never loses a checkpoint
+        std::error_code back, ignored;
+        fs::rename(old, final_dir, back);
+        fs::remove_all(tmp, ignored);
+        fail(final_dir.string(), ": cannot rename the new checkpoint into place: ", ec.message(),
+             back ? " (the previous one is kept as '" + old.string() + "')" : std::string());
+      }
+      sparselm::io::detail::sync_directory(root_);
+      fs::remove_all(old, ec);  // a leftover is removed by the next start (remove_stale_temporaries)
     } else {
       fs::rename(tmp, final_dir, ec);
-      SPARSELM_CHECK(!ec, final_dir.string(), ": cannot rename the new checkpoint into place: ", ec.message());
+      if (ec) {
+        std::error_code ignored;
+        fs::remove_all(tmp, ignored);
+        fail(final_dir.string(), ": cannot rename the new checkpoint into place: ", ec.message());
+      }
     }
     sparselm::io::detail::sync_directory(root_);
     atomic_write_text(root_ / "latest", step_name(step) + "\n");
@@ -345,7 +356,7 @@ class checkpoint_dir {
     for (auto& e : std::filesystem::directory_iterator(root_)) {
       const std::string n = e.path().filename().string();
       if (!e.is_directory() || n.rfind("step-", 0) != 0 || n.size() < 6) continue;
-      if (n.find_first_not_of("0123456789", 5) != std::string::npos) continue;
+      if (n.find_first_not_of("0123456789", 5) != std::string::npos || n.size() > 5 + 18) continue;
       r.push_back(std::stoull(n.substr(5)));
     }
     std::sort(r.begin(), r.end());
@@ -374,7 +385,10 @@ class checkpoint_dir {
 // directory / checkpoints root whose latest checkpoint is taken.
 inline std::filesystem::path resolve_checkpoint(const std::filesystem::path& p) {
   namespace fs = std::filesystem;
-  SPARSELM_CHECK(fs::exists(p), p.string(), ": no such checkpoint or run directory");
+  std::error_code ec;
+  const auto st = fs::status(p, ec);
+  SPARSELM_CHECK(!ec && fs::exists(st), p.string(), ": no such checkpoint or run directory",
+                 ec ? " (" + ec.message() + ")" : std::string());
   if (fs::is_regular_file(p) || fs::exists(p / model_file)) return p;
   for (const fs::path& root : {p / "checkpoints", p}) {
     if (auto l = checkpoint_dir(root).latest()) return *l;

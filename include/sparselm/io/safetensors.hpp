@@ -12,11 +12,13 @@
 //   w.set_metadata("format", "pt");
 //   w.write("runs/x/model.safetensors");                          // atomic: temporary file + rename
 //
-//   io::safetensors_file f("runs/x/model.safetensors");           // validates the whole header
+//   io::safetensors_file f("runs/x/model.safetensors");           // validates the header, checksums
 //   f.read_f32("wte.weight", {V, C}, dst);                        // checks name, shape; converts F16/BF16
 //
 // Every problem (truncated file, bad JSON, unknown dtype, offsets outside the data, size that does
-// not match the shape, missing tensor, wrong shape) is a sparselm::error naming the file and tensor.
+// not match the shape, bytes that belong to no tensor, a tensor whose CRC-32C differs from the one
+// recorded in the metadata, missing tensor, wrong shape) is a sparselm::error naming the file and
+// tensor. Files that are not regular (FIFO, device) are refused before anything is read.
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -35,11 +37,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sparselm/core/checked.hpp"
 #include "sparselm/core/dtype.hpp"
 #include "sparselm/core/error.hpp"
+#include "sparselm/core/json.hpp"
 #include "sparselm/io/atomic_file.hpp"
+#include "sparselm/io/crc32c.hpp"
 
 namespace sparselm::io {
+
+// The metadata key of the per-tensor checksums (see safetensors_writer::write).
+inline constexpr const char* checksum_key = "sparselm.crc32c";
 
 enum class st_dtype { f32, f16, bf16, i32, i64, u8 };
 
@@ -82,9 +90,7 @@ inline std::string dims_string(const std::vector<std::size_t>& shape) {
   return s + "]";
 }
 inline std::size_t element_count(const std::vector<std::size_t>& shape) {
-  std::size_t n = 1;
-  for (auto d : shape) n *= d;
-  return n;
+  return checked_product(shape, "safetensors: shape " + dims_string(shape));
 }
 
 struct st_tensor_info {
@@ -128,18 +134,26 @@ class safetensors_writer {
   void set_metadata(const std::string& key, std::string value) { meta_[key] = std::move(value); }
   std::size_t size() const noexcept { return entries_.size(); }
 
-  // Writes the file atomically (temporary file + fsync + rename).
+  // Without checksums the file carries no "sparselm.crc32c" metadata (on by default).
+  void set_checksums(bool on) noexcept { checksums_ = on; }
+
+  // Writes the file atomically (temporary file + fsync + rename). With checksums, the metadata
+  // key "sparselm.crc32c" holds a JSON object {tensor name: CRC-32C of its bytes, 8 hex digits}.
   void write(const std::filesystem::path& path) {
     nlohmann::ordered_json h = nlohmann::ordered_json::object();
-    if (!meta_.empty()) h["__metadata__"] = meta_;
     std::size_t off = 0;
+    nlohmann::json sums = nlohmann::json::object();
     for (auto& e : entries_) {
       const std::size_t bytes = e.info.elements() * dtype_size(e.info.dtype);
       e.info.begin = off;
       e.info.end = off + bytes;
       off += bytes;
-      h[e.info.name] = {{"dtype", to_string(e.info.dtype)}, {"shape", e.info.shape}, {"data_offsets", {e.info.begin, e.info.end}}};
+      if (checksums_) sums[e.info.name] = crc32c_hex(crc32c(e.data, bytes));
     }
+    if (checksums_) meta_[checksum_key] = sums.dump();
+    if (!meta_.empty()) h["__metadata__"] = meta_;
+    for (auto& e : entries_)
+      h[e.info.name] = {{"dtype", to_string(e.info.dtype)}, {"shape", e.info.shape}, {"data_offsets", {e.info.begin, e.info.end}}};
     std::string header = h.dump();
     header.append((8 - header.size() % 8) % 8, ' ');
     atomic_write(path, [&](std::FILE* f) {
@@ -160,6 +174,7 @@ class safetensors_writer {
   std::vector<entry> entries_;
   std::vector<std::vector<std::int32_t>> owned_;  // stable: add_owned keeps spans into these
   std::map<std::string, std::string> meta_;
+  bool checksums_ = true;
 };
 
 // ---- reading ----------------------------------------------------------------------------------
@@ -169,30 +184,41 @@ class safetensors_file {
  public:
   static constexpr std::uint64_t max_header_bytes = 100u << 20;
 
-  explicit safetensors_file(const std::filesystem::path& path) : path_(path) {
+  // verify: check the tensors' CRC-32C against the "sparselm.crc32c" metadata when the file has it
+  // (files written by other tools have none and are read unverified).
+  explicit safetensors_file(const std::filesystem::path& path, bool verify = true) : path_(path) {
     const std::string p = path.string();
-    const int fd = ::open(path.c_str(), O_RDONLY);
-    SPARSELM_CHECK(fd >= 0, p, ": cannot open: ", detail::errno_message(errno));
+    const int fd = open_regular(path, "safetensors file");
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
+      const int e = errno;
       ::close(fd);
-      fail(p, ": cannot stat: ", detail::errno_message(errno));
+      fail(p, ": cannot stat: ", detail::errno_message(e));
     }
     size_ = std::size_t(st.st_size);
     if (size_ > 0) {
       void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      const int e = errno;  // read before close() can change it
       ::close(fd);
-      SPARSELM_CHECK(m != MAP_FAILED, p, ": cannot map: ", detail::errno_message(errno));
+      SPARSELM_CHECK(m != MAP_FAILED, p, ": cannot map: ", detail::errno_message(e));
       map_ = static_cast<const unsigned char*>(m);
     } else {
       ::close(fd);
     }
     try {
       parse();
+      if (verify) verify_checksums();
     } catch (...) {
       unmap();
       throw;
     }
+  }
+  // Reads a safetensors image already in memory (not copied: `bytes` must outlive this object);
+  // `name` stands for the file in messages.
+  safetensors_file(std::span<const unsigned char> bytes, const std::filesystem::path& name, bool verify = true)
+      : path_(name), map_(bytes.data()), size_(bytes.size()), owned_(false) {
+    parse();
+    if (verify) verify_checksums();
   }
   safetensors_file(const safetensors_file&) = delete;
   safetensors_file& operator=(const safetensors_file&) = delete;
@@ -277,11 +303,7 @@ class safetensors_file {
     data_ = map_ + 8 + n;
     const std::size_t data_size = size_ - 8 - std::size_t(n);
     nlohmann::json h;
-    try {
-      h = nlohmann::json::parse(map_ + 8, map_ + 8 + n);
-    } catch (const nlohmann::json::exception& e) {
-      fail(p, ": header is not valid JSON (", e.what(), ")");
-    }
+    h = parse_json(std::string_view(reinterpret_cast<const char*>(map_ + 8), std::size_t(n)), p + ": header");
     SPARSELM_CHECK(h.is_object(), p, ": header is not a JSON object");
     for (auto it = h.begin(); it != h.end(); ++it) {
       const std::string& key = it.key();
@@ -313,9 +335,10 @@ class safetensors_file {
       t.end = o[1].get<std::size_t>();
       SPARSELM_CHECK(t.begin <= t.end && t.end <= data_size, what, ": data_offsets [", t.begin, ", ", t.end,
                      "] outside the ", data_size, " data bytes (truncated file?)");
-      SPARSELM_CHECK(t.end - t.begin == t.elements() * dtype_size(t.dtype), what, ": ", t.end - t.begin,
-                     " bytes for shape ", dims_string(t.shape), " of ", to_string(t.dtype), " (expected ",
-                     t.elements() * dtype_size(t.dtype), ")");
+      SPARSELM_CHECK(t.shape.size() <= 8, what, ": shape ", dims_string(t.shape), " has more than 8 dimensions");
+      const std::size_t bytes = checked_mul(checked_product(t.shape, what), dtype_size(t.dtype), what);
+      SPARSELM_CHECK(t.end - t.begin == bytes, what, ": ", t.end - t.begin, " bytes for shape ", dims_string(t.shape),
+                     " of ", to_string(t.dtype), " (expected ", bytes, ")");
       index_[key] = tensors_.size();
       tensors_.push_back(std::move(t));
     }
@@ -326,10 +349,36 @@ class safetensors_file {
     for (std::size_t i = 1; i < order.size(); ++i)
       SPARSELM_CHECK(order[i]->begin >= order[i - 1]->end, p, ": tensors '", order[i - 1]->name, "' and '",
                      order[i]->name, "' overlap");
+    // ... and cover the data section exactly: no gap, nothing after the last one.
+    std::size_t covered = 0;
+    for (auto* t : order) {
+      SPARSELM_CHECK(t->begin == covered, p, ": ", t->begin - covered, " bytes before tensor '", t->name,
+                     "' belong to no tensor");
+      covered = t->end;
+    }
+    SPARSELM_CHECK(covered == data_size, p, ": ", data_size - covered,
+                   " bytes after the last tensor belong to no tensor (a damaged or foreign file?)");
+  }
+
+  void verify_checksums() const {
+    auto it = meta_.find(checksum_key);
+    if (it == meta_.end()) return;
+    const std::string p = path_.string();
+    const nlohmann::json sums = parse_json(it->second, p + ": metadata '" + checksum_key + "'");
+    SPARSELM_CHECK(sums.is_object() && sums.size() == tensors_.size(), p, ": metadata '", checksum_key,
+                   "' does not list the file's ", tensors_.size(), " tensors (a damaged file?)");
+    for (const auto& t : tensors_) {
+      auto s = sums.find(t.name);
+      SPARSELM_CHECK(s != sums.end() && s->is_string(), p, ": tensor '", t.name, "' has no checksum in '",
+                     checksum_key, "' (a damaged file?)");
+      const std::string have = crc32c_hex(crc32c(data_ + t.begin, t.end - t.begin));
+      SPARSELM_CHECK(have == s->get<std::string>(), p, ": tensor '", t.name, "' is damaged: its CRC-32C is ", have,
+                     ", the file records ", s->get<std::string>(), " (load with --no-verify to skip the check)");
+    }
   }
 
   void unmap() noexcept {
-    if (map_) ::munmap(const_cast<unsigned char*>(map_), size_);
+    if (map_ && owned_) ::munmap(const_cast<unsigned char*>(map_), size_);
     map_ = nullptr;
   }
 
@@ -337,6 +386,7 @@ class safetensors_file {
   const unsigned char* map_ = nullptr;
   const unsigned char* data_ = nullptr;
   std::size_t size_ = 0;
+  bool owned_ = true;  // map_ is our mapping (not a caller's buffer)
   std::vector<st_tensor_info> tensors_;
   std::map<std::string, std::size_t> index_;
   std::map<std::string, std::string> meta_;

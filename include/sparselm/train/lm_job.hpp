@@ -13,12 +13,17 @@
 //   - opens the train (and validation) token files and checks their vocabulary against the model;
 //   - the caller initialises the model (init(seed)) before building the trainer and any
 //     dynamic-sparsity object, as for a fresh run; on resume the checkpoint then replaces it;
-//   - fresh run: starts <out>/metrics.jsonl; refuses to start over
-//     an output directory that already holds checkpoints (nothing saved is ever overwritten);
+//   - locks <out> (io/run_dir.hpp: a second job on it fails at once) and removes the leftovers of a
+//     killed save;
+//   - fresh run: starts <out>/metrics.jsonl; refuses a non-empty output directory unless
+//     `overwrite` (nothing saved is ever overwritten by accident);
 //   - resume: loads the newest complete checkpoint of <out>/checkpoints (model, optimiser slots,
 //     steps, data position, sparsity patterns and explored maps), checks that the model config
 //     is the one it was saved with, and drops metrics lines after the checkpoint's step, so the
 //     run continues exactly as if it had not stopped;
+//   - a non-finite loss or gradient norm stops the run (trainer_options::on_nonfinite) with an error
+//     naming the last good checkpoint; a model with non-finite parameters is never saved, so good
+//     checkpoints are never pruned in favour of a bad one;
 //   - logs a "run" line (config, sizes, unigram baseline), trains with the progress bar, evaluates,
 //     checkpoints every rc.loop.checkpoint_every steps, at the end and on Ctrl-C/SIGTERM;
 //   - returns a summary JSON.
@@ -32,10 +37,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sparselm/core/checked.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/data/lm_batches.hpp"
 #include "sparselm/data/token_file.hpp"
 #include "sparselm/io/checkpoint.hpp"
+#include "sparselm/io/run_dir.hpp"
 #include "sparselm/train/lm_training.hpp"
 #include "sparselm/train/metrics.hpp"
 #include "sparselm/train/run_config.hpp"
@@ -61,6 +68,8 @@ inline void truncate_metrics_after(const std::filesystem::path& path, std::size_
 
 struct lm_job_options {
   bool resume = false;          // continue from the newest checkpoint in <out>/checkpoints
+  bool overwrite = false;       // fresh run: delete the run's checkpoints, metrics and config first
+  bool verify = true;           // resume: check the checkpoint's CRC-32C checksums
   std::size_t keep_checkpoints = 2;
   bool print_summary = true;    // the final summary JSON on stdout
 };
@@ -81,6 +90,13 @@ class lm_job {
   nlohmann::json run(Model& model, Trainer& t, const lm_job_options& o = {}, Sparsity* ds = nullptr) {
     namespace fs = std::filesystem;
     const std::size_t vocab = model_vocab(model);
+    check_limit(program_ + " run config", "steps", rc_.loop.steps, limits::steps);
+    check_limit(program_ + " run config", "batch_size", rc_.batch_size, limits::batch);
+    check_limit(program_ + " run config", "seq_len", rc_.seq_len, limits::positions);
+    SPARSELM_CHECK(rc_.threads >= 0 && std::size_t(rc_.threads) <= limits::threads, program_,
+                   " run config: field 'threads' is ", rc_.threads, ", outside [0, ", limits::threads, "]");
+    check_activation_limit(rc_.batch_size, rc_.seq_len, vocab, program_ + " run config");
+    SPARSELM_CHECK(!(o.resume && o.overwrite), program_, ": --resume and --overwrite exclude each other");
     SPARSELM_CHECK(!rc_.train_data.empty(), program_, ": no training data (field data.train or --train)");
     data::token_file train_file(rc_.train_data);
     SPARSELM_CHECK(train_file.size() > 0, rc_.train_data, ": empty token file");
@@ -99,6 +115,9 @@ class lm_job {
                                           .order = rc_.order == "sequential" ? data::lm_order::sequential
                                                                              : data::lm_order::shuffled,
                                           .seed = rc_.seed});
+    // The run directory: locked for the whole job, leftovers of a killed save removed.
+    io::run_lock lock(out());
+    prepare_run_dir(o);
     io::checkpoint_dir cd(checkpoints(), o.keep_checkpoints);
     const fs::path metrics_path = out() / "metrics.jsonl";
     sparse::pattern_updater* up = nullptr;
@@ -113,18 +132,23 @@ class lm_job {
       const auto now = io::model_config_json(model);
       SPARSELM_CHECK(saved == now, program_, ": --resume: the model config differs from the one in '", latest->string(),
                      "/config.json' (saved ", saved.dump(), ", now ", now.dump(), ")");
-      io::load_model(*latest, model);
-      auto run = io::load_training_state(*latest / io::state_file, t, up);
-      SPARSELM_CHECK(run.contains("sampler"), latest->string(), ": training state has no data position");
-      sampler.restore(run["sampler"].template get<data::lm_sampler_state>());
+      io::load_model(*latest, model, {.verify = o.verify});
+      auto run = io::load_training_state(*latest / io::state_file, t, up, o.verify);
+      SPARSELM_CHECK(run.is_object() && run.contains("sampler"), latest->string(),
+                     ": training state has no data position");
+      try {
+        sampler.restore(run["sampler"].template get<data::lm_sampler_state>());
+      } catch (const nlohmann::json::exception& e) {
+        fail(latest->string(), ": training state: bad data position (", e.what(), ")");
+      }
       resumed_from = t.step();
+      SPARSELM_CHECK(io::checkpoint_dir::step_name(resumed_from) == latest->filename().string(), latest->string(),
+                     ": the training state is at step ", resumed_from, ", not the checkpoint's ('",
+                     latest->filename().string(), "'): a damaged or mixed-up checkpoint");
       truncate_metrics_after(metrics_path, resumed_from);
       say("resuming from " + latest->string() + " (step " + std::to_string(resumed_from) + ")");
       if (resumed_from >= rc_.loop.steps)
         say("the run is already complete (" + std::to_string(rc_.loop.steps) + " steps); raise --steps to train on");
-    } else {
-      SPARSELM_CHECK(cd.steps().empty(), program_, ": '", out().string(), "' already holds checkpoints (",
-                     checkpoints().string(), "); pass --resume to continue that run or choose another --out");
     }
     fs::create_directories(out());
     io::atomic_write_text(out() / "config.json", resolved_.dump(2) + "\n");
@@ -157,6 +181,9 @@ class lm_job {
 
     lm_loop_hooks hooks;
     hooks.checkpoint = [&](std::size_t step) {
+      // A non-finite model is never saved (it would become `latest` and push good ones out).
+      SPARSELM_CHECK(all_finite(model.params()), program_, ": step ", step,
+                     ": the model has non-finite parameters and is not saved; ", last_good(cd));
       const nlohmann::json run = {{"sampler", sampler.state()}, {"config", resolved_}};
       cd.save(step, [&](const fs::path& dir) {
         io::save_model(dir, model);
@@ -165,7 +192,13 @@ class lm_job {
     };
     if constexpr (!std::is_same_v<Sparsity, std::nullptr_t>)
       if (ds) hooks.extra_metrics = [ds](std::size_t) { return ds->take_metrics(); };
-    auto r = run_lm_training(t, sampler, valid ? &*valid : nullptr, rc_.loop, log, hooks);
+    lm_loop_result r;
+    try {
+      r = run_lm_training(t, sampler, valid ? &*valid : nullptr, rc_.loop, log, hooks);
+    } catch (const nonfinite_error& e) {
+      fail(program_, ": ", e.what(), "; the run stops (trainer.on_nonfinite: \"stop\", or \"skip\" with ",
+           "trainer.max_skipped_steps). ", last_good(cd));
+    }
 
     nlohmann::json summary = {{"steps", r.steps_done},
                               {"resumed_from", resumed_from},
@@ -202,6 +235,46 @@ class lm_job {
     j["sparse_density"] = double(nnz) / double(grid);
   }
   void say(const std::string& s) const { std::fprintf(stderr, "%s\n", s.c_str()); }
+
+  // The sentence that names the last good checkpoint (for errors that stop a run).
+  std::string last_good(const io::checkpoint_dir& cd) const {
+    if (auto l = cd.latest())
+      return "The last good checkpoint is '" + l->string() + "': resume from it with --resume (and, e.g., a lower "
+             "learning rate).";
+    return "No checkpoint was saved in '" + checkpoints().string() + "'.";
+  }
+
+  static bool all_finite(const arena<float>& a) {
+    float s = 0;  // NaN and infinities survive the multiplication by zero; finite values give 0
+    for (std::size_t i = 0; i < a.layout().count(); ++i)
+      for (float x : a[i]) s += x * 0.0f;
+    return s == 0.0f;
+  }
+
+  // Before a job touches its run directory: stale temporaries of a killed save are removed (and
+  // reported); a fresh run refuses a directory that holds anything but the lock, unless
+  // --overwrite, which deletes what an earlier run wrote (checkpoints, metrics, config).
+  void prepare_run_dir(const lm_job_options& o) const {
+    namespace fs = std::filesystem;
+    for (const fs::path& dir : {out(), checkpoints()})
+      for (const auto& p : io::remove_stale_temporaries(dir))
+        say(program_ + ": removed '" + p.string() + "', left by an interrupted save");
+    if (o.resume) return;
+    if (o.overwrite) {
+      for (const char* name : {"checkpoints", "metrics.jsonl", "config.json"}) fs::remove_all(out() / name);
+      return;
+    }
+    std::string found;
+    for (const auto& e : fs::directory_iterator(out()))
+      if (e.path().filename() != io::lock_file) {
+        found = e.path().filename().string();
+        break;
+      }
+    SPARSELM_CHECK(found.empty(), program_, ": '", out().string(), "' is not empty (it holds '", found,
+                   cd_has_checkpoints() ? "' and checkpoints" : "'",
+                   "); pass --resume to continue that run, --overwrite to start it again, or choose another --out");
+  }
+  bool cd_has_checkpoints() const { return !io::checkpoint_dir(checkpoints()).steps().empty(); }
 
   lm_run_config rc_;
   nlohmann::json resolved_;

@@ -5,6 +5,10 @@
 //
 //   sparselm::lm_loop_options o{.steps = 2000, .eval_every = 200};
 //   sparselm::run_lm_training(trainer, sampler, &valid_pass, o, log, {.checkpoint = save});
+//
+// SIGINT, SIGTERM and SIGHUP finish the current step, checkpoint and return (interrupted). A step
+// whose loss or gradient norm is not finite is logged ("kind": "skipped" or "nonfinite"); the
+// trainer's nonfinite_error propagates to the caller, which names the last good checkpoint.
 
 #include <csignal>
 #include <cstdio>
@@ -74,6 +78,27 @@ struct lm_loop_result {
 namespace detail {
 inline volatile std::sig_atomic_t stop_requested = 0;
 inline void request_stop(int) { stop_requested = 1; }
+
+// SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh connection) request a stop while alive;
+// the default actions come back when it goes, also when an exception unwinds the loop.
+class stop_signals {
+ public:
+  explicit stop_signals(bool on) : on_(on) {
+    if (!on_) return;
+    stop_requested = 0;
+    for (int s : signals) std::signal(s, request_stop);
+  }
+  ~stop_signals() {
+    if (on_)
+      for (int s : signals) std::signal(s, SIG_DFL);
+  }
+  stop_signals(const stop_signals&) = delete;
+  stop_signals& operator=(const stop_signals&) = delete;
+  static constexpr int signals[] = {SIGINT, SIGTERM, SIGHUP};
+
+ private:
+  bool on_;
+};
 }  // namespace detail
 
 template <class Trainer>
@@ -105,11 +130,7 @@ lm_loop_result run_lm_training(Trainer& t, data::lm_sampler& train, data::lm_eva
                   r.last_eval.mean_loss(), r.last_eval.perplexity(), r.last_eval.accuracy());
     say(buf);
   };
-  if (o.stop_on_interrupt) {
-    detail::stop_requested = 0;
-    std::signal(SIGINT, detail::request_stop);
-    std::signal(SIGTERM, detail::request_stop);
-  }
+  detail::stop_signals signals(o.stop_on_interrupt);
   if (t.step() == 0 && o.eval_every > 0) evaluate(0);
   loss_stats window;
   double window_sec = 0, window_norm = 0;
@@ -119,21 +140,36 @@ lm_loop_result run_lm_training(Trainer& t, data::lm_sampler& train, data::lm_eva
       train.next(batches[k]);
       views[k] = as_token_batch(batches[k]);
     }
-    auto m = t.train_step(views);
+    step_metrics m;
+    try {
+      m = t.train_step(views);
+    } catch (const nonfinite_error& e) {
+      bar.finish();
+      log.write({{"kind", "nonfinite"}, {"step", e.step}, {"loss", e.loss}, {"grad_norm", e.grad_norm}});
+      throw;
+    }
+    if (m.skipped) {
+      const double loss = m.loss.mean_loss();
+      log.write({{"kind", "skipped"}, {"step", m.step}, {"loss", loss}, {"grad_norm", m.grad_norm}});
+      say("step " + std::to_string(m.step) + ": the loss is " + std::to_string(loss) + " and the gradient norm " +
+          std::to_string(m.grad_norm) + "; update skipped (trainer.on_nonfinite = skip)");
+    }
     r.train_seconds += m.seconds;
     r.tokens += m.tokens;
-    window += m.loss;
-    window_sec += m.seconds;
-    window_norm += m.grad_norm;
-    window_tokens += m.tokens;
-    ++window_steps;
+    if (!m.skipped) {  // a skipped step's non-finite numbers stay out of the logged means
+      window += m.loss;
+      window_sec += m.seconds;
+      window_norm += m.grad_norm;
+      window_tokens += m.tokens;
+      ++window_steps;
+    }
     const std::size_t step = m.step;
     if (step % std::max<std::size_t>(o.log_every, 1) == 0 || step == o.steps) {
       auto j = loss_json(window);
       j["kind"] = "train";
       j["step"] = step;
       j["lr"] = m.lr;
-      j["grad_norm"] = window_norm / double(window_steps);
+      j["grad_norm"] = window_steps ? window_norm / double(window_steps) : 0.0;
       j["tokens_per_s"] = window_sec > 0 ? double(window_tokens) / window_sec : 0.0;
       j["epoch"] = train.epoch();
       if (hooks.extra_metrics) j.update(hooks.extra_metrics(step));
@@ -159,10 +195,6 @@ lm_loop_result run_lm_training(Trainer& t, data::lm_sampler& train, data::lm_eva
     }
   }
   bar.finish();
-  if (o.stop_on_interrupt) {
-    std::signal(SIGINT, SIG_DFL);
-    std::signal(SIGTERM, SIG_DFL);
-  }
   r.steps_done = t.step();
   return r;
 }

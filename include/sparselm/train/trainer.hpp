@@ -16,6 +16,7 @@
 // with the recompute policy), evaluate(batch) -> loss_stats, params(), grads(), layout().
 
 #include <chrono>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -78,14 +79,38 @@ double loss_normaliser(const Model& m, const Batch& b) {
 
 enum class clip_mode { none, global_norm, per_tensor };
 
+// What a step does when its loss or gradient norm is not finite (NaN or infinite). The update is
+// never applied; `stop` throws nonfinite_error at once, `skip` counts the step as done without
+// updating anything (the data it drew is consumed) and throws once more than max_skipped steps in
+// a row were skipped.
+enum class nonfinite_action { stop, skip };
+
+// Thrown by trainer::train_step for a non-finite loss or gradient norm (see nonfinite_action). The
+// model's parameters and the optimiser state are those before the step: still finite.
+class nonfinite_error : public error {
+ public:
+  nonfinite_error(std::size_t step, double loss, double grad_norm, std::size_t skipped_in_row)
+      : error(detail::concat("step ", step, ": the loss is ", loss, " and the gradient norm ", grad_norm,
+                             skipped_in_row ? detail::concat(" (", skipped_in_row, " steps skipped in a row before it)")
+                                            : std::string(),
+                             "; the update was not applied")),
+        step(step),
+        loss(loss),
+        grad_norm(grad_norm) {}
+  std::size_t step;  // the step that failed (1 for the first)
+  double loss, grad_norm;
+};
+
 struct trainer_options {
   optim::grad_accumulation accumulation{};  // micro-batches per step; sum or avg
   clip_mode clip = clip_mode::global_norm;
   float max_norm = 1.0f;
   std::uint64_t dropout_seed = 0;  // key of the dropout streams
+  nonfinite_action on_nonfinite = nonfinite_action::stop;
+  std::size_t max_skipped = 10;  // with nonfinite_action::skip: steps skipped in a row before stopping
 
   // Fields: accumulation {steps, mode, scale_before}, clip ("none" | "global_norm" | "per_tensor"),
-  // max_norm, dropout_seed.
+  // max_norm, dropout_seed, on_nonfinite ("stop" | "skip"), max_skipped_steps.
   static trainer_options from_json(const json& j, const std::string& context = "trainer config") {
     json_fields r(j, context);
     trainer_options o;
@@ -95,6 +120,10 @@ struct trainer_options {
     o.clip = clip == "none" ? clip_mode::none : clip == "per_tensor" ? clip_mode::per_tensor : clip_mode::global_norm;
     o.max_norm = r.get("max_norm", o.max_norm, in_range(1e-12, 1e12));
     o.dropout_seed = r.get("dropout_seed", o.dropout_seed);
+    o.on_nonfinite = r.get("on_nonfinite", std::string("stop"), one_of({"stop", "skip"})) == "skip"
+                         ? nonfinite_action::skip
+                         : nonfinite_action::stop;
+    o.max_skipped = r.get("max_skipped_steps", o.max_skipped, in_closed(0, 1e6));
     r.finish();
     return o;
   }
@@ -107,6 +136,7 @@ struct step_metrics {
   double grad_norm = 0;      // global norm of the final gradient, before clipping
   double seconds = 0;        // wall time of the step
   std::size_t tokens = 0;    // input positions processed (B·T over the micro-batches)
+  bool skipped = false;      // non-finite loss or gradient norm: no update (nonfinite_action::skip)
   double tokens_per_second() const noexcept { return seconds > 0 ? double(tokens) / seconds : 0.0; }
 };
 
@@ -172,6 +202,18 @@ class trainer {
     const float final_scale = float(o_.accumulation.final_scale());
     float grad_scale = final_scale;
     m.grad_norm = optim::global_norm(model_.grads()) * double(final_scale);
+    // The guard: the norm above is the one reduction it needs (clipping and the log read it too).
+    if (!std::isfinite(m.grad_norm) || !std::isfinite(m.loss.loss_sum)) [[unlikely]] {
+      if (o_.on_nonfinite == nonfinite_action::stop || skipped_in_row_ >= o_.max_skipped)
+        throw nonfinite_error(step_ + 1, m.loss.mean_loss(), m.grad_norm, skipped_in_row_);
+      ++skipped_in_row_;
+      m.skipped = true;
+      m.lr = sched_(step_);
+      m.step = ++step_;
+      m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return m;
+    }
+    skipped_in_row_ = 0;
     if (o_.clip == clip_mode::global_norm) {
       grad_scale *= optim::clip_factor(m.grad_norm, o_.max_norm);
     } else if (o_.clip == clip_mode::per_tensor) {
@@ -199,6 +241,7 @@ class trainer {
   hooks hooks_;
   std::vector<float> scales_;  // per micro-batch gradient scale
   std::size_t step_ = 0;
+  std::size_t skipped_in_row_ = 0;  // consecutive steps skipped for a non-finite loss or gradient
 };
 
 }  // namespace sparselm

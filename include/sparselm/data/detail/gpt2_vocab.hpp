@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sparselm/core/error.hpp"
+#include "sparselm/core/json.hpp"
 #include "sparselm/data/text.hpp"
 
 namespace sparselm::data {
@@ -232,6 +233,9 @@ inline std::string hex_cp(char32_t cp) {
 
 inline void load_gpt2_encoder(gpt2_vocab& v, std::string_view text, const std::string& name) {
   nlohmann::json j;
+  const std::size_t depth = ::sparselm::detail::json_depth(text);
+  SPARSELM_CHECK(depth <= max_json_depth, name, ": JSON nested ", depth, " levels deep (the limit is ", max_json_depth,
+                 ")");
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
@@ -328,6 +332,7 @@ inline void load_gpt2_merges(gpt2_vocab& v, std::string_view text, const std::st
     last_made[ic->second] = std::max<std::int64_t>(last_made[ic->second], rank);
     ++rank;
   }
+  SPARSELM_CHECK(rank > 0, name, ": no merges (an empty or truncated vocab.bpe?)");
   v.merge_count = rank;
   // The heap form of BPE is exact when every pair a merge creates ranks after that merge.
   v.heap_exact = true;

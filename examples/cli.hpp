@@ -1,0 +1,68 @@
+#pragma once
+// Command-line checks shared by the example programs (CLI11):
+//
+//   app.add_option("--steps", steps)->check(examples::at_most(sparselm::limits::steps));
+//   if (auto status = examples::parse(app, argc, argv)) return *status;   // help: 0, bad flags: 2
+//
+// parse() first gives every unsigned option (CLI11 type UINT, plain or std::optional) a check
+// that refuses negative numbers: CLI11 2.1 reads "-1" into a std::size_t as 2^64 - 1, which turned
+// `--max-new-tokens -1` into "for ever". A value that does not fit its type is refused too.
+
+#include <CLI/CLI.hpp>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "sparselm/core/checked.hpp"
+#include "sparselm/core/program.hpp"
+
+namespace examples {
+
+namespace detail {
+// "" when `s` is a whole number in [0, limit], else what is wrong with it.
+inline std::string whole_at_most(const std::string& s, std::uint64_t limit) {
+  std::size_t i = s.find_first_not_of(" \t");
+  if (i != std::string::npos && s[i] == '-') return "must not be negative, got " + s;
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 0);
+  if (s.empty() || end != s.c_str() + s.size()) return "must be a whole number, got '" + s + "'";
+  if (errno == ERANGE || v > limit) return "is " + s + ", above the limit " + std::to_string(limit);
+  return "";
+}
+}  // namespace detail
+
+// A whole number in [0, limit].
+inline CLI::Validator at_most(std::uint64_t limit) {
+  return CLI::Validator([limit](std::string& s) { return detail::whole_at_most(s, limit); },
+                        "0.." + std::to_string(limit), "at_most");
+}
+
+// Adds the non-negative check to every unsigned option of `app` and its option groups.
+inline void refuse_negative_unsigned(CLI::App& app) {
+  for (CLI::Option* o : app.get_options())
+    if (o->get_type_name().rfind("UINT", 0) == 0)
+      o->check(CLI::Validator([](std::string& s) { return detail::whole_at_most(s, UINT64_MAX); }, "", "unsigned"));
+  for (CLI::App* sub : app.get_subcommands(std::function<bool(CLI::App*)>{})) refuse_negative_unsigned(*sub);
+}
+
+// Parses the command line: nullopt to go on, or the exit status (0 after --help, 2 for a usage
+// error, whose message CLI11 has printed).
+inline std::optional<int> parse(CLI::App& app, int argc, char** argv) {
+  refuse_negative_unsigned(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "%s: usage error: ", sparselm::detail::program_name());  // set by run_program
+    app.exit(e);
+    return 2;
+  }
+  return std::nullopt;
+}
+
+}  // namespace examples

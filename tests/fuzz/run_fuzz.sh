@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses with clang and runs them (tests/fuzz/CMakeLists.txt).
+#
+#   tests/fuzz/run_fuzz.sh [--build DIR] [--runs N | --seconds S] [--seeds] [target ...]
+#
+#   --runs N      executions per target (the documented campaign: --runs 10000000)
+#   --seconds S   time per target instead (the ctest cases use 15)
+#   --seeds       regenerate the committed seed corpora (tests/fuzz/corpus/<target>/) first
+#   target        safetensors token_header run_config gpt2_files gpt2_encoder pattern training_state
+#                 (default: all)
+#
+# Each target starts from its seed corpus (read only) and writes new inputs to DIR/corpus/<target>;
+# a crash, leak or UB report stops it and leaves crash-* in DIR/findings/<target>. The last line per
+# target reports its executions. Exit status 0 only when every target ran clean.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=$here/../../build-fuzz runs="" seconds=60 seeds=0 targets=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) build=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
+    --seeds) seeds=1; shift ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) targets+=("$1"); shift ;;
+  esac
+done
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors token_header run_config gpt2_files gpt2_encoder pattern training_state)
+command -v clang++ > /dev/null || { echo "run_fuzz.sh: clang++ not found (scripts/setup.sh --test installs it)"; exit 2; }
+
+mkdir -p "$build"
+exec 9> "$build/.build.lock"   # parallel ctest cases: one configure + build at a time
+flock 9
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  CXX=clang++ cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$build/configure.log"
+fi
+nice -n 19 cmake --build "$build" -j2 --target $(printf 'fuzz_%s ' "${targets[@]}") make_seeds > "$build/build.log" \
+  || { tail -30 "$build/build.log"; exit 1; }
+if [ "$seeds" = 1 ]; then "$build/make_seeds" "$here/corpus"; fi
+flock -u 9
+
+status=0
+for t in "${targets[@]}"; do
+  mkdir -p "$build/corpus/$t" "$build/findings/$t"
+  limit=(-max_total_time="$seconds")
+  [ -n "$runs" ] && limit=(-runs="$runs")
+  log=$build/findings/$t/last.log
+  if nice -n 19 "$build/fuzz_$t" "${limit[@]}" -max_len=65536 -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
+       -artifact_prefix="$build/findings/$t/" "$build/corpus/$t" "$here/corpus/$t" > "$log" 2>&1; then
+    echo "fuzz_$t: ok, $(grep -m1 'stat::number_of_executed_units' "$log" | awk '{print $2}') executions"
+  else
+    echo "fuzz_$t: FINDING (see $log and $build/findings/$t/)"
+    grep -m3 -E "ERROR|runtime error|unexpected exception|deadly signal" "$log" || tail -5 "$log"
+    status=1
+  fi
+done
+exit $status

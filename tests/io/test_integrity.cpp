@@ -1,0 +1,145 @@
+// Integrity guards of files and run directories: checked size arithmetic, CRC-32C checksums in
+// safetensors (every single-byte mutant of the tensor data rejected), bytes that belong to no
+// tensor, non-regular files refused, the run-directory lock and the removal of stale temporaries,
+// and a failed rename that never loses a checkpoint.
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "../common/errors.hpp"
+#include "../common/scratch.hpp"
+#include "sparselm/core/arena.hpp"
+#include "sparselm/core/checked.hpp"
+#include "sparselm/data/token_file.hpp"
+#include "sparselm/io/checkpoint.hpp"
+#include "sparselm/io/crc32c.hpp"
+#include "sparselm/io/run_dir.hpp"
+#include "sparselm/io/safetensors.hpp"
+
+using namespace sparselm;
+namespace fs = std::filesystem;
+
+namespace {
+using test::error_of;
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+}  // namespace
+
+TEST_CASE("checked size arithmetic and limits name the culprit") {
+  CHECK(checked_mul(3, 4, "x") == 12);
+  CHECK(checked_add(3, 4, "x") == 7);
+  CHECK(has(error_of([] { checked_mul(std::size_t(1) << 40, std::size_t(1) << 40, "wte elements"); }),
+            "wte elements: 1099511627776 x 1099511627776 overflows"));
+  CHECK(has(error_of([] { checked_add(~std::size_t(0), 1, "total"); }), "total:"));
+  CHECK(has(error_of([] { check_limit("cfg", "n_layer", 5000, limits::layers); }),
+            "cfg: field 'n_layer' is 5000, above the limit 4096"));
+  CHECK(has(error_of([] { check_model_limits(json{{"vocab_size", 1e30}}, "m"); }), "field 'vocab_size' is 1e+30"));
+  CHECK(error_of([] { check_model_limits(json{{"n_layer", 12}, {"n_embd", 768}}, "m"); }).empty());
+  CHECK(has(error_of([] { check_activation_limit(1 << 20, 1 << 20, 50257, "run"); }), "above the limit"));
+  // the arena refuses shapes whose element count overflows or exceeds the limit
+  arena_layout l;
+  CHECK(has(error_of([&] { l.add("wte.weight", {~std::size_t(0), 32}); }), "arena: tensor 'wte.weight'"));
+  CHECK(has(error_of([&] { l.add("big", {std::size_t(1) << 30, 1 << 11}); }), "the limit of one arena"));
+  CHECK(l.count() == 0);
+}
+
+TEST_CASE("crc32c: the standard check value, incremental use") {
+  CHECK(io::crc32c("123456789", 9) == 0xE3069283u);
+  CHECK(io::crc32c("", 0) == 0u);
+  const std::string s = "The quick brown fox jumps over the lazy dog, twice over and then some";
+  CHECK(io::crc32c(s.data() + 10, s.size() - 10, io::crc32c(s.data(), 10)) == io::crc32c(s.data(), s.size()));
+  CHECK(io::crc32c_hex(0xE3069283u) == "e3069283");
+}
+
+TEST_CASE("safetensors checksums reject every single-byte mutant of the tensor data") {
+  const fs::path d = test::fresh_dir("io", "integrity");
+  std::vector<float> a(40), b(24);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = float(i) * 0.25f - 3;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = float(i * i);
+  io::safetensors_writer w;
+  w.add("a", {5, 8}, a);
+  w.add("b", {24}, b);
+  w.write(d / "m.safetensors");
+  const std::string good = test::slurp(d / "m.safetensors");
+  { io::safetensors_file ok(d / "m.safetensors"); CHECK(ok.metadata().contains(io::checksum_key)); }
+  const std::size_t n = std::size_t(std::uint8_t(good[0])) | std::size_t(std::uint8_t(good[1])) << 8;
+  const std::size_t data_start = 8 + n;
+  REQUIRE(good.size() == data_start + 4 * (a.size() + b.size()));
+  std::size_t rejected = 0, mutants = 0;
+  for (std::size_t pos = data_start; pos < good.size(); ++pos)
+    for (unsigned flip : {0x01u, 0x80u, 0xFFu}) {
+      std::string m = good;
+      m[pos] = char(std::uint8_t(m[pos]) ^ flip);
+      ++mutants;
+      const auto span = std::span(reinterpret_cast<const unsigned char*>(m.data()), m.size());
+      const std::string e = error_of([&] { io::safetensors_file f(span, "mutant"); });
+      rejected += has(e, "is damaged: its CRC-32C");
+      // --no-verify reads it
+      CHECK(error_of([&] { io::safetensors_file f(span, "mutant", /*verify=*/false); }).empty());
+    }
+  CHECK(mutants == 3 * 4 * 64);
+  CHECK(rejected == mutants);
+
+  // a checksum list that misses a tensor, bytes after the last tensor
+  std::string trailing = good + "x";
+  CHECK(has(error_of([&] { io::safetensors_file f({reinterpret_cast<const unsigned char*>(trailing.data()), trailing.size()}, "t"); }),
+            "1 bytes after the last tensor belong to no tensor"));
+  io::safetensors_writer plain;  // no checksums: read without verification (files of other tools)
+  plain.set_checksums(false);
+  plain.add("a", {5, 8}, a);
+  plain.write(d / "plain.safetensors");
+  io::safetensors_file p(d / "plain.safetensors");
+  CHECK_FALSE(p.metadata().contains(io::checksum_key));
+}
+
+TEST_CASE("non-regular files are refused before anything is read") {
+  const fs::path d = test::fresh_dir("io", "fifo");
+  REQUIRE(::mkfifo((d / "pipe").c_str(), 0600) == 0);
+  CHECK(has(error_of([&] { io::safetensors_file f(d / "pipe"); }), "is not a regular file (a FIFO)"));
+  CHECK(has(error_of([&] { data::token_file f(d / "pipe"); }), "token file is not a regular file (a FIFO)"));
+  CHECK(has(error_of([&] { io::read_text_file(d / "pipe"); }), "not a regular file"));
+  CHECK(has(error_of([&] { data::token_file f(d); }), "a directory"));
+}
+
+TEST_CASE("run directories: one process at a time, stale temporaries removed") {
+  const fs::path d = test::fresh_dir("io", "rundir");
+  {
+    io::run_lock first(d / "run");
+    const std::string e = error_of([&] { io::run_lock second(d / "run"); });
+    CHECK(has(e, "in use by another process (pid "));
+  }
+  io::run_lock again(d / "run");  // released with its holder
+  fs::create_directories(d / "run" / "checkpoints" / "step-000004.tmp.123.0");
+  test::spit(d / "run" / "latest.tmp.77.3", "x");
+  test::spit(d / "run" / "notes.tmp.txt", "kept");  // not a temporary of ours
+  const auto removed = io::remove_stale_temporaries(d / "run");
+  CHECK(removed.size() == 1);
+  CHECK(io::remove_stale_temporaries(d / "run" / "checkpoints").size() == 1);
+  CHECK(fs::exists(d / "run" / "notes.tmp.txt"));
+  CHECK_FALSE(fs::exists(d / "run" / "latest.tmp.77.3"));
+  CHECK(io::is_temporary_name("step-000010.tmp.4242.17"));
+  CHECK_FALSE(io::is_temporary_name("x.tmp.12"));
+  CHECK_FALSE(io::is_temporary_name(".tmp.1.2"));
+}
+
+TEST_CASE("a save whose rename fails keeps the previous checkpoint") {
+  const fs::path d = test::fresh_dir("io", "rename");
+  io::checkpoint_dir cd(d / "ck", 2);
+  auto fill = [](const std::string& text) {
+    return [text](const fs::path& dir) {
+      io::atomic_write_text(dir / io::model_file, text);
+      io::atomic_write_text(dir / io::config_file, "{}");
+      io::atomic_write_text(dir / io::state_file, "s");
+    };
+  };
+  cd.save(2, fill("first"));
+  // the same step again, while the new directory cannot be created: the first one stays
+  ::chmod((d / "ck").c_str(), 0500);
+  const std::string e = error_of([&] { cd.save(2, fill("second")); });
+  ::chmod((d / "ck").c_str(), 0700);
+  if (::geteuid() != 0) CHECK_FALSE(e.empty());  // root ignores the permission bits
+  CHECK(test::slurp(d / "ck" / "step-000002" / io::model_file) == (e.empty() ? "second" : "first"));
+  CHECK(cd.latest() == d / "ck" / "step-000002");
+}

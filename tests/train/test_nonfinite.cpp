@@ -1,0 +1,92 @@
+// The training guard: a step whose loss or gradient norm is not finite applies no update; with
+// on_nonfinite = stop it throws at once, with skip it counts the step and throws after
+// max_skipped steps in a row. Parameters and optimiser state stay exactly as before the step.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "sparselm/models/gpt.hpp"
+#include "sparselm/train/trainer.hpp"
+
+using namespace sparselm;
+
+namespace {
+struct setup {
+  gpt<> model;
+  std::vector<std::int32_t> ids, targets;
+  explicit setup() : model(config()) {
+    model.init(3);
+    for (int i = 0; i < 2 * 8; ++i) {
+      ids.push_back(i % 16);
+      targets.push_back((i + 1) % 16);
+    }
+  }
+  static gpt_config config() {
+    gpt_config c;
+    c.vocab_size = 16;
+    c.n_positions = 8;
+    c.n_layer = 1;
+    c.n_head = 2;
+    c.n_embd = 8;
+    return c;
+  }
+  std::vector<token_batch> micro() const { return {{ids, targets, {}, 2, 8}}; }
+  std::vector<float> snapshot() {
+    const auto& a = model.params();
+    std::vector<float> v;
+    for (std::size_t i = 0; i < a.layout().count(); ++i) v.insert(v.end(), a[i].begin(), a[i].end());
+    return v;
+  }
+};
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+}  // namespace
+
+TEST_CASE("trainer: a non-finite loss stops the step before any update (on_nonfinite = stop)") {
+  setup s;
+  trainer<gpt<>> t(s.model, {}, optim::adamw<>(), optim::make_schedule({{"type", "constant"}, {"lr", 1e-3}}));
+  auto m = t.train_step(s.micro());  // a good step first
+  CHECK(std::isfinite(m.loss.mean_loss()));
+  CHECK_FALSE(m.skipped);
+  s.model.params()[0][5] = std::numeric_limits<float>::quiet_NaN();  // an embedding row the batch uses
+  const auto before = s.snapshot();
+  const auto opt_step = t.optimizer().state().step;
+  bool thrown = false;
+  try {
+    t.train_step(s.micro());
+  } catch (const nonfinite_error& e) {
+    thrown = true;
+    CHECK(e.step == 2);
+    CHECK(std::string(e.what()).find("step 2: the loss is nan") != std::string::npos);
+    CHECK(std::string(e.what()).find("the update was not applied") != std::string::npos);
+  }
+  CHECK(thrown);
+  CHECK(t.step() == 1);
+  CHECK(t.optimizer().state().step == opt_step);
+  CHECK(same_bits(s.snapshot(), before));
+}
+
+TEST_CASE("trainer: on_nonfinite = skip counts steps without updates, then stops") {
+  setup s;
+  trainer_options o = trainer_options::from_json({{"on_nonfinite", "skip"}, {"max_skipped_steps", 2}});
+  CHECK(o.on_nonfinite == nonfinite_action::skip);
+  CHECK(o.max_skipped == 2);
+  trainer<gpt<>> t(s.model, o, optim::adamw<>(), optim::make_schedule({{"type", "constant"}, {"lr", 1e-3}}));
+  s.model.params()[0][5] = std::numeric_limits<float>::infinity();
+  const auto before = s.snapshot();
+  for (int k = 1; k <= 2; ++k) {
+    auto m = t.train_step(s.micro());
+    CHECK(m.skipped);
+    CHECK(m.step == std::size_t(k));
+  }
+  CHECK_THROWS_AS(t.train_step(s.micro()), nonfinite_error);
+  CHECK(t.step() == 2);
+  CHECK(same_bits(s.snapshot(), before));
+  CHECK(t.optimizer().state().step == 0);
+  CHECK_THROWS_WITH_AS(trainer_options::from_json({{"on_nonfinite", "ignore"}}), doctest::Contains("on_nonfinite"),
+                       sparselm::error);
+}
