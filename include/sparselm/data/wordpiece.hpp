@@ -229,6 +229,22 @@ class wp_token_table {
 
 }  // namespace detail
 
+// The byte offset of the first byte that does not start a well-formed UTF-8 character, or npos.
+inline std::size_t invalid_utf8_offset(std::string_view text) noexcept {
+  const auto* const base = reinterpret_cast<const unsigned char*>(text.data());
+  const auto* const end = base + text.size();
+  for (const auto* p = base; p < end;) {
+    if (*p < 0x80) {
+      ++p;
+      continue;
+    }
+    const utf8_char c = read_utf8(p, end);
+    if (c.invalid) return std::size_t(p - base);
+    p += c.length;
+  }
+  return std::string_view::npos;
+}
+
 class wordpiece {
  public:
   static constexpr std::size_t max_word_chars = 100;
