@@ -4,6 +4,8 @@
 // text and 3,000 lines of random Unicode.
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -106,6 +108,14 @@ TEST_CASE("wordpiece: [UNK] for unmatchable words and words over 100 characters"
   CHECK(pieces(long_word) == strings{"[UNK]"});
   CHECK(pieces(ok_word) != strings{"[UNK]"});
   CHECK(pieces("a " + long_word + " b") == strings{"a", "[UNK]", "b"});
+  // characters are code points, counted after accent stripping: 100 two-byte letters are fine,
+  // 101 are not, and 100 letters with a combining accent each (200 code points) are 100
+  std::string zhe100, zhe101, accented;
+  for (int i = 0; i < 100; ++i) zhe100 += "\u0436", accented += "e\u0301";
+  zhe101 = zhe100 + "\u0436";
+  CHECK(vocab().encode(zhe100).size() == 100);  // \u0436 then 99 x ##\u0436
+  CHECK(pieces(zhe101) == strings{"[UNK]"});
+  CHECK(pieces(accented) != strings{"[UNK]"});
 }
 
 TEST_CASE("wordpiece: bad vocabularies and bad input are errors naming the culprit") {
@@ -121,6 +131,26 @@ TEST_CASE("wordpiece: bad vocabularies and bad input are errors naming the culpr
   CHECK_THROWS_WITH_AS(vocab().encode("ok \xff"), "wordpiece: invalid UTF-8 at byte 3 (0xff)", error);
   CHECK_THROWS_WITH_AS(vocab().encode("\xed\xa0\x80"), doctest::Contains("invalid UTF-8 at byte 0"), error);
   CHECK_THROWS_WITH_AS(vocab().token(30522), "wordpiece: token id 30522 is outside the vocabulary of 30522", error);
+}
+
+TEST_CASE("wordpiece: golden encodings of the independent Python implementation (committed)") {
+  // tests/reference/data/wordpiece_golden.jsonl, written by tests/reference/make_wordpiece_golden.py
+  std::ifstream f(SPARSELM_SOURCE_DIR "/tests/reference/data/wordpiece_golden.jsonl");
+  REQUIRE(f.good());
+  std::string line;
+  std::size_t n = 0, differ = 0, tokens = 0;
+  while (std::getline(f, line)) {
+    const auto j = nlohmann::json::parse(line);
+    const auto text = j.at(0).get<std::string>();
+    const auto want = j.at(1).get<std::vector<std::int32_t>>();
+    const auto got = vocab().encode(text);
+    if (got != want && ++differ <= 5) MESSAGE("golden line " << n + 1 << ": '" << text << "'");
+    tokens += want.size();
+    ++n;
+  }
+  CHECK(n == 600);
+  CHECK(tokens > 10000);
+  CHECK(differ == 0);
 }
 
 TEST_CASE("wordpiece: the same ids as the independent Python implementation") {
