@@ -93,9 +93,11 @@ int main(int argc, char** argv) {
                 files.size(), double(bytes) / 1e6, st.documents, st.sentences, st.single_sentence_documents,
                 st.empty_documents);
     std::printf("bert_data: %zu examples of at most %zu tokens (dupe factor %zu), %.1f %% with a random next "
-                "segment, %.1f tokens and %.1f predictions per example on average\n",
+                "segment, %.1f tokens and %.1f predictions per example on average; %zu single sentences left "
+                "unpaired at document ends\n",
                 st.examples, o.seq_len, o.dupe_factor, 100.0 * double(st.random_next) / double(st.examples),
-                double(st.tokens) / double(st.examples), double(st.masked) / double(st.examples));
+                double(st.tokens) / double(st.examples), double(st.masked) / double(st.examples),
+                st.unpaired_sentences);
     std::printf("bert_data: wrote %s (read back and validated) in %.1f s\n", output.string().c_str(), s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bert_data: error: %s\n", e.what());

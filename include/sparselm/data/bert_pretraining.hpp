@@ -8,22 +8,24 @@
 //   auto examples = make_bert_examples(docs, wp, o, st);     // dupe_factor passes, shuffled
 //
 // Documents (bert_documents): blank lines separate documents (or, with bert_document_split::none,
-// the text is one document); inside one, the text is split into
-// sentences after '.', '!' or '?' (and any closing quotes or brackets) followed by white space and
-// a word that does not start with a lower-case ASCII letter ("e.g. this" stays one sentence), and
-// at each line end. Invalid UTF-8 is an error naming its byte offset and line. Each sentence is
+// the text is one document); inside one, the text is split into sentences after '.', '!' or '?'
+// (and any closing quotes or brackets) followed by white space and a word that does not start
+// with a lower-case ASCII letter ("e.g. this" stays one sentence), and at each line end. Invalid UTF-8 is an error naming its byte offset and line. Each sentence is
 // WordPiece-tokenised; empty sentences are dropped, and a document with text but no token
 // (controls only, say) is dropped and counted (empty_documents).
 //
 // Examples (make_bert_examples), for each of dupe_factor passes over every document:
 //   target length = seq_len − 3, or with probability short_seq_prob a length uniform in
-//   [2, seq_len − 3]; sentences are gathered into a chunk until it reaches the target or the
-//   document ends. Segment A is the chunk's first a_end sentences (a_end uniform in
-//   [1, sentences − 1], 1 for a one-sentence chunk). With probability 1/2, or always when the chunk
-//   has one sentence, segment B is random: sentences of another document from a random start,
-//   up to the remaining length, and the chunk's unused sentences go back for the next example;
-//   otherwise B is the rest of the chunk. The pair is truncated to seq_len − 3 tokens by removing
-//   tokens from the longer segment, from its front or back with equal probability. The example is
+//   [2, seq_len − 3]; sentences are gathered into a chunk until it has at least two sentences and
+//   reaches the target, or the document ends (a single sentence left at the end makes no pair
+//   and is counted). Segment A is the chunk's first a_end sentences (a_end uniform in
+//   [1, sentences − 1]). With probability random_next_prob (1/2) segment B is random: sentences of
+//   another document from a random start, up to the remaining length, and the chunk's unused
+//   sentences go back for the next example; otherwise B is the rest of the chunk. Every chunk
+//   has two sentences, so the coin alone decides the NSP label (BERT's original script gives a
+//   one-sentence chunk a random B, which pushes the share of random pairs above 1/2). The pair is truncated to seq_len − 3 tokens by removing
+//   tokens one at a time from the longer segment (B on a tie), from its front or back with equal
+//   probability. The example is
 //   [CLS] A [SEP] B [SEP], token types 0 for [CLS] A [SEP], 1 for B [SEP].
 //   Masking: n = min(max_predictions, max(1, round(tokens · mlm_prob))) positions other than [CLS]
 //   and [SEP] (round half to even), chosen uniformly; each becomes [MASK] with probability 0.8,
@@ -76,6 +78,7 @@ struct bert_example_stats {
   // empty_documents: documents whose text gives no token (only controls, say); skipped
   std::size_t documents = 0, sentences = 0, empty_documents = 0, single_sentence_documents = 0;
   std::size_t examples = 0, random_next = 0, masked = 0, tokens = 0;
+  std::size_t unpaired_sentences = 0;  // single sentences left at a document's end in a pass (no example)
 };
 
 // The number of positions to predict in a sequence of `tokens` tokens: tokens · mlm_prob rounded
@@ -234,12 +237,16 @@ inline std::vector<bert_example> make_bert_examples(const std::vector<bert_docum
       for (std::size_t i = 0; i < doc.size(); ++i) {
         chunk.push_back(&doc[i]);
         length += doc[i].size();
-        if (i + 1 != doc.size() && length < target) continue;
-        const std::size_t a_end = chunk.size() >= 2 ? r.between(1, chunk.size() - 1) : 1;
+        if (i + 1 != doc.size() && (length < target || chunk.size() < 2)) continue;
+        if (chunk.size() < 2) {  // one sentence left at the document's end: no pair
+          ++stats.unpaired_sentences;
+          break;
+        }
+        const std::size_t a_end = r.between(1, chunk.size() - 1);
         std::vector<std::int32_t> a, b;
         for (std::size_t k = 0; k < a_end; ++k) a.insert(a.end(), chunk[k]->begin(), chunk[k]->end());
         bool random_next = false;
-        if ((chunk.size() == 1 || r.uniform() < o.random_next_prob) && docs.size() > 1) {
+        if (r.uniform() < o.random_next_prob && docs.size() > 1) {
           random_next = true;
           const std::size_t target_b = target > a.size() ? target - a.size() : 1;
           std::size_t other = di;
