@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
   return sparselm::run_program("bert_data", [&]() -> int {
     CLI::App app{
         "Make BERT pre-training examples (NSP segment pairs, 80/10/10 masked LM) from text files.\n"
-        "A blank line separates documents (and so does a file boundary); sentences split at . ! ?"};
+        "A blank line separates documents (and so does a file boundary; see --documents); sentences split\n"
+        "at line ends and at . ! ? before a word that does not start with a lower-case letter"};
     std::vector<std::filesystem::path> inputs;
     std::filesystem::path output;
     std::string vocab = std::string(SPARSELM_SOURCE_DIR) + "/data/bert/vocab.txt";
@@ -51,6 +52,12 @@ int main(int argc, char** argv) {
     app.add_option("--short-seq-prob", o.short_seq_prob, "Probability of a shorter target length")
         ->check(CLI::Range(0.0, 1.0))
         ->capture_default_str();
+    std::string split = "blank-line";
+    app.add_option("--documents", split,
+                   "Where documents end: 'blank-line' (and at file ends) or 'file' (each input file is one document)")
+        ->check(CLI::IsMember({"blank-line", "file"}))
+        ->capture_default_str();
+    app.add_flag("--whole-word-mask", o.whole_word_mask, "Mask all WordPiece pieces of a word together");
     app.add_option("--seed", o.seed, "Seed of every random choice")->capture_default_str();
     if (auto status = examples::parse(app, argc, argv)) return *status;
 
@@ -69,7 +76,8 @@ int main(int argc, char** argv) {
       const std::string text = sd::read_file_bytes(f);
       bytes += text.size();
       try {
-        auto d = sd::bert_documents(text, wp, &st);
+        auto d = sd::bert_documents(text, wp, &st,
+                                    split == "file" ? sd::bert_document_split::none : sd::bert_document_split::blank_lines);
         docs.insert(docs.end(), std::make_move_iterator(d.begin()), std::make_move_iterator(d.end()));
       } catch (const sparselm::error& e) {
         sparselm::fail(f.string(), ": ", e.what());
@@ -87,15 +95,16 @@ int main(int argc, char** argv) {
     SPARSELM_CHECK(check.size() == examples.size(), output.string(), ": ", check.size(), " examples read back, ",
                    examples.size(), " written");
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf(
-        "bert_data: %zu files, %.1f MB of text: %zu documents, %zu sentences; skipped %zu documents with one "
-        "sentence\n",
-        files.size(), double(bytes) / 1e6, st.documents, st.sentences, st.single_sentence_documents);
-    std::printf(
-        "bert_data: %zu examples of at most %zu tokens (dupe factor %zu), %.1f %% with a random next "
-        "segment, %.1f tokens and %.1f predictions per example on average\n",
-        st.examples, o.seq_len, o.dupe_factor, 100.0 * double(st.random_next) / double(st.examples),
-        double(st.tokens) / double(st.examples), double(st.masked) / double(st.examples));
+    std::printf("bert_data: %zu files, %.1f MB of text: %zu documents, %zu sentences; skipped %zu documents with one "
+                "sentence and %zu without any token\n",
+                files.size(), double(bytes) / 1e6, st.documents, st.sentences, st.single_sentence_documents,
+                st.empty_documents);
+    std::printf("bert_data: %zu examples of at most %zu tokens (dupe factor %zu), %.1f %% with a random next "
+                "segment, %.1f tokens and %.1f predictions per example on average; %zu single sentences left "
+                "unpaired at document ends\n",
+                st.examples, o.seq_len, o.dupe_factor, 100.0 * double(st.random_next) / double(st.examples),
+                double(st.tokens) / double(st.examples), double(st.masked) / double(st.examples),
+                st.unpaired_sentences);
     std::printf("bert_data: wrote %s (read back and validated) in %.1f s\n", output.string().c_str(), s);
     return 0;
   });

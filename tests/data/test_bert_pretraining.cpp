@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -33,7 +34,132 @@ std::vector<bert_document> synthetic(std::size_t n, std::size_t sentences, std::
     }
   return docs;
 }
+// The example's ids before masking: masked labels put back at their positions.
+std::vector<std::int32_t> original_ids(const bert_example& e) {
+  auto ids = e.ids;
+  for (std::size_t m = 0; m < e.masked_positions.size(); ++m) ids[std::size_t(e.masked_positions[m])] = e.masked_labels[m];
+  return ids;
+}
+// Segments A and B of an example (original ids), split at its first [SEP].
+std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>> segments(const bert_example& e) {
+  const auto ids = original_ids(e);
+  const auto sep = std::size_t(std::find(ids.begin(), ids.end(), vocab().sep_id()) - ids.begin());
+  return {{ids.begin() + 1, ids.begin() + std::ptrdiff_t(sep)}, {ids.begin() + std::ptrdiff_t(sep) + 1, ids.end() - 1}};
+}
 }  // namespace
+
+TEST_CASE("bert examples: the number of predictions rounds half to even, at least 1, capped") {
+  const bert_example_options o{.seq_len = 128, .max_predictions = 20};
+  CHECK(bert_masked_count(1, o) == 1);     // round(0.15) = 0 -> at least 1
+  CHECK(bert_masked_count(10, o) == 2);    // 1.5 -> 2
+  CHECK(bert_masked_count(30, o) == 4);    // 4.5 -> 4 (half to even, as Python's round)
+  CHECK(bert_masked_count(70, o) == 10);   // 10.5 -> 10
+  CHECK(bert_masked_count(100, o) == 15);
+  CHECK(bert_masked_count(128, o) == 19);  // 19.2
+  CHECK(bert_masked_count(134, o) == 20);  // 20.1 -> 20
+  CHECK(bert_masked_count(384, {.seq_len = 384, .max_predictions = 56}) == 56);  // 57.6 -> capped at 56
+}
+
+TEST_CASE("bert examples: segment B follows A in its document, or comes from another document; truncation from the longer segment at either end") {
+  // Two-sentence documents of 40 tokens per sentence, target 64 - 3 = 61 tokens: the chunk is both
+  // sentences, A is sentence 0, B sentence 1 or text of another document (then sentence 1 is left
+  // alone at the end and makes no pair); each pair is 80 tokens and must lose 19. Token ids name
+  // document, sentence and index.
+  const std::size_t docs_n = 20;
+  std::vector<bert_document> docs(docs_n);
+  for (std::size_t d = 0; d < docs_n; ++d)
+    for (std::size_t sent = 0; sent < 2; ++sent) {
+      bert_sentence s(40);
+      for (std::size_t t = 0; t < 40; ++t) s[t] = std::int32_t(1000 + d * 1000 + sent * 100 + t);
+      docs[d].push_back(s);
+    }
+  const auto doc_of = [](std::int32_t id) { return (id - 1000) / 1000; };
+  const auto sentence_of = [](std::int32_t id) { return (id - 1000) % 1000 / 100; };
+  bert_example_stats st;
+  const auto ex = make_bert_examples(
+      docs, vocab(), {.seq_len = 64, .max_predictions = 10, .dupe_factor = 10, .short_seq_prob = 0, .seed = 11}, st);
+  std::size_t random_next = 0, cut_front = 0, cut_back = 0;
+  for (const auto& e : ex) {
+    REQUIRE(e.ids.size() == 64);
+    const auto [a, b] = segments(e);
+    REQUIRE(a.size() + b.size() == 61);
+    CHECK((a.size() == 30 || a.size() == 31));  // the longer segment loses a token each time
+    for (const auto* seg : {&a, &b})
+      for (std::size_t t = 1; t < seg->size(); ++t) REQUIRE((*seg)[t] == (*seg)[t - 1] + 1);  // contiguous
+    CHECK(sentence_of(a.front()) == 0);
+    if (e.nsp_label == 0) {  // the next sentence of the same document
+      CHECK(doc_of(b.front()) == doc_of(a.front()));
+      CHECK(sentence_of(b.front()) == 1);
+    } else {
+      CHECK(doc_of(b.front()) != doc_of(a.front()));  // another document's text
+    }
+    random_next += std::size_t(e.nsp_label);
+    for (const auto* seg : {&a, &b}) {  // tokens removed at each end (a segment starts as one 40-token sentence)
+      cut_front += std::size_t(((*seg).front() - 1000) % 100);
+      cut_back += std::size_t(39 - ((*seg).back() - 1000) % 100);
+    }
+  }
+  MESSAGE("examples " << ex.size() << ", random next " << random_next
+                      << "; tokens cut at the front " << cut_front << ", at the back " << cut_back);
+  CHECK(ex.size() == docs_n * 10);  // one pair per document and pass
+  CHECK(st.unpaired_sentences == random_next);  // a random B leaves sentence 1 alone
+  CHECK(random_next > 70);  // 1/2 of 200
+  CHECK(random_next < 130);
+  REQUIRE(cut_front + cut_back == 19 * ex.size());
+  const double front = double(cut_front) / double(cut_front + cut_back);
+  CHECK(front > 0.45);  // either end with probability 1/2
+  CHECK(front < 0.55);
+}
+
+TEST_CASE("bert examples: whole-word masking (off by default) masks a word's pieces together") {
+  // Sentences of words of 1-3 pieces: a word-initial token then "##" continuations, ids from the real vocabulary.
+  std::vector<std::int32_t> initials, continuations;
+  for (std::int32_t id = 1000; id < 30522 && continuations.size() < 200; ++id)
+    (vocab().token(id).starts_with("##") ? continuations : initials).push_back(id);
+  REQUIRE(continuations.size() == 200);
+  counter_rng r(9);
+  std::uint64_t k = 0;
+  std::vector<bert_document> docs(30);
+  for (auto& d : docs)
+    for (int sent = 0; sent < 12; ++sent) {
+      bert_sentence s;
+      for (int w = 0; w < 8; ++w) {
+        s.push_back(initials[r.below(0, k++, initials.size())]);
+        for (auto c = r.below(0, k++, 3); c > 0; --c) s.push_back(continuations[r.below(0, k++, continuations.size())]);
+      }
+      d.push_back(s);
+    }
+  auto is_cont = [](std::int32_t id) { return vocab().token(id).starts_with("##"); };
+  auto split_words = [&](const bert_example_options& o) {
+    bert_example_stats st;
+    std::size_t split = 0, masked = 0, examples = 0;
+    for (const auto& e : make_bert_examples(docs, vocab(), o, st)) {
+      const auto ids = original_ids(e);
+      std::set<std::int32_t> pos(e.masked_positions.begin(), e.masked_positions.end());
+      CHECK(e.masked_positions.size() <= bert_masked_count(e.ids.size(), o));
+      CHECK(e.masked_positions.size() + 3 > bert_masked_count(e.ids.size(), o));  // words of up to 3 pieces
+      // words: a piece and the "##" pieces after it, within one segment; all masked or none
+      for (std::size_t first = 1; first < ids.size();) {
+        std::size_t end = first + 1;
+        if (ids[first] != vocab().sep_id())
+          while (end < ids.size() && is_cont(ids[end])) ++end;
+        std::size_t in = 0;
+        for (auto t = first; t < end; ++t) in += pos.contains(std::int32_t(t));
+        split += in != 0 && in != end - first;
+        first = end;
+      }
+      masked += pos.size();
+      ++examples;
+    }
+    MESSAGE("examples " << examples << ", masked " << masked << ", words split by the mask " << split);
+    return split;
+  };
+  bert_example_options o{.seq_len = 128, .max_predictions = 20, .dupe_factor = 2, .seed = 5};
+  CHECK(!o.whole_word_mask);
+  CHECK(split_words(o) > 100);  // token masking cuts words
+  o.whole_word_mask = true;
+  CHECK(split_words(o) == 0);
+}
 
 TEST_CASE("bert documents: blank lines separate documents, sentences split at . ! ? before a space and a non-lower-case word") {
   bert_example_stats st;
@@ -45,18 +171,28 @@ TEST_CASE("bert documents: blank lines separate documents, sentences split at . 
   CHECK(st.documents == 2);
   CHECK(st.sentences == 6);
   CHECK(bert_documents("", vocab()).empty());
+  bert_example_stats se;  // documents with text but no token are dropped and counted
+  const auto kept = bert_documents("\x01\x02\n\nOne. Two.\n\n\x7f\n\n\n\u200b\n", vocab(), &se);
+  CHECK(kept.size() == 1);
+  CHECK(se.documents == 1);
+  CHECK(se.empty_documents == 3);
+  const auto whole = bert_documents("One. Two.\n\n\nThree.\nFour.\n", vocab(), nullptr, bert_document_split::none);
+  REQUIRE(whole.size() == 1);  // blank lines do not end the document
+  CHECK(whole[0].size() == 4);
+  CHECK_THROWS_WITH_AS(bert_documents("Fine.\n\nA \xe2\x82 cut character.", vocab()),
+                       "invalid UTF-8 at byte 9 (line 3, byte 0xe2)", error);
   CHECK(bert_documents("\n\n \n", vocab()).empty());
   CHECK(bert_documents("3.14 is pi. So e.g. this", vocab()).front().size() == 2);  // no split inside "3.14" or "e.g. this"
 }
 
 TEST_CASE("bert examples: layout, token types, truncation and masking rules") {
   const auto docs = synthetic(40, 30);
-  bert_example_options o{.seq_len = 128, .max_predictions = 20, .dupe_factor = 2, .seed = 7};
+  bert_example_options o{.seq_len = 128, .max_predictions = 20, .dupe_factor = 6, .seed = 7};
   bert_example_stats st;
   const auto ex = make_bert_examples(docs, vocab(), o, st);
-  REQUIRE(ex.size() > 200);
+  REQUIRE(ex.size() > 800);
   CHECK(st.examples == ex.size());
-  std::size_t random_next = 0, masked = 0, as_mask = 0, kept = 0, shorter = 0;
+  std::size_t random_next = 0, masked = 0, as_mask = 0, kept = 0, replaced = 0, shorter = 0;
   for (const auto& e : ex) {
     REQUIRE(e.ids.size() <= o.seq_len);
     REQUIRE(e.ids.size() == e.token_types.size());
@@ -66,7 +202,7 @@ TEST_CASE("bert examples: layout, token types, truncation and masking rules") {
     CHECK(seps == 2);
     const auto first_sep = std::size_t(std::find(e.ids.begin(), e.ids.end(), vocab().sep_id()) - e.ids.begin());
     for (std::size_t t = 0; t < e.ids.size(); ++t) CHECK(e.token_types[t] == (t <= first_sep ? 0 : 1));
-    const auto n = std::min<std::size_t>(20, std::max<long long>(1, std::llround(double(e.ids.size()) * 0.15)));
+    const auto n = std::min<std::size_t>(20, std::max<std::size_t>(1, std::size_t(std::nearbyint(double(e.ids.size()) * 0.15))));
     CHECK(e.masked_positions.size() == n);
     CHECK(std::is_sorted(e.masked_positions.begin(), e.masked_positions.end()));
     CHECK(std::set<std::int32_t>(e.masked_positions.begin(), e.masked_positions.end()).size() == n);
@@ -78,6 +214,7 @@ TEST_CASE("bert examples: layout, token types, truncation and masking rules") {
       CHECK(e.masked_labels[m] >= 2000);  // the original (synthetic) token
       as_mask += e.ids[pos] == vocab().mask_id();
       kept += e.ids[pos] == e.masked_labels[m];
+      replaced += e.ids[pos] != vocab().mask_id() && e.ids[pos] != e.masked_labels[m];
     }
     masked += n;
     random_next += std::size_t(e.nsp_label);
@@ -85,15 +222,17 @@ TEST_CASE("bert examples: layout, token types, truncation and masking rules") {
   }
   CHECK(st.random_next == random_next);
   const double rn = double(random_next) / double(ex.size()), fm = double(as_mask) / double(masked),
-               fk = double(kept) / double(masked);
-  MESSAGE("examples " << ex.size() << ", random next " << rn << ", [MASK] " << fm << ", kept " << fk);
-  // B is random with probability 1/2, and always for a one-sentence chunk (short targets)
-  CHECK(rn > 0.45);
-  CHECK(rn < 0.65);
+               fk = double(kept) / double(masked), fr = double(replaced) / double(masked);
+  MESSAGE("examples " << ex.size() << ", masked " << masked << ", random next " << rn << ", [MASK] " << fm
+                      << ", kept " << fk << ", random id " << fr);
+  CHECK(rn > 0.43);  // B is random with probability 1/2 (~1000 examples: over 4 standard deviations)
+  CHECK(rn < 0.57);
   CHECK(fm > 0.77);  // 80 % [MASK]
   CHECK(fm < 0.83);
   CHECK(fk > 0.07);  // 10 % kept (plus the rare random id equal to the original)
   CHECK(fk < 0.13);
+  CHECK(fr > 0.07);  // 10 % a random id
+  CHECK(fr < 0.13);
   CHECK(shorter > 0);  // short_seq_prob 0.1: some examples aim at a random shorter length
 }
 

@@ -5,7 +5,8 @@ Python's unicodedata (no tables shared with the C++ code).
 
     python3 tests/reference/wordpiece_reference.py VOCAB.txt INPUT.txt OUTPUT.txt
 
-Reads INPUT as UTF-8 lines and writes, per line, the token ids separated by spaces.
+Reads INPUT as UTF-8 lines (split at "\\n" only; "\\r" stays in its line) and writes, per line,
+the token ids separated by spaces.
 """
 import sys
 import unicodedata
@@ -81,16 +82,24 @@ def wordpiece(word, vocab, unk):
     return ids
 
 
+def load_vocab(path):
+    """vocab.txt -> {token: id} (id = line number)."""
+    with open(path, encoding="utf-8") as f:
+        return {t.rstrip("\n"): i for i, t in enumerate(f)}
+
+
+def encode(text, vocab):
+    unk = vocab["[UNK]"]
+    return [i for w in basic_tokens(text) for i in wordpiece(w, vocab, unk)]
+
+
 def main():
     if len(sys.argv) != 4:
         sys.exit(__doc__)
-    with open(sys.argv[1], encoding="utf-8") as f:
-        vocab = {t.rstrip("\n"): i for i, t in enumerate(f)}
-    unk = vocab["[UNK]"]
-    with open(sys.argv[2], encoding="utf-8") as f, open(sys.argv[3], "w", encoding="utf-8") as out:
+    vocab = load_vocab(sys.argv[1])
+    with open(sys.argv[2], encoding="utf-8", newline="") as f, open(sys.argv[3], "w", encoding="utf-8") as out:
         for line in f.read().split("\n"):
-            ids = [i for w in basic_tokens(line) for i in wordpiece(w, vocab, unk)]
-            out.write(" ".join(map(str, ids)) + "\n")
+            out.write(" ".join(map(str, encode(line, vocab))) + "\n")
 
 
 if __name__ == "__main__":
