@@ -6,6 +6,7 @@
 //   json_fields f(read_json_file("configs/gpt2-small.json"), "configs/gpt2-small.json");
 //   c.n_layer = f.get("n_layer", c.n_layer, at_least(1));   // "...: field 'n_layer' must be >= 1, got 0"
 //   f.read("beta1", c.beta1, in_range(0.0, 1.0));           // absent: c.beta1 unchanged
+//   f.read_all<std::size_t>({{"n_head", &c.n_head}, {"n_embd", &c.n_embd}}, at_least(1));
 //   f.require("lr");                                          // "...: missing required field 'lr'"
 //   f.nullable({"n_inner"});     // HF configs write null for "use the default"; elsewhere null is an error
 //   f.ignore({"architectures"}); // known keys that are accepted and not used
@@ -32,6 +33,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -164,6 +166,12 @@ class json_fields {
     }
     out = std::move(x);
     return true;
+  }
+
+  // Several fields of one type and check: {{"n_layer", &c.n_layer}, {"n_head", &c.n_head}, ...}.
+  template <class T, class Check = std::nullptr_t>
+  void read_all(std::initializer_list<std::pair<const char*, T*>> fields, Check check = nullptr) {
+    for (const auto& [key, out] : fields) read(key, *out, check);
   }
 
   // j[key] converted and checked, or `fallback` when absent.

@@ -49,17 +49,17 @@ struct bert_config {
   static bert_config from_json(const json& j, const std::string& context = "bert config") {
     json_fields r(j, context);
     bert_config c;
-    auto positive = at_least(1);
-    auto prob = in_range(0.0, 1.0);
-    c.vocab_size = r.get("vocab_size", c.vocab_size, positive);
-    c.hidden_size = r.get("hidden_size", c.hidden_size, positive);
-    c.num_hidden_layers = r.get("num_hidden_layers", c.num_hidden_layers, positive);
-    c.num_attention_heads = r.get("num_attention_heads", c.num_attention_heads, positive);
-    c.intermediate_size = r.get("intermediate_size", c.intermediate_size, positive);
-    c.max_position_embeddings = r.get("max_position_embeddings", c.max_position_embeddings, positive);
-    c.type_vocab_size = r.get("type_vocab_size", c.type_vocab_size, positive);
-    c.hidden_dropout_prob = r.get("hidden_dropout_prob", c.hidden_dropout_prob, prob);
-    c.attention_probs_dropout_prob = r.get("attention_probs_dropout_prob", c.attention_probs_dropout_prob, prob);
+    r.read_all<std::size_t>({{"vocab_size", &c.vocab_size},
+                             {"hidden_size", &c.hidden_size},
+                             {"num_hidden_layers", &c.num_hidden_layers},
+                             {"num_attention_heads", &c.num_attention_heads},
+                             {"intermediate_size", &c.intermediate_size},
+                             {"max_position_embeddings", &c.max_position_embeddings},
+                             {"type_vocab_size", &c.type_vocab_size}},
+                            at_least(1));
+    r.read_all<float>({{"hidden_dropout_prob", &c.hidden_dropout_prob},
+                       {"attention_probs_dropout_prob", &c.attention_probs_dropout_prob}},
+                      in_range(0.0, 1.0));
     c.layer_norm_eps = r.get("layer_norm_eps", c.layer_norm_eps, in_range(1e-30, 1.0));
     c.initializer_range = r.get("initializer_range", c.initializer_range, in_range(0.0, 10.0));
     c.hidden_act = r.get("hidden_act", c.hidden_act, one_of({"gelu"}));

@@ -65,9 +65,7 @@ struct gpt_config {
       SPARSELM_CHECK(n_ctx == c.n_positions, context, ": field 'n_ctx' (", n_ctx, ") differs from 'n_positions' (",
                      c.n_positions, ")");
     }
-    c.n_layer = r.get("n_layer", c.n_layer, positive);
-    c.n_head = r.get("n_head", c.n_head, positive);
-    c.n_embd = r.get("n_embd", c.n_embd, positive);
+    r.read_all<std::size_t>({{"n_layer", &c.n_layer}, {"n_head", &c.n_head}, {"n_embd", &c.n_embd}}, positive);
     r.nullable({"n_inner"});  // HF writes null for "4 · n_embd"
     c.n_inner = r.get("n_inner", c.n_inner);
     c.embd_pdrop = r.get("embd_pdrop", c.embd_pdrop, prob);

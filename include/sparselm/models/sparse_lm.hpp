@@ -82,14 +82,15 @@ struct sparse_lm_config {
     json_fields r(j, context);
     sparse_lm_config c;
     auto positive = at_least(1);
-    c.vocab_size = r.get("vocab_size", c.vocab_size, positive);
-    c.sequence_length = r.get("sequence_length", c.sequence_length, positive);
-    c.layers = r.get("layers", c.layers, positive);
-    c.hidden_length = r.get("hidden_length", c.hidden_length, positive);
-    c.ff_length = r.get("ff_length", c.ff_length, positive);
-    c.attention_heads = r.get("attention_heads", c.attention_heads, positive);
-    c.qkv_length = r.get("qkv_length", c.qkv_length, positive);
-    c.embedding_length = r.get("embedding_length", c.embedding_length, positive);
+    r.read_all<std::size_t>({{"vocab_size", &c.vocab_size},
+                             {"sequence_length", &c.sequence_length},
+                             {"layers", &c.layers},
+                             {"hidden_length", &c.hidden_length},
+                             {"ff_length", &c.ff_length},
+                             {"attention_heads", &c.attention_heads},
+                             {"qkv_length", &c.qkv_length},
+                             {"embedding_length", &c.embedding_length}},
+                            positive);
     c.sparsity = r.get("sparsity", c.sparsity, in_range(0.0, 1.0));
     c.block_size = r.get("block_size", c.block_size, [](std::size_t b) {
       return (b == 0 || b == 1 || b == 4 || b == 8 || b == 16) ? std::string()
