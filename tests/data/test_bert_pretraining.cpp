@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -234,6 +235,23 @@ TEST_CASE("bert examples: layout, token types, truncation and masking rules") {
   CHECK(fr > 0.07);  // 10 % a random id
   CHECK(fr < 0.13);
   CHECK(shorter > 0);  // short_seq_prob 0.1: some examples aim at a random shorter length
+}
+
+TEST_CASE("bert examples: each duplicate of a pair is masked differently") {
+  // Two-sentence documents and no random B: every pass makes the same pair of each document, so
+  // the dupe_factor copies differ only by their masks.
+  const auto docs = synthetic(20, 2, 8);
+  bert_example_stats st;
+  const auto ex = make_bert_examples(
+      docs, vocab(), {.seq_len = 128, .max_predictions = 20, .dupe_factor = 5, .random_next_prob = 0, .seed = 2}, st);
+  REQUIRE(ex.size() == 20 * 5);
+  std::map<std::vector<std::int32_t>, std::set<std::vector<std::int32_t>>> masks;  // pair -> its distinct masks
+  for (const auto& e : ex) masks[original_ids(e)].insert(e.masked_positions);
+  CHECK(masks.size() == 20);
+  std::size_t distinct = 0;
+  for (const auto& [pair, m] : masks) distinct += m.size();
+  MESSAGE("distinct masks of 100 copies of 20 pairs: " << distinct);
+  CHECK(distinct >= 95);  // a copy repeats a mask of its pair only by rare chance
 }
 
 TEST_CASE("bert examples: the prediction cap, duplication, determinism, single-sentence documents") {

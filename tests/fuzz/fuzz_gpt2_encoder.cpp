@@ -12,7 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (auto sp : {sparselm::data::specials::as_text, sparselm::data::specials::allow}) {
     const auto ids = tok->encode(s, sp);
     for (auto id : ids)
-      if (id < 0 || std::size_t(id) >= tok->size()) std::abort();
+      if (id < 0 || std::size_t(id) >= tok->vocab_size()) std::abort();
     if (tok->decode(ids) != s) std::abort();
   }
   return 0;

@@ -143,3 +143,15 @@ TEST_CASE("a save whose rename fails keeps the previous checkpoint") {
   CHECK(test::slurp(d / "ck" / "step-000002" / io::model_file) == (e.empty() ? "second" : "first"));
   CHECK(cd.latest() == d / "ck" / "step-000002");
 }
+
+TEST_CASE("a number too large for a double is a parse error naming the file (found by fuzz_run_config)") {
+  CHECK(has(error_of([] { parse_json(R"({"steps": 1e99999})", "cfg.json"); }), "cfg.json is not valid JSON"));
+  const auto span = [](const std::string& s) {
+    return std::span(reinterpret_cast<const unsigned char*>(s.data()), s.size());
+  };
+  std::string header = R"({"a": {"dtype": "F32", "shape": [1e400], "data_offsets": [0, 4]}})";
+  std::string file(8, '\0');
+  file[0] = char(header.size());
+  file += header + "abcd";
+  CHECK(has(error_of([&] { io::safetensors_file f(span(file), "x.safetensors"); }), "x.safetensors: header"));
+}

@@ -81,7 +81,7 @@ inline json parse_json(std::string_view text, const std::string& context) {
                  max_json_depth, ")");
   try {
     return json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     fail(context, " is not valid JSON: ", e.what());
   }
 }

@@ -240,6 +240,8 @@ inline void load_gpt2_encoder(gpt2_vocab& v, std::string_view text, const std::s
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     fail(name, ":", line_of_offset(text, e.byte > 0 ? e.byte - 1 : 0), ": invalid JSON: ", e.what());
+  } catch (const nlohmann::json::exception& e) {  // out_of_range: a number such as 1e999
+    fail(name, ": invalid JSON: ", e.what());
   }
   SPARSELM_CHECK(j.is_object(), name, ": expected a JSON object mapping token strings to ids");
   SPARSELM_CHECK(!j.empty(), name, ": the vocabulary is empty");
