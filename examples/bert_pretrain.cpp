@@ -18,6 +18,7 @@
 #include "sparselm/core/program.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -83,6 +84,18 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--update-period", update_period, "Prune and regrow every this many steps (0: static pattern)")
         ->capture_default_str();
+    std::string loss_scaling = "none";
+    app.add_option("--loss-scaling", loss_scaling,
+                   "Loss scaling: none, dynamic (start 65536, x2 after 2000 good steps, /2 and skip on overflow) "
+                   "or a static scale")
+        ->check([](const std::string& v) {
+          if (v == "none" || v == "dynamic") return std::string();
+          char* end = nullptr;
+          const double s = std::strtod(v.c_str(), &end);
+          return end && *end == 0 && s > 0 && s <= 3.4e38 ? std::string()
+                                                           : "must be none, dynamic or a positive number, got '" + v + "'";
+        })
+        ->capture_default_str();
     app.add_option("--seed", o.seed, "Initialisation, data order and dropout")->capture_default_str();
     app.add_option("--threads", threads, "Threads (0: OpenMP default)")->check(CLI::Range(0, 1024));
     if (auto status = examples::parse(app, argc, argv)) return *status;
@@ -105,7 +118,8 @@ int main(int argc, char** argv) {
                 {"sparsity", block ? sparsity : 0.0},
                 {"update_period", update_period},
                 {"seed", o.seed},
-                {"init_from", o.init_from.string()}};
+                {"init_from", o.init_from.string()},
+                {"loss_scaling", loss_scaling}};
     int rc = 0;
     registry::with_sparsity(block, [&]<class S>() {
       using model_t = bert<float, S>;
@@ -118,6 +132,10 @@ int main(int argc, char** argv) {
       trainer_options to;
       to.max_norm = float(max_norm);
       to.dropout_seed = o.seed + 1;
+      if (loss_scaling == "dynamic")
+        to.loss_scaling = optim::loss_scale_config(json{{"type", "dynamic"}});
+      else if (loss_scaling != "none")
+        to.loss_scaling = optim::loss_scale_config(json(std::stod(loss_scaling)));
       trainer_t t(model, to, optim::lamb<>(json{{"weight_decay", weight_decay}}),
                   optim::make_schedule(
                       {{"type", "up_down"}, {"max_lr", lr}, {"total_steps", o.steps}, {"warmup_frac", warmup_frac}}));

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Turn JSON-lines metrics (examples/gpt_train, examples/sparse_lm) into PNG curves with gnuplot.
+"""Turn JSON-lines metrics (examples/gpt_train, examples/sparse_lm, examples/bert_pretrain) into PNG
+curves with gnuplot.
 
     scripts/plot_metrics.py runs/gpt-mini/metrics.jsonl -o docs/img/gpt-mini.png
     scripts/plot_metrics.py runs/a/metrics.jsonl runs/b/metrics.jsonl --labels dense,sparse -o cmp.png
     scripts/plot_metrics.py runs/study/*.jsonl --validation-only --min-step 100 -o study.png
+    scripts/plot_metrics.py runs/bert/phase1/metrics.jsonl --bert -o docs/img/bert-phase1.png
 
 One figure with two panels: loss (training and validation) and validation perplexity (log scale),
-against the optimiser step, with the unigram baseline (from the run line) as a dashed line.
+against the optimiser step, with the unigram baseline (from the run line) as a dashed line. With
+--bert (bert_pretrain's metrics): masked-LM loss, and validation MLM and NSP accuracy.
 Several runs are drawn in one figure, one colour each. Only the Python standard library and
 gnuplot (Debian's gnuplot-nox) are needed.
 """
@@ -18,9 +21,10 @@ import sys
 import tempfile
 
 
-def read(path):
+def read(path, bert=False):
     """Training (step, loss), evaluation (step, loss, perplexity) and the unigram baseline perplexity
-    the run line reports (None when absent)."""
+    the run line reports (None when absent). With bert: (step, MLM loss) and (step, MLM loss, MLM
+    accuracy, NSP accuracy)."""
     train, evals, unigram = [], [], None
     with open(path) as f:
         for n, line in enumerate(f, 1):
@@ -32,7 +36,12 @@ def read(path):
             except json.JSONDecodeError as e:
                 sys.exit(f"{path}:{n}: not a JSON line ({e})")
             kind = j.get("kind")
-            if kind == "run" and j.get("unigram_perplexity"):
+            if bert:
+                if kind == "train" and "mlm_loss" in j:
+                    train.append((j["step"], j["mlm_loss"]))
+                elif kind == "eval" and "mlm_loss" in j:
+                    evals.append((j["step"], j["mlm_loss"], j["mlm_accuracy"], j["nsp_accuracy"]))
+            elif kind == "run" and j.get("unigram_perplexity"):
                 unigram = float(j["unigram_perplexity"])
             elif kind == "train" and "loss" in j:
                 train.append((j["step"], j["loss"]))
@@ -52,6 +61,7 @@ def main():
     ap.add_argument("--validation-only", action="store_true", help="leave out the training-loss curves")
     ap.add_argument("--loss-range", help="y range of the loss panel, LO:HI (default: automatic)")
     ap.add_argument("--min-step", type=int, default=0, help="leave out points before this step")
+    ap.add_argument("--bert", action="store_true", help="bert_pretrain metrics: MLM loss, MLM and NSP accuracy")
     args = ap.parse_args()
     if args.labels:
         labels = args.labels.split(",")
@@ -64,7 +74,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="plot_metrics_")
     loss_plots, ppl_plots, baselines = [], [], []
     for k, (path, label) in enumerate(zip(args.metrics, labels)):
-        train, evals, unigram = read(path)
+        train, evals, unigram = read(path, args.bert)
         train = [t for t in train if t[0] >= args.min_step]
         evals = [e for e in evals if e[0] >= args.min_step]
         if args.validation_only:
@@ -73,13 +83,17 @@ def main():
         with open(tf, "w") as f:
             f.writelines(f"{s} {l}\n" for s, l in train)
         with open(ef, "w") as f:
-            f.writelines(f"{s} {l} {p}\n" for s, l, p in evals)
+            f.writelines(" ".join(str(v) for v in e) + "\n" for e in evals)
         colour = k + 1
         if train:
             loss_plots.append(f"'{tf}' using 1:2 with lines lc {colour} dt 3 title '{label} train'")
         if evals:
             loss_plots.append(f"'{ef}' using 1:2 with linespoints lc {colour} pt 7 ps 0.6 title '{label} validation'")
-            ppl_plots.append(f"'{ef}' using 1:3 with linespoints lc {colour} pt 7 ps 0.6 title '{label}'")
+            if args.bert:
+                ppl_plots.append(f"'{ef}' using 1:3 with linespoints lc {colour} pt 7 ps 0.6 title '{label} MLM'")
+                ppl_plots.append(f"'{ef}' using 1:4 with lines lc {colour} dt 2 title '{label} NSP'")
+            else:
+                ppl_plots.append(f"'{ef}' using 1:3 with linespoints lc {colour} pt 7 ps 0.6 title '{label}'")
             if unigram and unigram not in baselines:
                 baselines.append(unigram)
                 ppl_plots.append(f"{unigram} with lines lc {colour} dt 2 title 'unigram baseline"
@@ -91,9 +105,13 @@ def main():
         "set multiplot layout 1,2" + (f" title '{args.title}'" if args.title else ""),
         "set grid", "set key top right", "set xlabel 'step'",
     ] + ([f"set yrange [{args.loss_range}]"] if args.loss_range else []) + [
-        "set ylabel 'cross-entropy (nats)'", "set title 'loss'", "plot " + ", ".join(loss_plots),
+        "set ylabel 'cross-entropy (nats)'",
+        "set title '" + ("masked-LM loss" if args.bert else "loss") + "'", "plot " + ", ".join(loss_plots),
     ]
-    if ppl_plots:
+    if ppl_plots and args.bert:
+        script += ["set autoscale y", "set yrange [0:1]", "set ylabel 'accuracy'", "set key bottom right",
+                   "set title 'validation accuracy'", "plot " + ", ".join(ppl_plots)]
+    elif ppl_plots:
         script += ["set autoscale y", "set logscale y", "set ylabel 'perplexity'", "set title 'validation perplexity'",
                    "plot " + ", ".join(ppl_plots)]
     script.append("unset multiplot")

@@ -210,7 +210,7 @@ TEST_CASE("encode_dataset: bad options and inputs are reported clearly") {
   encode_dataset_options o;
   o.inputs = {tmp_path("no_such_input.txt")};
   o.output = tmp_path("never.tok");
-  CHECK_THROWS_WITH_AS(encode_dataset(tokenizer(), o), doctest::Contains("no_such_input.txt: no such file"),
+  CHECK_THROWS_WITH_AS(encode_dataset(tokenizer(), o), doctest::Contains("no_such_input.txt: No such file or directory"),
                        sparselm::error);
   auto empty = tmp_path("empty.txt");
   spit(empty, "");

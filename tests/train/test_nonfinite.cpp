@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "../common/tiny_gpt.hpp"
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/train/trainer.hpp"
 
@@ -24,22 +25,9 @@ struct setup {
       targets.push_back((i + 1) % 16);
     }
   }
-  static gpt_config config() {
-    gpt_config c;
-    c.vocab_size = 16;
-    c.n_positions = 8;
-    c.n_layer = 1;
-    c.n_head = 2;
-    c.n_embd = 8;
-    return c;
-  }
+  static gpt_config config() { return test::tiny_gpt_config(); }
   std::vector<token_batch> micro() const { return {{ids, targets, {}, 2, 8}}; }
-  std::vector<float> snapshot() {
-    const auto& a = model.params();
-    std::vector<float> v;
-    for (std::size_t i = 0; i < a.layout().count(); ++i) v.insert(v.end(), a[i].begin(), a[i].end());
-    return v;
-  }
+  std::vector<float> snapshot() { return test::param_snapshot(model); }
 };
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;

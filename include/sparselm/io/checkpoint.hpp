@@ -186,8 +186,9 @@ void load_model(const std::filesystem::path& path, Model& model, const load_opti
 // ---- training state -----------------------------------------------------------------------
 
 // Writes the optimiser slots ("optimizer.<slot>.<tensor>"), the trainer and optimiser step
-// counters, the explored maps of a pattern updater ("explored.<weight>") and `run` (any JSON the
-// caller needs to resume, e.g. the data sampler's state) to one safetensors file, atomically.
+// counters, the loss scaler's state (a dynamic scale is restored on resume; a static one comes from
+// the config), the explored maps of a pattern updater ("explored.<weight>") and `run` (any JSON
+// the caller needs to resume, e.g. the data sampler's state) to one safetensors file, atomically.
 template <class Trainer>
 void save_training_state(const std::filesystem::path& path, Trainer& t, const nlohmann::json& run,
                          const sparse::pattern_updater* updater = nullptr) {
@@ -203,6 +204,7 @@ void save_training_state(const std::filesystem::path& path, Trainer& t, const nl
       w.add("optimizer." + s.name + "." + ti.name, dtype_of<S>(), ti.shape, (*s.slots)[i].data());
     }
   nlohmann::json meta = {{"step", t.step()}, {"optimizer_step", st.step}, {"run", run}};
+  if constexpr (requires { t.scaler().state(); }) meta["loss_scaler"] = t.scaler().state();
   if (updater) {
     auto ws = detail::sparse_weights_of(model);
     for (auto& sw : ws)
@@ -251,6 +253,8 @@ nlohmann::json load_training_state(const std::filesystem::path& path, Trainer& t
                  " (saved with a different optimiser?)");
   st.step = meta["optimizer_step"].get<std::size_t>();
   t.optimizer().restore(st);
+  if constexpr (requires { t.scaler().restore(meta); })
+    if (meta.contains("loss_scaler") && t.scaler().is_dynamic()) t.scaler().restore(meta["loss_scaler"]);
   if (updater) {
     for (auto& sw : detail::sparse_weights_of(model)) {
       const std::string name = "explored." + sw.name;

@@ -9,8 +9,8 @@
 // Phase 2 of BERT pre-training (sequence 384 after 128) is a second job whose model starts from
 // phase 1's weights (`init_from`: a checkpoint directory; the optimiser starts afresh).
 // Metrics (<out>/metrics.jsonl): "train" lines with mlm_loss, mlm_accuracy, nsp_loss,
-// nsp_accuracy, loss, lr, grad_norm, samples_per_s, tokens_per_s; "eval" lines with the same
-// losses on the validation file.
+// nsp_accuracy, loss, lr, grad_norm, samples_per_s, tokens_per_s (and loss_scale, overflow_steps
+// when the trainer scales the loss); "eval" lines with the same losses on the validation file.
 
 #include <unistd.h>
 
@@ -158,7 +158,8 @@ class bert_job {
     if (t.step() == 0 && o_.eval_every) evaluate(0);
     loss_stats window, last_eval;
     double window_sec = 0, window_norm = 0, train_sec = 0;
-    std::size_t window_steps = 0, samples = 0;
+    std::size_t window_steps = 0, samples = 0, overflows = 0;
+    const bool scaling = t.scaler().is_dynamic() || t.scaler().scale() != 1.0f;
     bool interrupted = false;
     while (t.step() < o_.steps) {
       for (std::size_t i = 0; i < B; ++i) {
@@ -174,6 +175,7 @@ class bert_job {
       window_norm += m.grad_norm;
       samples += B;
       ++window_steps;
+      overflows += m.overflow;
       if (m.step % std::max<std::size_t>(o_.log_every, 1) == 0 || m.step == o_.steps) {
         auto j = bert_loss_json(window);
         j["kind"] = "train";
@@ -183,6 +185,10 @@ class bert_job {
         j["samples_per_s"] = double(window_steps * B) / window_sec;
         j["tokens_per_s"] = double(window_steps * B * T) / window_sec;
         j["epoch"] = pos.epoch;
+        if (scaling) {  // the scale of the window's last step, and the steps the scaler skipped so far
+          j["loss_scale"] = m.loss_scale;
+          j["overflow_steps"] = t.scaler().skipped_steps();
+        }
         if constexpr (!std::is_same_v<Sparsity, std::nullptr_t>)
           if (ds) j.update(ds->take_metrics());
         log.write(j);
@@ -210,6 +216,8 @@ class bert_job {
                               {"interrupted", interrupted},
                               {"train_seconds", train_sec},
                               {"samples_per_s", train_sec > 0 ? double(samples) / train_sec : 0.0}};
+    if (scaling) summary["loss_scaling"] = {{"scale", t.scaler().scale()}, {"overflow_steps_this_run", overflows},
+                                            {"overflow_steps", t.scaler().skipped_steps()}};
     if (valid && last_eval.count) summary["valid"] = bert_loss_json(last_eval);
     if (auto l = cd.latest()) summary["checkpoint"] = l->string();
     return summary;

@@ -37,6 +37,7 @@
 #include "sparselm/optim/sgd.hpp"
 #include "sparselm/optim/clipping.hpp"
 #include "sparselm/optim/concepts.hpp"
+#include "sparselm/optim/loss_scaling.hpp"
 #include "sparselm/optim/schedules.hpp"
 #include "sparselm/policies/data_parallel.hpp"
 #include "sparselm/policies/pipeline.hpp"
@@ -79,6 +80,16 @@ double loss_normaliser(const Model& m, const Batch& b) {
 
 enum class clip_mode { none, global_norm, per_tensor };
 
+// Thrown when dynamic loss scaling meets overflowing gradients at its minimum scale: the scale
+// cannot back off further, and going on would mean training on nothing.
+class loss_scale_underflow : public error {
+ public:
+  loss_scale_underflow(std::size_t step, float scale, std::size_t skipped)
+      : error(detail::concat("step ", step, ": the gradients overflow even at the minimum loss scale ", scale,
+                             " (loss_scaling.min_scale; ", skipped,
+                             " steps skipped by the scaler so far); the update was not applied")) {}
+};
+
 // What a step does when its loss or gradient norm is not finite (NaN or infinite). The update is
 // never applied; `stop` throws nonfinite_error at once, `skip` counts the step as done without
 // updating anything (the data it drew is consumed) and throws once more than max_skipped steps in
@@ -108,9 +119,15 @@ struct trainer_options {
   std::uint64_t dropout_seed = 0;  // key of the dropout streams
   nonfinite_action on_nonfinite = nonfinite_action::stop;
   std::size_t max_skipped = 10;  // with nonfinite_action::skip: steps skipped in a row before stopping
+  // Loss scaling (optim/loss_scaling.hpp): the loss gradient is multiplied by the scale before
+  // backward and the gradients divided by it in the update. Static (default scale 1: off) or
+  // dynamic: a step whose gradients overflow is skipped and the scale backs off; an overflow at
+  // min_scale is an error (loss_scale_underflow).
+  optim::loss_scale_config loss_scaling{};
 
   // Fields: accumulation {steps, mode, scale_before}, clip ("none" | "global_norm" | "per_tensor"),
-  // max_norm, dropout_seed, on_nonfinite ("stop" | "skip"), max_skipped_steps.
+  // max_norm, dropout_seed, on_nonfinite ("stop" | "skip"), max_skipped_steps, loss_scaling
+  // ({"type": "static", "scale": S} | {"type": "dynamic", ...} | a number).
   static trainer_options from_json(const json& j, const std::string& context = "trainer config") {
     json_fields r(j, context);
     trainer_options o;
@@ -124,6 +141,8 @@ struct trainer_options {
                          ? nonfinite_action::skip
                          : nonfinite_action::stop;
     o.max_skipped = r.get("max_skipped_steps", o.max_skipped, in_closed(0, 1e6));
+    if (r.has("loss_scaling")) o.loss_scaling = optim::loss_scale_config(j.at("loss_scaling"));
+    r.ignore({"loss_scaling"});
     r.finish();
     return o;
   }
@@ -136,7 +155,10 @@ struct step_metrics {
   double grad_norm = 0;      // global norm of the final gradient, before clipping
   double seconds = 0;        // wall time of the step
   std::size_t tokens = 0;    // input positions processed (B·T over the micro-batches)
-  bool skipped = false;      // non-finite loss or gradient norm: no update (nonfinite_action::skip)
+  bool skipped = false;      // no update: non-finite loss or gradient norm (nonfinite_action::skip),
+                             // or gradients that overflowed under dynamic loss scaling
+  bool overflow = false;     // skipped because the scaled gradients overflowed (dynamic loss scaling)
+  float loss_scale = 1.0f;   // the loss scale this step's gradients were computed with
   double tokens_per_second() const noexcept { return seconds > 0 ? double(tokens) / seconds : 0.0; }
 };
 
@@ -167,7 +189,7 @@ class trainer {
   };
 
   trainer(Model& model, trainer_options o, optimizer_type opt, optim::schedule sched)
-      : model_(model), opt_(std::move(opt)), sched_(std::move(sched)), o_(o) {
+      : model_(model), opt_(std::move(opt)), sched_(std::move(sched)), o_(o), scaler_(o.loss_scaling) {
     opt_.attach(model_.layout());
   }
 
@@ -177,6 +199,9 @@ class trainer {
   const trainer_options& options() const noexcept { return o_; }
   std::size_t step() const noexcept { return step_; }
   void set_hooks(hooks h) { hooks_ = std::move(h); }
+  // The loss scaler (its state is checkpointed with the training state).
+  optim::loss_scaler& scaler() noexcept { return scaler_; }
+  const optim::loss_scaler& scaler() const noexcept { return scaler_; }
 
   // One optimiser step over the given micro-batches (exactly accumulation.steps of them).
   step_metrics train_step(std::span<const batch_type> micro) {
@@ -191,17 +216,32 @@ class trainer {
     ctx.rng = counter_rng(o_.dropout_seed);
     ctx.need_dense_grad = hooks_.needs_dense_grad && hooks_.needs_dense_grad(step_ + 1);
     scales_.resize(micro.size());
+    m.loss_scale = scaler_.scale();
     for (std::size_t k = 0; k < micro.size(); ++k) {
       const double w = detail::loss_normaliser(model_, micro[k]);
       SPARSELM_CHECK(w > 0, "trainer: micro-batch ", k, " of step ", step_, " has no targets to learn from");
       // gradient of the micro-batch's mean loss, times the accumulation's per-micro factor
-      scales_[k] = float(o_.accumulation.micro_batch_scale() / w);
+      scales_[k] = float(o_.accumulation.micro_batch_scale() / w * double(m.loss_scale));
       m.tokens += micro[k].batch * micro[k].seq;
     }
     m.loss = model_.template forward_backward<recompute_policy, pipeline_policy>(ctx, micro, scales_);
-    const float final_scale = float(o_.accumulation.final_scale());
+    // The gradients hold loss_scale × the true ones; final_scale folds the un-scaling in.
+    const float final_scale = float(o_.accumulation.final_scale()) / m.loss_scale;
     float grad_scale = final_scale;
     m.grad_norm = optim::global_norm(model_.grads()) * double(final_scale);
+    // Dynamic loss scaling: overflowing gradients with a finite loss skip the step and back off.
+    if (scaler_.is_dynamic() && std::isfinite(m.loss.loss_sum)) {
+      const bool finite = std::isfinite(m.grad_norm);
+      if (!finite && m.loss_scale <= scaler_.config().min_scale) [[unlikely]]
+        throw loss_scale_underflow(step_ + 1, m.loss_scale, scaler_.skipped_steps());
+      if (!scaler_.update(finite)) {
+        m.skipped = m.overflow = true;
+        m.lr = sched_(step_);
+        m.step = ++step_;
+        m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        return m;
+      }
+    }
     // The guard: the norm above is the one reduction it needs (clipping and the log read it too).
     if (!std::isfinite(m.grad_norm) || !std::isfinite(m.loss.loss_sum)) [[unlikely]] {
       if (o_.on_nonfinite == nonfinite_action::stop || skipped_in_row_ >= o_.max_skipped)
@@ -239,6 +279,7 @@ class trainer {
   optim::schedule sched_;
   trainer_options o_;
   hooks hooks_;
+  optim::loss_scaler scaler_;
   std::vector<float> scales_;  // per micro-batch gradient scale
   std::size_t step_ = 0;
   std::size_t skipped_in_row_ = 0;  // consecutive steps skipped for a non-finite loss or gradient
