@@ -22,6 +22,7 @@
 #include "sparselm/core/program.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/models/gpt.hpp"
+#include "sparselm/train/dynamic_sparsity.hpp"
 #include "sparselm/train/lm_job.hpp"
 #include "sparselm/train/registry.hpp"
 #include "sparselm/train/run_config.hpp"
@@ -34,9 +35,9 @@ namespace {
 lm_job_options job_options;  // --resume, --overwrite, --no-verify
 
 struct cli_values {
-  std::optional<std::string> train, valid, out, optimizer, clip, recompute, order;
+  std::optional<std::string> train, valid, out, optimizer, clip, recompute, order, allocation, regrow;
   std::optional<std::size_t> steps, batch_size, seq_len, accumulation, warmup_steps, eval_every, eval_batches, log_every,
-      checkpoint_every, layers, heads, embd, vocab, positions, block_size;
+      checkpoint_every, layers, heads, embd, vocab, positions, block_size, update_period;
   std::optional<double> max_lr, min_lr, weight_decay, max_norm, dropout, sparsity;
   std::optional<std::uint64_t> seed;
   std::optional<int> threads;
@@ -87,12 +88,20 @@ void apply_flags(json& j, const cli_values& c) {
   json& sp = j["sparsity"];
   put(sp, "block_size", c.block_size);
   put(sp, "sparsity", c.sparsity);
+  put(sp, "allocation", c.allocation);
+  if (c.update_period || c.regrow) {
+    json& u = sp["update"];
+    if (u.is_null()) u = json::object();
+    put(u, "update_period", c.update_period);
+    put(u, "regrow", c.regrow);
+  }
   if (sp.empty()) j.erase("sparsity");
   put(j, "recompute", c.recompute);
   for (const auto& s : c.sets) apply_override(j, s);
 }
 
-// Run config fields this program adds to lm_run_config's: "sparsity" {block_size, sparsity} for
+// Run config fields this program adds to lm_run_config's: "sparsity" {block_size, sparsity,
+// allocation ("uniform" | "erk"), update (sparse/update.hpp's pattern update; absent: static)} for
 // block-sparse projections, "recompute" ("none" | "blocks").
 struct gpt_job {
   std::string context;  // the config file, for errors
@@ -100,6 +109,8 @@ struct gpt_job {
   gpt_config model;
   std::size_t block = 0;
   double sparsity = 0.9;
+  sparse::allocation allocation = sparse::allocation::uniform;
+  std::optional<sparse::update_config> update;  // dynamic sparsity
   std::string recompute = "none";
   json resolved;
 };
@@ -114,11 +125,20 @@ int dispatch(const gpt_job& job) {
           using recompute = Recompute;
           using optimizer = Optimizer;
         };
-        Model model(job.model, sparse_plan{.sparsity = job.sparsity});
+        using trainer_t = trainer<Model, policies>;
+        sparse_plan plan{.sparsity = job.sparsity};
+        if (job.update) plan.pooling = block_pooling_of(job.update->pooling);
+        if constexpr (Sparsity::is_sparse)
+          plan = allocate_plan(plan, Sparsity::block, job.allocation,
+                               [&](const sparse_plan& p) { Model probe(job.model, p); });
+        Model model(job.model, plan);
         model.init(job.run.seed);
-        trainer<Model, policies> t(model, job.run.trainer, std::move(opt), optim::make_schedule(job.run.schedule_json()));
+        trainer_t t(model, job.run.trainer, std::move(opt), optim::make_schedule(job.run.schedule_json()));
+        std::optional<dynamic_sparsity<Model, trainer_t>> ds;
+        if constexpr (Sparsity::is_sparse)
+          if (job.update) ds.emplace(model, t, *job.update, job.run.seed + 7);
         lm_job runner(job.run, job.resolved, "gpt_train");
-        return runner.run(model, t, job_options).value("interrupted", false) ? 130 : 0;
+        return runner.run(model, t, job_options, ds ? &*ds : nullptr).value("interrupted", false) ? 130 : 0;
       }, job.context + ": field 'optimizer.type'");
     }, job.context + ": field 'recompute'");
   }, job.context + ": field 'sparsity.block_size'");
@@ -155,7 +175,14 @@ int main(int argc, char** argv) {
         ->check(examples::at_most(limits::positions));
     g->add_option("--dropout", c.dropout, "Embedding, attention and residual dropout (model.*_pdrop)");
     g->add_option("--block-size", c.block_size, "Block-sparse projections with this block: 1, 4, 8, 16 (0: dense)");
-    g->add_option("--sparsity", c.sparsity, "Fraction of zero blocks in the sparse projections (static pattern)");
+    g->add_option("--sparsity", c.sparsity, "Fraction of zero blocks in the sparse projections (sparsity.sparsity)");
+    g->add_option("--allocation", c.allocation, "Blocks per projection: uniform or erk (sparsity.allocation)")
+        ->check(CLI::IsMember({"uniform", "erk"}));
+    g->add_option("--update-period", c.update_period,
+                  "Prune and regrow the patterns every N steps (sparsity.update.update_period; absent: static)")
+        ->check(examples::at_most(limits::steps));
+    g->add_option("--regrow", c.regrow, "Regrowth of the pattern updates: rigl or random (sparsity.update.regrow)")
+        ->check(CLI::IsMember({"rigl", "random"}));
     auto* o = app.add_option_group("optimisation");
     o->add_option("--steps", c.steps, "Optimiser steps in total (a resumed run continues up to it)")
         ->check(examples::at_most(limits::steps));
@@ -197,6 +224,12 @@ int main(int argc, char** argv) {
       json_fields r(sp, ctx + " sparsity");
       job.block = r.get("block_size", job.block);
       job.sparsity = r.get("sparsity", job.sparsity, in_range(0.0, 0.999999));
+      r.read_enum("allocation", job.allocation, sparse::parse_allocation);
+      if (r.has("update")) {
+        job.update = sparse::update_config::from_json(r.object("update"), ctx + " sparsity.update");
+        SPARSELM_CHECK(job.block > 0, ctx, ": field 'sparsity.update' needs block-sparse projections (sparsity.block_size)");
+      }
+      r.ignore({"update"});
       r.finish();
     }
     job.recompute = j.value("recompute", std::string("none"));
@@ -206,12 +239,14 @@ int main(int argc, char** argv) {
     check_model_limits(run["model"], ctx + " model");
     job.model = gpt_config::from_json(run["model"], ctx + " model");
     job.run = lm_run_config::from_json(run, ctx, base);
+    if (job.update && job.update->schedule.total_steps == 0) job.update->schedule.total_steps = job.run.loop.steps;
     SPARSELM_CHECK(job.run.seq_len <= job.model.n_positions, ctx, ": seq_len ", job.run.seq_len,
                    " exceeds the model's n_positions ", job.model.n_positions);
     if (job.run.threads > 0) set_num_threads(job.run.threads);
     job.resolved = j;
     job.resolved["model"] = job.model.to_json();
     job.resolved["schedule"] = job.run.schedule_json();
+    if (job.update) job.resolved["sparsity"]["update"] = *job.update;
     return dispatch(job);
   });
 }

@@ -8,7 +8,7 @@
 // false for static sparsity). Every S1 option also has a flag; flags override the config; --set
 // key.path=value overrides anything else. Writes <out>/metrics.jsonl (JSON lines: a "run" line with
 // the resolved config and sizes, "train" lines with loss (weighted), xentropy, perplexity, accuracy,
-// lr, grad_norm, tokens_per_s and, after each pattern update, "sparsity_update" statistics; "eval"
+// lr, grad_norm, tokens_per_s, samples_per_s and, after each pattern update, "sparsity_update" statistics; "eval"
 // lines) and <out>/config.json.
 #include <CLI/CLI.hpp>
 
@@ -105,14 +105,6 @@ void apply_flags(json& j, const cli_values& c) {
   for (const auto& s : c.sets) apply_override(j, s);
 }
 
-kernels::block_pooling to_block_pooling(sparse::grad_pooling p) {
-  switch (p) {
-    case sparse::grad_pooling::sum: return kernels::block_pooling::sum;
-    case sparse::grad_pooling::max: return kernels::block_pooling::max;
-    default: return kernels::block_pooling::avg;
-  }
-}
-
 struct run_inputs {
   lm_run_config run;
   sparse_lm_config model;
@@ -133,7 +125,7 @@ int train(const run_inputs& in, Optimizer opt) {
                  " exceeds the model's sequence_length ", in.model.sequence_length);
   SPARSELM_CHECK(in.model.loss.autoregression_offset < rc.seq_len, "sparse_lm: autoregression_offset ",
                  in.model.loss.autoregression_offset, " leaves no target in a sequence of ", rc.seq_len);
-  Model model(in.model, to_block_pooling(in.update.pooling));
+  Model model(in.model, block_pooling_of(in.update.pooling));
   model.init(rc.seed);
   trainer_t t(model, rc.trainer, std::move(opt), optim::make_schedule(rc.schedule_json()));
   std::optional<dynamic_sparsity<Model, trainer_t>> ds;

@@ -103,9 +103,19 @@ TEST_CASE("sparse_lr_scale and scaled schedules") {
   CHECK(optim::sparse_lr_scale(0.0) == 1.0);
   CHECK(optim::sparse_lr_scale(0.9) == Approx(std::exp(1.969 * 0.81 + 0.2905 * 0.9)));
   CHECK(optim::sparse_lr_scale(0.9) == Approx(6.40).epsilon(0.001));
-  CHECK_THROWS_WITH_AS(optim::sparse_lr_scale(1.0), doctest::Contains("sparsity must be in [0, 1)"), error);
+  CHECK_THROWS_WITH_AS(optim::sparse_lr_scale(1.0), doctest::Contains("outside [0, 1)"), error);
   auto s = optim::make_schedule(json{{"type", "constant"}, {"lr", 1e-4}}).scaled(optim::sparse_lr_scale(0.5));
   CHECK(s(3) == Approx(1e-4 * std::exp(1.969 * 0.25 + 0.2905 * 0.5)).epsilon(1e-6));
+  // the run-config key: "sparse_lr_rescale": s on any schedule type
+  auto r = optim::make_schedule(json{{"type", "warmup_cosine"}, {"max_lr", 1e-3}, {"total_steps", 100},
+                                     {"warmup_steps", 10}, {"sparse_lr_rescale", 0.9}});
+  auto plain = optim::make_schedule(json{{"type", "warmup_cosine"}, {"max_lr", 1e-3}, {"total_steps", 100},
+                                         {"warmup_steps", 10}});
+  for (std::size_t t : {0, 5, 10, 50, 99}) CHECK(r(t) == Approx(plain(t) * 6.40027).epsilon(1e-5));
+  CHECK_THROWS_WITH_AS(optim::make_schedule(json{{"type", "constant"}, {"lr", 1}, {"sparse_lr_rescale", "yes"}}),
+                       doctest::Contains("'sparse_lr_rescale' must be the sparsity"), error);
+  CHECK_THROWS_WITH_AS(optim::make_schedule(json{{"type", "constant"}, {"lr", 1}, {"sparse_lr_rescale", 1.5}}),
+                       doctest::Contains("outside [0, 1)"), error);
   optim::schedule custom([](std::size_t t) { return float(t); }, "ramp");
   CHECK(custom(4) == 4.0f);
   CHECK(custom.scaled(2)(4) == 8.0f);

@@ -10,6 +10,8 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -37,6 +39,28 @@ struct sparse_plan {
     return sparse::nnz_blocks(name, in, out, block, sparsity);
   }
 };
+
+// A plan whose blocks are allocated across all of a model's sparse weights at once (ERK needs
+// every shape before any weight is built). `survey(plan)` must build the model's layers with the
+// plan it is given (one block per weight); the shapes it asks for are allocated with
+// sparse::allocate_blocks and the returned plan gives each weight its count. Uniform: `plan` as is.
+//   plan = allocate_plan(plan, 16, sparse::allocation::erk, [&](const sparse_plan& p) { gpt<float, S> probe(cfg, p); });
+template <class Survey>
+sparse_plan allocate_plan(sparse_plan plan, std::size_t block, sparse::allocation kind, Survey&& survey) {
+  if (kind == sparse::allocation::uniform) return plan;
+  std::vector<sparse::weight_shape> shapes;
+  sparse_plan probe = plan;
+  probe.count = [&shapes](const std::string& name, std::size_t in, std::size_t out) {
+    shapes.push_back({name, in, out});
+    return std::size_t(1);
+  };
+  survey(probe);
+  const auto counts = sparse::allocate_blocks(shapes, block, plan.sparsity, kind);
+  auto table = std::make_shared<std::map<std::string, std::size_t>>();
+  for (std::size_t i = 0; i < shapes.size(); ++i) (*table)[shapes[i].name] = counts[i];
+  plan.count = [table](const std::string& name, std::size_t, std::size_t) { return table->at(name); };
+  return plan;
+}
 
 // Where a linear layer writes: inside a branch, or back into the residual stream (the output
 // projections of attention and feed-forward; GPT-2 scales their initialisation by 1/sqrt(2L)).

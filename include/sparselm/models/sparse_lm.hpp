@@ -183,21 +183,12 @@ class sparse_lm : public transformer<factorised_embedding<T, Sparsity, Act>, pre
                    Sparsity::is_sparse ? "block size " + std::to_string(Sparsity::block) : std::string("dense (0)"));
     this->plan_.sparsity = cfg.sparsity;
     this->plan_.pooling = pooling;
-    if (Sparsity::is_sparse && cfg.allocation == "erk") {
-      // Survey the sparse projections' shapes by building the model once, then allocate over them.
-      std::vector<sparse::weight_shape> shapes;
-      sparse_plan survey = this->plan_;
-      survey.count = [&](const std::string& name, std::size_t in, std::size_t out) {
-        shapes.push_back({name, in, out});
-        return std::size_t(1);
-      };
-      arena_layout scratch_layout;
-      build(scratch_layout, survey);
-      auto counts = sparse::allocate_blocks(shapes, Sparsity::block, cfg.sparsity, sparse::allocation::erk);
-      auto table = std::make_shared<std::map<std::string, std::size_t>>();
-      for (std::size_t i = 0; i < shapes.size(); ++i) (*table)[shapes[i].name] = counts[i];
-      this->plan_.count = [table](const std::string& name, std::size_t, std::size_t) { return table->at(name); };
-    }
+    if (Sparsity::is_sparse)
+      this->plan_ = allocate_plan(this->plan_, Sparsity::block, sparse::parse_allocation(cfg.allocation),
+                                  [&](const sparse_plan& p) {
+                                    arena_layout scratch_layout;
+                                    build(scratch_layout, p);
+                                  });
     auto layout = std::make_shared<arena_layout>();
     auto [emb, blocks, head] = build(*layout, this->plan_);
     this->assemble(std::move(layout), std::move(emb), std::move(blocks), std::move(head));

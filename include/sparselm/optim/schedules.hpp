@@ -18,6 +18,8 @@
 //                   power (0.5)                                               (peak−min)·(1 − min(step−warmup,
 //                                                                             cooldown)/cooldown)^power + min
 //
+//   any type        sparse_lr_rescale (absent): s in [0, 1); every rate × exp(1.969 s² + 0.2905 s)
+//
 //   auto lr = sparselm::optim::make_schedule(j["schedule"]).scaled(sparse_lr_scale(0.9));
 //   opt.step(params, grads, lr(step));
 
@@ -35,15 +37,13 @@
 
 #include "sparselm/core/error.hpp"
 #include "sparselm/core/json.hpp"
+#include "sparselm/sparse/schedule.hpp"
 
 namespace sparselm::optim {
 
-// Learning-rate multiplier for a sparse model of sparsity s (docs/sparsity_algorithm.md):
-// η(s) = η₀·exp(1.969 s² + 0.2905 s).
-inline double sparse_lr_scale(double sparsity) {
-  SPARSELM_CHECK(sparsity >= 0 && sparsity < 1, "sparse_lr_scale: sparsity must be in [0, 1), got ", sparsity);
-  return std::exp(1.969 * sparsity * sparsity + 0.2905 * sparsity);
-}
+// The sparse learning-rate multiplier η(s)/η₀ = exp(1.969 s² + 0.2905 s) (docs/sparsity_algorithm.md);
+// a schedule JSON may ask for it with "sparse_lr_rescale": s.
+using sparse::sparse_lr_scale;
 
 namespace detail {
 inline void check_lr(const char* schedule, const char* field, double v) {
@@ -255,6 +255,14 @@ inline schedule make_schedule(const nlohmann::json& j) {
   SPARSELM_CHECK(j.contains("type"), "schedule: missing required field 'type' (one of constant, warmup_cosine, ",
                  "linear, up_down, bert_power)");
   SPARSELM_CHECK(j.at("type").is_string(), "schedule: field 'type' must be a string, got ", j.at("type").dump());
+  if (j.contains("sparse_lr_rescale")) {
+    const auto& s = j.at("sparse_lr_rescale");
+    SPARSELM_CHECK(s.is_number(), "schedule: field 'sparse_lr_rescale' must be the sparsity s in [0, 1), got ",
+                   s.dump());
+    nlohmann::json rest = j;
+    rest.erase("sparse_lr_rescale");
+    return make_schedule(rest).scaled(sparse_lr_scale(s.get<double>()));
+  }
   const std::string type = j.at("type").get<std::string>();
   auto make = [&]<class T>() { return schedule(T(j), T::name); };
   if (type == constant_schedule::name) return make.template operator()<constant_schedule>();

@@ -15,10 +15,20 @@
 #include <nlohmann/json.hpp>
 
 #include "sparselm/core/rng.hpp"
+#include "sparselm/kernels/bsr.hpp"
 #include "sparselm/sparse/pattern_io.hpp"
 #include "sparselm/sparse/update.hpp"
 
 namespace sparselm {
+
+// The kernels' pooling of a dense gradient into block scores for an update's grad_pooling.
+inline kernels::block_pooling block_pooling_of(sparse::grad_pooling p) {
+  switch (p) {
+    case sparse::grad_pooling::sum: return kernels::block_pooling::sum;
+    case sparse::grad_pooling::max: return kernels::block_pooling::max;
+    default: return kernels::block_pooling::avg;
+  }
+}
 
 template <class Model, class Trainer>
 class dynamic_sparsity {

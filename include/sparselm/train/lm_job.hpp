@@ -205,7 +205,8 @@ class lm_job {
                               {"interrupted", r.interrupted},
                               {"train_seconds", r.train_seconds},
                               {"tokens", r.tokens},
-                              {"tokens_per_s", r.train_seconds > 0 ? double(r.tokens) / r.train_seconds : 0.0}};
+                              {"tokens_per_s", r.train_seconds > 0 ? double(r.tokens) / r.train_seconds : 0.0},
+                              {"samples_per_s", r.train_seconds > 0 ? double(r.samples) / r.train_seconds : 0.0}};
     if (valid && r.last_eval.count) {
       summary["valid"] = loss_json(r.last_eval);
       summary["unigram_perplexity"] = unigram;

@@ -72,7 +72,7 @@ struct lm_loop_result {
   bool interrupted = false;
   loss_stats last_eval;
   double train_seconds = 0;
-  std::size_t tokens = 0;
+  std::size_t tokens = 0, samples = 0;
 };
 
 namespace detail {
@@ -134,7 +134,7 @@ lm_loop_result run_lm_training(Trainer& t, data::lm_sampler& train, data::lm_eva
   if (t.step() == 0 && o.eval_every > 0) evaluate(0);
   loss_stats window;
   double window_sec = 0, window_norm = 0;
-  std::size_t window_tokens = 0, window_steps = 0;
+  std::size_t window_tokens = 0, window_samples = 0, window_steps = 0;
   while (t.step() < o.steps) {
     for (std::size_t k = 0; k < micro; ++k) {
       train.next(batches[k]);
@@ -148,7 +148,9 @@ lm_loop_result run_lm_training(Trainer& t, data::lm_sampler& train, data::lm_eva
       log.write({{"kind", "nonfinite"}, {"step", e.step}, {"loss", e.loss}, {"grad_norm", e.grad_norm}});
       throw;
     }
-    if (m.skipped) {
+    if (m.overflow) {  // dynamic loss scaling: the scale backs off, nothing else to say
+      log.write({{"kind", "overflow"}, {"step", m.step}, {"loss_scale", m.loss_scale}});
+    } else if (m.skipped) {
       const double loss = m.loss.mean_loss();
       log.write({{"kind", "skipped"}, {"step", m.step}, {"loss", loss}, {"grad_norm", m.grad_norm}});
       say("step " + std::to_string(m.step) + ": the loss is " + std::to_string(loss) + " and the gradient norm " +
@@ -156,11 +158,13 @@ lm_loop_result run_lm_training(Trainer& t, data::lm_sampler& train, data::lm_eva
     }
     r.train_seconds += m.seconds;
     r.tokens += m.tokens;
+    r.samples += m.samples;
     if (!m.skipped) {  // a skipped step's non-finite numbers stay out of the logged means
       window += m.loss;
       window_sec += m.seconds;
       window_norm += m.grad_norm;
       window_tokens += m.tokens;
+      window_samples += m.samples;
       ++window_steps;
     }
     const std::size_t step = m.step;
@@ -171,7 +175,9 @@ lm_loop_result run_lm_training(Trainer& t, data::lm_sampler& train, data::lm_eva
       j["lr"] = m.lr;
       j["grad_norm"] = window_steps ? window_norm / double(window_steps) : 0.0;
       j["tokens_per_s"] = window_sec > 0 ? double(window_tokens) / window_sec : 0.0;
+      j["samples_per_s"] = window_sec > 0 ? double(window_samples) / window_sec : 0.0;
       j["epoch"] = train.epoch();
+      if (t.scaler().is_dynamic() || t.scaler().scale() != 1.0f) j["loss_scale"] = m.loss_scale;
       if (hooks.extra_metrics) j.update(hooks.extra_metrics(step));
       log.write(j);
       char buf[160];
@@ -180,7 +186,7 @@ lm_loop_result run_lm_training(Trainer& t, data::lm_sampler& train, data::lm_eva
       bar.update(step, buf);
       window = {};
       window_sec = window_norm = 0;
-      window_tokens = window_steps = 0;
+      window_tokens = window_samples = window_steps = 0;
     }
     const bool last = step == o.steps;
     if ((o.eval_every && step % o.eval_every == 0) || (last && o.eval_every == 0)) evaluate(step);

@@ -155,6 +155,7 @@ struct step_metrics {
   double grad_norm = 0;      // global norm of the final gradient, before clipping
   double seconds = 0;        // wall time of the step
   std::size_t tokens = 0;    // input positions processed (B·T over the micro-batches)
+  std::size_t samples = 0;   // sequences processed (B over the micro-batches)
   bool skipped = false;      // no update: non-finite loss or gradient norm (nonfinite_action::skip),
                              // or gradients that overflowed under dynamic loss scaling
   bool overflow = false;     // skipped because the scaled gradients overflowed (dynamic loss scaling)
@@ -223,6 +224,7 @@ class trainer {
       // gradient of the micro-batch's mean loss, times the accumulation's per-micro factor
       scales_[k] = float(o_.accumulation.micro_batch_scale() / w * double(m.loss_scale));
       m.tokens += micro[k].batch * micro[k].seq;
+      m.samples += micro[k].batch;
     }
     m.loss = model_.template forward_backward<recompute_policy, pipeline_policy>(ctx, micro, scales_);
     // The gradients hold loss_scale × the true ones; final_scale folds the un-scaling in.
