@@ -9,7 +9,9 @@
 //
 // --block B --sparsity s makes the encoder's projections block-sparse; --update-period N (> 0)
 // prunes and regrows them every N steps (RigL), as the S1 model does. Rerun with --resume to
-// continue a run (exactly: same data order, same dropout masks).
+// continue a run (exactly: same data order, same dropout masks). The run directory is locked while
+// a job uses it; a fresh run refuses a used one unless --overwrite; SIGINT, SIGTERM and SIGHUP save
+// a checkpoint and stop; a non-finite loss or gradient stops the run, naming the last good checkpoint.
 
 #include <CLI/CLI.hpp>
 
@@ -47,6 +49,8 @@ int main(int argc, char** argv) {
     app.add_option("--out", o.out, "Run directory")->capture_default_str();
     app.add_option("--init-from", o.init_from, "Start from this checkpoint's model weights (phase 2)");
     app.add_flag("--resume", o.resume, "Continue the run in --out from its newest checkpoint");
+    app.add_flag("--overwrite", o.overwrite,
+                 "Start again in a used --out: delete its checkpoints, metrics.jsonl and config.json first");
     app.add_option("--steps", o.steps, "Optimiser steps in total")
         ->check(CLI::Range(1ul, 1ul << 40))
         ->capture_default_str();

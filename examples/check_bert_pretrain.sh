@@ -4,7 +4,9 @@
 #   2. exact resume: the run resumed from its step-10 checkpoint logs bit-identical metrics
 #      (dropout on) for steps 11-20;
 #   3. phase 2 (sequence 128) starts from phase 1's weights;
-#   4. a dynamic block-sparse run logs its pattern updates.
+#   4. a dynamic block-sparse run logs its pattern updates;
+#   5. a fresh run in a used --out is refused without touching it; --overwrite (with dynamic loss
+#      scaling) starts it again.
 #   check_bert_pretrain.sh BERT_DATA BERT_PRETRAIN SOURCE_DIR WORK_DIR
 set -euo pipefail
 data=$1 train=$2 src=$3 work=$4
@@ -31,6 +33,19 @@ grep -q "model weights from $work/phase1/checkpoints/step-000020" "$work/phase2.
 
 "$train" "${common[@]}" --train "$work/p1.bex" --out "$work/sparse" --steps 12 --block 16 --sparsity 0.75 \
   --update-period 5 --eval-every 0 > "$work/sparse.json" 2> "$work/sparse.log"
+
+# a used run directory: a fresh run is refused (nothing touched), --overwrite starts again;
+# dynamic loss scaling logs its scale
+before=$(md5sum "$work/phase2/metrics.jsonl")
+if "$train" "${common[@]}" --train "$work/p2.bex" --out "$work/phase2" --steps 2 > /dev/null 2> "$work/used.log"; then
+  echo "FAIL: a fresh run in a used --out was accepted"; exit 1
+fi
+grep -q "is not empty" "$work/used.log" || { echo "FAIL: used --out: $(cat "$work/used.log")"; exit 1; }
+[ "$(md5sum "$work/phase2/metrics.jsonl")" = "$before" ] || { echo "FAIL: the refused run changed metrics.jsonl"; exit 1; }
+"$train" "${common[@]}" --train "$work/p2.bex" --out "$work/phase2" --steps 2 --eval-every 0 --overwrite \
+  --loss-scaling dynamic > "$work/overwrite.json" 2> "$work/overwrite.log"
+grep -q '"loss_scale":65536' "$work/phase2/metrics.jsonl" ||
+  { echo "FAIL: no loss_scale in the overwritten run's metrics"; exit 1; }
 
 /usr/bin/python3 - "$work" <<'PY'
 import json, sys

@@ -42,6 +42,7 @@ struct bert_job_options {
   std::size_t checkpoint_every = 0, keep_checkpoints = 2;
   std::uint64_t seed = 1234;
   bool resume = false;
+  bool overwrite = false;  // fresh run in a used --out: delete its checkpoints, metrics and config first
   nlohmann::json config;  // the resolved run config (logged and saved)
 };
 
@@ -74,6 +75,10 @@ class bert_job {
       valid.emplace(o_.valid);
       check_file(*valid, model);
     }
+    // The run directory: locked for the whole job, leftovers of a killed save removed, a fresh run
+    // refuses a used one unless overwrite (train/lm_job.hpp's rules).
+    io::run_lock lock(o_.out);
+    prepare_run_dir(o_.out, "bert_pretrain", o_.resume, o_.overwrite);
     io::checkpoint_dir cd(o_.out / "checkpoints", o_.keep_checkpoints);
     sparse::pattern_updater* up = nullptr;
     if constexpr (!std::is_same_v<Sparsity, std::nullptr_t>)
@@ -87,10 +92,11 @@ class bert_job {
       SPARSELM_CHECK(run.contains("data"), latest->string(), ": training state has no data position");
       pos.epoch = run["data"].at("epoch").template get<std::size_t>();
       pos.next = run["data"].at("next").template get<std::size_t>();
+      SPARSELM_CHECK(io::checkpoint_dir::step_name(t.step()) == latest->filename().string(), latest->string(),
+                     ": the training state is at step ", t.step(), ", not the checkpoint's ('",
+                     latest->filename().string(), "'): a damaged or mixed-up checkpoint");
       say("resuming from " + latest->string() + " (step " + std::to_string(t.step()) + ")");
     } else {
-      SPARSELM_CHECK(cd.steps().empty(), "bert_job: '", o_.out.string(), "' already holds checkpoints; pass --resume "
-                     "to continue that run or choose another --out");
       if (!o_.init_from.empty()) {
         const auto from = io::resolve_checkpoint(o_.init_from);
         io::load_model(from, model);
@@ -144,6 +150,10 @@ class bert_job {
       return st;
     };
     auto checkpoint = [&](std::size_t step) {
+      // A non-finite model is never saved (it would become `latest` and push good ones out).
+      SPARSELM_CHECK(all_finite(model.params()), "bert_pretrain: step ", step,
+                     ": the model has non-finite parameters and is not saved; ",
+                     last_good_checkpoint(cd, cd.root()));
       const nlohmann::json run = {{"data", {{"epoch", pos.epoch}, {"next", pos.next}}}, {"config", o_.config}};
       cd.save(step, [&](const fs::path& dir) {
         io::save_model(dir, model);
@@ -151,9 +161,7 @@ class bert_job {
       });
     };
 
-    detail::stop_requested = 0;
-    std::signal(SIGINT, detail::request_stop);
-    std::signal(SIGTERM, detail::request_stop);
+    detail::stop_signals signals(true);  // SIGINT, SIGTERM, SIGHUP: checkpoint and stop
     progress_bar bar(o_.steps, isatty(STDERR_FILENO) != 0, t.step());
     if (t.step() == 0 && o_.eval_every) evaluate(0);
     loss_stats window, last_eval;
@@ -168,22 +176,33 @@ class bert_job {
       }
       arrays.assemble(train, pick);
       const bert_batch b = view();
-      const auto m = t.train_step(std::span<const bert_batch>(&b, 1));
-      window += m.loss;
-      window_sec += m.seconds;
+      step_metrics m;
+      try {
+        m = t.train_step(std::span<const bert_batch>(&b, 1));
+      } catch (const nonfinite_error& e) {
+        bar.finish();
+        log.write({{"kind", "nonfinite"}, {"step", e.step}, {"loss", e.loss}, {"grad_norm", e.grad_norm}});
+        fail("bert_pretrain: ", e.what(), "; the run stops. ", last_good_checkpoint(cd, cd.root()));
+      }
       train_sec += m.seconds;
-      window_norm += m.grad_norm;
       samples += B;
-      ++window_steps;
       overflows += m.overflow;
+      if (m.skipped && !m.overflow)
+        log.write({{"kind", "skipped"}, {"step", m.step}, {"loss", m.loss.mean_loss()}, {"grad_norm", m.grad_norm}});
+      if (!m.skipped) {  // a skipped step's numbers stay out of the logged means
+        window += m.loss;
+        window_sec += m.seconds;
+        window_norm += m.grad_norm;
+        ++window_steps;
+      }
       if (m.step % std::max<std::size_t>(o_.log_every, 1) == 0 || m.step == o_.steps) {
         auto j = bert_loss_json(window);
         j["kind"] = "train";
         j["step"] = m.step;
         j["lr"] = m.lr;
-        j["grad_norm"] = window_norm / double(window_steps);
-        j["samples_per_s"] = double(window_steps * B) / window_sec;
-        j["tokens_per_s"] = double(window_steps * B * T) / window_sec;
+        j["grad_norm"] = window_steps ? window_norm / double(window_steps) : 0.0;
+        j["samples_per_s"] = window_sec > 0 ? double(window_steps * B) / window_sec : 0.0;
+        j["tokens_per_s"] = window_sec > 0 ? double(window_steps * B * T) / window_sec : 0.0;
         j["epoch"] = pos.epoch;
         if (scaling) {  // the scale of the window's last step, and the steps the scaler skipped so far
           j["loss_scale"] = m.loss_scale;
@@ -194,7 +213,7 @@ class bert_job {
         log.write(j);
         char buf[160];
         std::snprintf(buf, sizeof buf, "mlm %.3f nsp %.3f | lr %.2e | %.1f samples/s", window.mean_ce(),
-                      window.aux_mean_loss(), double(m.lr), double(window_steps * B) / window_sec);
+                      window.aux_mean_loss(), double(m.lr), window_sec > 0 ? double(window_steps * B) / window_sec : 0.0);
         bar.update(m.step, buf);
         window = {};
         window_sec = window_norm = 0;
@@ -210,8 +229,6 @@ class bert_job {
       }
     }
     bar.finish();
-    std::signal(SIGINT, SIG_DFL);
-    std::signal(SIGTERM, SIG_DFL);
     nlohmann::json summary = {{"steps", t.step()},
                               {"interrupted", interrupted},
                               {"train_seconds", train_sec},

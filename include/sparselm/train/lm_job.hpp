@@ -66,6 +66,49 @@ inline void truncate_metrics_after(const std::filesystem::path& path, std::size_
   io::atomic_write_text(path, kept);
 }
 
+// The sentence that names the last good checkpoint of a run (for errors that stop it).
+inline std::string last_good_checkpoint(const io::checkpoint_dir& cd, const std::filesystem::path& root) {
+  if (auto l = cd.latest())
+    return "The last good checkpoint is '" + l->string() + "': resume from it with --resume (and, e.g., a lower "
+           "learning rate).";
+  return "No checkpoint was saved in '" + root.string() + "'.";
+}
+
+// Whether every parameter is finite (a model that is not is never saved).
+inline bool all_finite(const arena<float>& a) {
+  float s = 0;  // NaN and infinities survive the multiplication by zero; finite values give 0
+  for (std::size_t i = 0; i < a.layout().count(); ++i)
+    for (float x : a[i]) s += x * 0.0f;
+  return s == 0.0f;
+}
+
+// Before a job touches its run directory (holding its io::run_lock): stale temporaries of a killed
+// save are removed (and reported); a fresh run refuses a directory that holds anything but the
+// lock, unless `overwrite`, which deletes what an earlier run wrote (checkpoints, metrics, config).
+inline void prepare_run_dir(const std::filesystem::path& out, const std::string& program, bool resume,
+                            bool overwrite) {
+  namespace fs = std::filesystem;
+  SPARSELM_CHECK(!(resume && overwrite), program, ": --resume and --overwrite exclude each other");
+  for (const fs::path& dir : {out, out / "checkpoints"})
+    for (const auto& p : io::remove_stale_temporaries(dir))
+      std::fprintf(stderr, "%s: removed '%s', left by an interrupted save\n", program.c_str(), p.string().c_str());
+  if (resume) return;
+  if (overwrite) {
+    for (const char* name : {"checkpoints", "metrics.jsonl", "config.json"}) fs::remove_all(out / name);
+    return;
+  }
+  std::string found;
+  for (const auto& e : fs::directory_iterator(out))
+    if (e.path().filename() != io::lock_file) {
+      found = e.path().filename().string();
+      break;
+    }
+  const bool has_checkpoints = !io::checkpoint_dir(out / "checkpoints").steps().empty();
+  SPARSELM_CHECK(found.empty(), program, ": '", out.string(), "' is not empty (it holds '", found,
+                 has_checkpoints ? "' and checkpoints" : "'",
+                 "); pass --resume to continue that run, --overwrite to start it again, or choose another --out");
+}
+
 struct lm_job_options {
   bool resume = false;          // continue from the newest checkpoint in <out>/checkpoints
   bool overwrite = false;       // fresh run: delete the run's checkpoints, metrics and config first
@@ -237,45 +280,8 @@ class lm_job {
   }
   void say(const std::string& s) const { std::fprintf(stderr, "%s\n", s.c_str()); }
 
-  // The sentence that names the last good checkpoint (for errors that stop a run).
-  std::string last_good(const io::checkpoint_dir& cd) const {
-    if (auto l = cd.latest())
-      return "The last good checkpoint is '" + l->string() + "': resume from it with --resume (and, e.g., a lower "
-             "learning rate).";
-    return "No checkpoint was saved in '" + checkpoints().string() + "'.";
-  }
-
-  static bool all_finite(const arena<float>& a) {
-    float s = 0;  // NaN and infinities survive the multiplication by zero; finite values give 0
-    for (std::size_t i = 0; i < a.layout().count(); ++i)
-      for (float x : a[i]) s += x * 0.0f;
-    return s == 0.0f;
-  }
-
-  // Before a job touches its run directory: stale temporaries of a killed save are removed (and
-  // reported); a fresh run refuses a directory that holds anything but the lock, unless
-  // --overwrite, which deletes what an earlier run wrote (checkpoints, metrics, config).
-  void prepare_run_dir(const lm_job_options& o) const {
-    namespace fs = std::filesystem;
-    for (const fs::path& dir : {out(), checkpoints()})
-      for (const auto& p : io::remove_stale_temporaries(dir))
-        say(program_ + ": removed '" + p.string() + "', left by an interrupted save");
-    if (o.resume) return;
-    if (o.overwrite) {
-      for (const char* name : {"checkpoints", "metrics.jsonl", "config.json"}) fs::remove_all(out() / name);
-      return;
-    }
-    std::string found;
-    for (const auto& e : fs::directory_iterator(out()))
-      if (e.path().filename() != io::lock_file) {
-        found = e.path().filename().string();
-        break;
-      }
-    SPARSELM_CHECK(found.empty(), program_, ": '", out().string(), "' is not empty (it holds '", found,
-                   cd_has_checkpoints() ? "' and checkpoints" : "'",
-                   "); pass --resume to continue that run, --overwrite to start it again, or choose another --out");
-  }
-  bool cd_has_checkpoints() const { return !io::checkpoint_dir(checkpoints()).steps().empty(); }
+  std::string last_good(const io::checkpoint_dir& cd) const { return last_good_checkpoint(cd, checkpoints()); }
+  void prepare_run_dir(const lm_job_options& o) const { sparselm::prepare_run_dir(out(), program_, o.resume, o.overwrite); }
 
   lm_run_config rc_;
   nlohmann::json resolved_;
