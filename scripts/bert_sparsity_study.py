@@ -110,7 +110,7 @@ def main():
         "dynamic-b1": ["--block", "1", "--sparsity", str(args.sparsity), "--update-period", str(args.update_period)],
         "static-b16": ["--block", "16", "--sparsity", str(args.sparsity), "--update-period", "0"],
         "static-b1": ["--block", "1", "--sparsity", str(args.sparsity), "--update-period", "0"],
-        "dense-flops": ["--config", dense_path],
+        "dense-flops": [],  # its own config (below)
         "dense-width": [],
     }
     chosen = args.variants.split(",")
@@ -126,7 +126,8 @@ def main():
         done = final_eval(metrics)
         if done is not None or args.report_only:
             return done, metrics
-        cmd = [os.path.join(args.build, "examples", "bert_pretrain"), "--config", args.config, "--train", args.train,
+        config = dense_path if variant == "dense-flops" else args.config
+        cmd = [os.path.join(args.build, "examples", "bert_pretrain"), "--config", config, "--train", args.train,
                "--valid", args.valid, "--out", out, "--steps", str(args.steps), "--batch-size", str(args.batch_size),
                "--lr", str(lr), "--seed", str(seed), "--eval-every", str(max(1, args.steps // 3)),
                "--eval-batches", "0", "--log-every", "10", "--threads", str(args.threads)]
