@@ -190,7 +190,9 @@ def main():
     if plot:
         subprocess.run([sys.executable, os.path.join(HERE, "plot_metrics.py"), *plot, "--bert", "--labels",
                         ",".join(labels), "--validation-only", "-o", os.path.join(args.out, "study.png"),
-                        "--title", f"BERT-mini, s = {args.sparsity}, {args.steps} steps (seed {seeds[0]}, best lr)"],
+                        "--min-step", str(max(1, args.steps // 3)), "--title",
+                        f"{os.path.splitext(os.path.basename(args.config))[0]}, s = {args.sparsity}, {args.steps} steps "
+                        f"(seed {seeds[0]}, best lr of each; from step {max(1, args.steps // 3)})"],
                        check=False)
 
 

@@ -102,7 +102,7 @@ def main():
         sys.exit(f"nothing to plot at or after step {args.min_step}")
     script = [
         "set terminal pngcairo size 1200,480 font 'sans,10'" , f"set output '{args.output}'",
-        "set multiplot layout 1,2" + (f" title '{args.title}'" if args.title else ""),
+        "set multiplot layout 1,2" + (" title '" + args.title.replace("'", "''") + "'" if args.title else ""),
         "set grid", "set key top right", "set xlabel 'step'",
     ] + ([f"set yrange [{args.loss_range}]"] if args.loss_range else []) + [
         "set ylabel 'cross-entropy (nats)'",
