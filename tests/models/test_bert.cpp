@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "../common/tiny_bert.hpp"
 #include "sparselm/models/bert.hpp"
 #include "sparselm/optim/lamb.hpp"
 #include "sparselm/testing/layer_check.hpp"
@@ -17,18 +18,7 @@ namespace {
 struct lamb_policies : default_policies {
   using optimizer = optim::lamb<>;
 };
-bert_config tiny() {
-  return bert_config::from_json(json{{"vocab_size", 50},
-                                     {"hidden_size", 32},
-                                     {"num_hidden_layers", 2},
-                                     {"num_attention_heads", 2},
-                                     {"intermediate_size", 64},
-                                     {"max_position_embeddings", 16},
-                                     {"hidden_dropout_prob", 0.0},
-                                     {"attention_probs_dropout_prob", 0.0},
-                                     {"initializer_range", 0.2}},
-                                "tiny bert");
-}
+bert_config tiny() { return test::tiny_bert_config(); }
 
 // Two sequences of 8: the second padded after 6 tokens; segments A/B; 3 prediction slots each
 // (one unused); NSP labels 0 and 1.

@@ -91,16 +91,21 @@ struct bert_config {
   }
 };
 
-template <class T = float, sparsity_type Sparsity = dense>
-class bert : public transformer<bert_embedding, post_ln_block<T, Sparsity>, bert_pretraining_head<T>, bert_batch> {
-  using base = transformer<bert_embedding, post_ln_block<T, Sparsity>, bert_pretraining_head<T>, bert_batch>;
+// BERT's encoder (embedding + post-LN blocks, bert<>'s tensor names in bert<>'s order) under any
+// head: bert<> (pre-training) and the fine-tuning models of models/bert_finetune.hpp share it, so a
+// pre-training checkpoint's encoder loads into each. make_head(layout, embedding) builds the head
+// last.
+template <class T, sparsity_type Sparsity, class Head, class Batch>
+class bert_encoder_model : public transformer<bert_embedding, post_ln_block<T, Sparsity>, Head, Batch> {
+  using base = transformer<bert_embedding, post_ln_block<T, Sparsity>, Head, Batch>;
 
  public:
   using config_type = bert_config;
   using sparsity = Sparsity;
 
   // plan: block counts of the projections when Sparsity is block_sparse<B> (ignored when dense).
-  explicit bert(const bert_config& cfg, const sparse_plan& plan = {}) : cfg_(cfg) {
+  template <class MakeHead>
+  bert_encoder_model(const bert_config& cfg, const sparse_plan& plan, MakeHead&& make_head) : cfg_(cfg) {
     this->plan_ = plan;
     SPARSELM_CHECK(cfg.hidden_size % cfg.num_attention_heads == 0, "bert: hidden_size (", cfg.hidden_size,
                    ") is not divisible by num_attention_heads (", cfg.num_attention_heads, ")");
@@ -123,26 +128,23 @@ class bert : public transformer<bert_embedding, post_ln_block<T, Sparsity>, bert
                                      .resid_dropout = cfg.hidden_dropout_prob,
                                      .plan = &this->plan_},
                                     "encoder.layer.");
-    typename base::head_type head(*layout, emb.word(),
-                                  {.channels = cfg.hidden_size, .vocab = cfg.vocab_size, .norm = norm});
+    Head head = make_head(*layout, emb);
     this->assemble(std::move(layout), std::move(emb), std::move(blocks), std::move(head));
     this->set_limits("bert", cfg.vocab_size, cfg.max_position_embeddings, "max_position_embeddings");
   }
 
   const bert_config& config() const noexcept { return cfg_; }
 
-  // BERT's initialisation: N(0, initializer_range) for weights and embedding tables, zero biases
-  // (the MLM decoder's bias included), unit norms. Deterministic in the seed.
+  // BERT's initialisation: N(0, initializer_range) for weights and embedding tables, zero biases,
+  // unit norms. Deterministic in the seed (each tensor's stream is keyed by its index).
   void init(std::uint64_t seed) {
     counter_rng rng(seed);
     const float std = cfg_.initializer_range;
     auto& p = this->params();
-    const std::size_t decoder_bias = this->head().decoder_bias().index;
     visit_tree(*this, [&](const auto& n) {
       using N = std::decay_t<decltype(n)>;
       if constexpr (std::is_same_v<N, param_ref>) {
-        if (n.index == decoder_bias) std::fill(p[n.index].begin(), p[n.index].end(), 0.0f);
-        else rng.fill_normal(p[n.index], n.index, 0.0f, std);  // embedding tables
+        rng.fill_normal(p[n.index], n.index, 0.0f, std);  // embedding tables
       } else if constexpr (std::is_same_v<N, layer_norm>) {
         n.init(p);
       } else if constexpr (is_linear_v<N>) {
@@ -153,6 +155,27 @@ class bert : public transformer<bert_embedding, post_ln_block<T, Sparsity>, bert
 
  private:
   bert_config cfg_;
+};
+
+template <class T = float, sparsity_type Sparsity = dense>
+class bert : public bert_encoder_model<T, Sparsity, bert_pretraining_head<T>, bert_batch> {
+  using base = bert_encoder_model<T, Sparsity, bert_pretraining_head<T>, bert_batch>;
+
+ public:
+  explicit bert(const bert_config& cfg, const sparse_plan& plan = {})
+      : base(cfg, plan, [&](arena_layout& layout, const bert_embedding& emb) {
+          return bert_pretraining_head<T>(layout, emb.word(),
+                                          {.channels = cfg.hidden_size,
+                                           .vocab = cfg.vocab_size,
+                                           .norm = norm_options{.eps = cfg.layer_norm_eps}});
+        }) {}
+
+  // As bert_encoder_model::init, and the MLM decoder's bias (a directly owned tensor) is zero.
+  void init(std::uint64_t seed) {
+    base::init(seed);
+    auto b = this->params()[this->head().decoder_bias().index];
+    std::fill(b.begin(), b.end(), 0.0f);
+  }
 };
 
 }  // namespace sparselm

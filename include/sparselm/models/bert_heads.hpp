@@ -37,6 +37,69 @@ struct bert_batch {
   std::size_t batch = 0, seq = 0;
 };
 
+namespace detail {
+// Rows of x (by index) into a (rows, C) matrix held by out.
+inline matrix_view<float> gather_rows(const_matrix_view<float> x, const std::vector<std::size_t>& rows, buffer& out) {
+  auto m = out.matrix(rows.size(), x.cols);
+  for (std::size_t i = 0; i < rows.size(); ++i) std::copy_n(x.row(rows[i]), x.cols, m.row(i));
+  return m;
+}
+// dx[rows[i]] += d[i].
+inline void scatter_add_rows(const_matrix_view<float> d, const std::vector<std::size_t>& rows, matrix_view<float> dx) {
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    float* o = dx.row(rows[i]);
+    const float* g = d.row(i);
+    for (std::size_t j = 0; j < d.cols; ++j) o[j] += g[j];
+  }
+}
+}  // namespace detail
+
+// BERT's pooler, shared by the pre-training (NSP) and classification heads: the hidden state of
+// each sequence's first token ([CLS]) through tanh(x·Wp + bp) ("pooler.dense").
+template <class T = float>
+class bert_pooler {
+ public:
+  struct cache {
+    std::vector<std::size_t> cls_rows;
+    buffer xc, hp, pooled, dxc;  // (B,C)
+    typename linear<T>::cache dense_c;
+  };
+
+  bert_pooler() = default;
+  bert_pooler(arena_layout& layout, std::size_t channels) : dense_(layout, "pooler.dense", channels, channels) {}
+
+  template <class F>
+  void visit(F&& f) const {
+    f(dense_);
+  }
+  const linear<T>& dense() const noexcept { return dense_; }
+
+  // pooled (B,C) from x (B·T, C), valid until the next forward with this cache.
+  matrix_view<float> forward(const step_context& s, const_matrix_view<float> x, std::size_t B, std::size_t L,
+                             cache& c) const {
+    c.cls_rows.resize(B);
+    for (std::size_t i = 0; i < B; ++i) c.cls_rows[i] = i * L;
+    auto xc = detail::gather_rows(x, c.cls_rows, c.xc);
+    auto hp = c.hp.matrix(B, x.cols), pooled = c.pooled.matrix(B, x.cols);
+    dense_.forward(s, xc, hp, c.dense_c);
+    for (std::size_t i = 0; i < B * x.cols; ++i) pooled.data[i] = std::tanh(hp.data[i]);
+    return pooled;
+  }
+  // Accumulates the pooler's gradients and adds d/dx to the [CLS] rows of dx, from dpooled (B,C)
+  // (overwritten).
+  void backward(const step_context& s, matrix_view<float> dpooled, matrix_view<float> dx, cache& c) const {
+    const std::size_t n = dpooled.rows * dpooled.cols;
+    const float* pooled = c.pooled.matrix(dpooled.rows, dpooled.cols).data;
+    for (std::size_t i = 0; i < n; ++i) dpooled.data[i] *= 1.0f - pooled[i] * pooled[i];
+    auto dxc = c.dxc.matrix(dpooled.rows, dpooled.cols);
+    dense_.backward(s, dpooled, dxc, c.dense_c);
+    detail::scatter_add_rows(dxc, c.cls_rows, dx);
+  }
+
+ private:
+  linear<T> dense_;
+};
+
 struct bert_head_options {
   std::size_t channels = 0, vocab = 0;
   norm_options norm{.eps = 1e-12f};
@@ -47,13 +110,14 @@ class bert_pretraining_head {
  public:
   using transform_type = dense_gelu_norm<T, dense, kernels::gelu_kind::erf>;
   struct cache {
-    std::vector<std::size_t> mlm_rows, cls_rows;  // rows of x read by each objective
+    std::vector<std::size_t> mlm_rows;  // rows of x the masked LM reads
     std::vector<std::int32_t> mlm_targets, nsp_targets;
-    buffer xm, z, dz, dxm;               // (M,C)
-    buffer xc, hp, pooled, dpooled, dxc;  // (B,C)
-    buffer nsp_logits;                    // (B,2)
+    buffer xm, z, dz, dxm;  // (M,C)
+    buffer dpooled;         // (B,C)
+    buffer nsp_logits;      // (B,2)
     typename transform_type::cache transform_c;
-    typename linear<T>::cache pool_c, cls_c;
+    typename bert_pooler<T>::cache pool_c;
+    typename linear<T>::cache cls_c;
   };
 
   bert_pretraining_head() = default;
@@ -63,7 +127,7 @@ class bert_pretraining_head {
                                 o.channels, o.channels, o.norm);
     bias_ = param_ref{"cls.predictions.bias", layout.add("cls.predictions.bias", {o.vocab}, param_no_decay | param_no_trust)};
     decoder_ = tied_lm_head(std::move(word), o.vocab, o.channels, bias_);
-    pooler_ = linear<T>(layout, "pooler.dense", o.channels, o.channels);
+    pooler_ = bert_pooler<T>(layout, o.channels);
     classifier_ = linear<T>(layout, "cls.seq_relationship", o.channels, 2);
   }
 
@@ -76,7 +140,7 @@ class bert_pretraining_head {
   }
   const transform_type& transform() const noexcept { return transform_; }
   const param_ref& decoder_bias() const noexcept { return bias_; }
-  const linear<T>& pooler() const noexcept { return pooler_; }
+  const bert_pooler<T>& pooler() const noexcept { return pooler_; }
   const linear<T>& classifier() const noexcept { return classifier_; }
 
   // 1 when the batch has anything to learn from (each objective is a mean of its own), else 0.
@@ -102,7 +166,7 @@ class bert_pretraining_head {
 
     // masked LM
     if (M > 0) {
-      auto xm = gather(x, c.mlm_rows, c.xm);
+      auto xm = detail::gather_rows(x, c.mlm_rows, c.xm);
       auto z = c.z.matrix(M, C);
       transform_.forward(s, xm, z, c.transform_c);
       auto dz = grad ? c.dz.matrix(M, C) : matrix_view<float>{};
@@ -117,7 +181,7 @@ class bert_pretraining_head {
       if (grad) {
         auto dxm = c.dxm.matrix(M, C);
         transform_.backward(s, dz, dxm, c.transform_c);
-        scatter_add(dxm, c.mlm_rows, dx);
+        detail::scatter_add_rows(dxm, c.mlm_rows, dx);
       }
     }
 
@@ -125,10 +189,7 @@ class bert_pretraining_head {
     std::size_t labelled = 0;
     for (auto t : c.nsp_targets) labelled += t != ignore_index;
     if (labelled > 0) {
-      auto xc = gather(x, c.cls_rows, c.xc);
-      auto hp = c.hp.matrix(B, C), pooled = c.pooled.matrix(B, C);
-      pooler_.forward(s, xc, hp, c.pool_c);
-      for (std::size_t i = 0; i < B * C; ++i) pooled.data[i] = std::tanh(hp.data[i]);
+      auto pooled = pooler_.forward(s, x, B, b.seq, c.pool_c);
       auto logits = c.nsp_logits.matrix(B, 2);
       classifier_.forward(s, pooled, logits, c.cls_c);
       const auto r = kernels::cross_entropy(logits, c.nsp_targets, {}, ignore_index, grad_scale / float(labelled), grad);
@@ -137,11 +198,9 @@ class bert_pretraining_head {
       st.aux_correct = r.correct;
       st.aux_count = r.count;
       if (grad) {  // logits now hold dloss/dlogits
-        auto dpooled = c.dpooled.matrix(B, C), dxc = c.dxc.matrix(B, C);
+        auto dpooled = c.dpooled.matrix(B, C);
         classifier_.backward(s, logits, dpooled, c.cls_c);
-        for (std::size_t i = 0; i < B * C; ++i) dpooled.data[i] *= 1.0f - pooled.data[i] * pooled.data[i];
-        pooler_.backward(s, dpooled, dxc, c.pool_c);
-        scatter_add(dxc, c.cls_rows, dx);
+        pooler_.backward(s, dpooled, dx, c.pool_c);
       }
     }
     return st;
@@ -178,10 +237,8 @@ class bert_pretraining_head {
         c.mlm_rows.push_back(i * L + std::size_t(pos));
         c.mlm_targets.push_back(label);
       }
-    c.cls_rows.resize(B);
     c.nsp_targets.assign(B, ignore_index);
     for (std::size_t i = 0; i < B; ++i) {
-      c.cls_rows[i] = i * L;
       if (b.nsp_labels.empty() || b.nsp_labels[i] < 0) continue;
       SPARSELM_CHECK(b.nsp_labels[i] <= 1, "bert batch: next-sentence label ", b.nsp_labels[i], " of sequence ", i,
                      " is not 0 or 1");
@@ -189,24 +246,12 @@ class bert_pretraining_head {
     }
   }
 
-  static matrix_view<float> gather(const_matrix_view<float> x, const std::vector<std::size_t>& rows, buffer& out) {
-    auto m = out.matrix(rows.size(), x.cols);
-    for (std::size_t i = 0; i < rows.size(); ++i) std::copy_n(x.row(rows[i]), x.cols, m.row(i));
-    return m;
-  }
-  static void scatter_add(const_matrix_view<float> d, const std::vector<std::size_t>& rows, matrix_view<float> dx) {
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      float* o = dx.row(rows[i]);
-      const float* g = d.row(i);
-      for (std::size_t j = 0; j < d.cols; ++j) o[j] += g[j];
-    }
-  }
-
   bert_head_options o_;
   transform_type transform_;
   param_ref bias_;
   tied_lm_head decoder_;
-  linear<T> pooler_, classifier_;
+  bert_pooler<T> pooler_;
+  linear<T> classifier_;
 };
 
 }  // namespace sparselm

@@ -1,0 +1,188 @@
+// BERT's fine-tuning models (models/bert_finetune.hpp): sequence classification and span (SQuAD)
+// heads on bert<>'s encoder. Whole-model gradients by finite differences (dense and block-sparse),
+// padding invariance, the shared tensor names with bert<>, bad batches named, and that a few AdamW
+// steps fit a small batch.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "../common/tiny_bert.hpp"
+#include "sparselm/models/bert.hpp"
+#include "sparselm/models/bert_finetune.hpp"
+#include "sparselm/testing/layer_check.hpp"
+#include "sparselm/train/trainer.hpp"
+
+using namespace sparselm;
+
+namespace {
+bert_config tiny() { return test::tiny_bert_config(); }
+
+// Three sequences of 8: the second padded after 6 tokens, the third after 5; segments A/B.
+struct toy_data {
+  std::size_t B = 3, T = 8;
+  std::vector<std::int32_t> ids, types, lengths{8, 6, 5}, labels{2, 0, -1}, starts{3, 2, 1}, ends{5, 2, 4};
+  toy_data() {
+    counter_rng rng(3);
+    for (std::size_t i = 0; i < B * T; ++i) ids.push_back(std::int32_t(rng.below(1, i, 50)));
+    for (std::size_t b = 0; b < B; ++b)
+      for (std::size_t t = 0; t < T; ++t) types.push_back(t >= 4 ? 1 : 0);
+  }
+  bert_classify_batch classify() const { return {ids, types, lengths, labels, B, T}; }
+  bert_span_batch span() const { return {ids, types, lengths, starts, ends, B, T}; }
+};
+
+std::set<std::string> names(const arena_layout& l) {
+  std::set<std::string> r;
+  for (std::size_t i = 0; i < l.count(); ++i) r.insert(l[i].name);
+  return r;
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("bert classifier: loss gradients match finite differences", S, dense, block_sparse<16>) {
+  bert_classifier<float, S> m(tiny(), 3, {.sparsity = 0.5});
+  m.init(11);
+  toy_data d;
+  const auto st = m.evaluate(d.classify());
+  CHECK(st.count == 2);  // the third sequence has no label
+  CHECK(st.mean_loss() == doctest::Approx(st.ce_sum / 2).epsilon(1e-6));
+  auto r = testing::check_model(m, d.classify(), {.max_checks = 300});
+  CHECK_MESSAGE(r.ok, r.message);
+  CHECK(r.checked >= 300);
+}
+
+TEST_CASE_TEMPLATE("bert qa: span loss gradients match finite differences", S, dense, block_sparse<16>) {
+  bert_qa<float, S> m(tiny(), {.sparsity = 0.5});
+  m.init(12);
+  toy_data d;
+  const auto st = m.evaluate(d.span());
+  CHECK(st.count == 3);
+  CHECK(st.aux_count == 3);
+  CHECK(st.mean_loss() == doctest::Approx((st.ce_sum + st.aux_loss_sum) / 6).epsilon(1e-6));
+  auto r = testing::check_model(m, d.span(), {.max_checks = 300});
+  CHECK_MESSAGE(r.ok, r.message);
+  CHECK(r.checked >= 300);
+}
+
+TEST_CASE("bert fine-tuning models: bert<>'s encoder names, their own heads") {
+  const auto cfg = tiny();
+  bert<> pre(cfg);
+  bert_classifier<> cls(cfg, 2);
+  bert_qa<> qa(cfg);
+  const auto p = names(*pre.layout()), c = names(*cls.layout()), q = names(*qa.layout());
+  std::size_t shared = 0;
+  for (const auto& n : p)
+    if (n.rfind("embeddings.", 0) == 0 || n.rfind("encoder.", 0) == 0) {
+      CHECK(c.contains(n));
+      CHECK(q.contains(n));
+      ++shared;
+    }
+  CHECK(shared > 10);
+  for (const char* n : {"pooler.dense.weight", "pooler.dense.bias", "classifier.weight", "classifier.bias"})
+    CHECK(c.contains(n));
+  CHECK(q.contains("qa_outputs.weight"));
+  CHECK(q.contains("qa_outputs.bias"));
+  CHECK_FALSE(q.contains("pooler.dense.weight"));
+  CHECK(cls.layout()->at("classifier.weight") > 0);
+  CHECK((*cls.layout())[cls.layout()->at("classifier.weight")].shape == std::vector<std::size_t>{32, 2});
+}
+
+TEST_CASE("bert fine-tuning models: padded positions change nothing; predictions are the logits") {
+  bert_classifier<> cls(tiny(), 3);
+  bert_qa<> qa(tiny());
+  cls.init(5);
+  qa.init(6);
+  toy_data d;
+  const double lc = cls.evaluate(d.classify()).mean_loss(), lq = qa.evaluate(d.span()).mean_loss();
+  auto ids = d.ids;
+  ids[8 + 7] = 1;   // sequence 1 is 6 long
+  ids[16 + 6] = 2;  // sequence 2 is 5 long
+  auto bc = d.classify();
+  auto bs = d.span();
+  bc.ids = ids;
+  bs.ids = ids;
+  CHECK(cls.evaluate(bc).mean_loss() == lc);
+  CHECK(qa.evaluate(bs).mean_loss() == lq);
+
+  std::vector<float> logits(3 * 3);
+  cls.predict(d.classify(), matrix_view<float>{logits.data(), 3, 3, 3});
+  // the loss from the predicted logits: mean CE of sequences 0 and 1
+  double ce = 0;
+  for (int i : {0, 1}) {
+    const float* l = logits.data() + 3 * i;
+    const double mx = std::max({l[0], l[1], l[2]});
+    const double lse = mx + std::log(std::exp(l[0] - mx) + std::exp(l[1] - mx) + std::exp(l[2] - mx));
+    ce += lse - l[d.labels[i]];
+  }
+  CHECK(ce / 2 == doctest::Approx(lc).epsilon(1e-5));
+
+  std::vector<float> span(3 * 8 * 2);
+  qa.predict(d.span(), matrix_view<float>{span.data(), 24, 2, 2});
+  double loss = 0;
+  for (std::size_t i = 0; i < 3; ++i)
+    for (int k : {0, 1}) {  // start, end over the valid positions only
+      const std::size_t n = std::size_t(d.lengths[i]);
+      double mx = -std::numeric_limits<double>::infinity(), sum = 0;
+      for (std::size_t t = 0; t < n; ++t) mx = std::max(mx, double(span[2 * (i * 8 + t) + k]));
+      for (std::size_t t = 0; t < n; ++t) sum += std::exp(double(span[2 * (i * 8 + t) + k]) - mx);
+      const int target = k == 0 ? d.starts[i] : d.ends[i];
+      loss += mx + std::log(sum) - double(span[2 * (i * 8 + std::size_t(target)) + k]);
+    }
+  CHECK(loss / 6 == doctest::Approx(lq).epsilon(1e-5));
+}
+
+TEST_CASE("bert fine-tuning models: bad batches are errors naming the culprit") {
+  bert_classifier<> cls(tiny(), 3);
+  bert_qa<> qa(tiny());
+  cls.init(5);
+  qa.init(6);
+  toy_data d;
+  auto bc = d.classify();
+  std::vector<std::int32_t> labels{0, 3, 1};
+  bc.labels = labels;
+  CHECK_THROWS_WITH_AS(cls.evaluate(bc), "bert classify batch: label 3 of sequence 1 is outside [0, 3)", error);
+  bc.labels = std::span<const std::int32_t>(d.labels).first(2);
+  CHECK_THROWS_WITH_AS(cls.evaluate(bc), "bert classify batch: 2 labels for 3 sequences", error);
+  auto bs = d.span();
+  std::vector<std::int32_t> starts{3, 6, 1}, ends{5, 6, 4};
+  bs.start_positions = starts;
+  bs.end_positions = ends;
+  CHECK_THROWS_WITH_AS(qa.evaluate(bs), "bert span batch: answer span [6, 6] of sequence 1 is outside its 6 valid positions",
+                       error);
+  std::vector<std::int32_t> s2{3, 2, 4}, e2{5, 2, 1};
+  bs.start_positions = s2;
+  bs.end_positions = e2;
+  CHECK_THROWS_WITH_AS(qa.evaluate(bs), "bert span batch: answer of sequence 2 ends (1) before it starts (4)", error);
+  CHECK_THROWS_WITH_AS(bert_classifier<>(tiny(), 1), "bert classifier: 1 labels; at least 2", error);
+}
+
+TEST_CASE("bert fine-tuning models: a few AdamW steps fit a small batch") {
+  toy_data d;
+  {
+    bert_classifier<> m(tiny(), 3);
+    m.init(3);
+    const auto b = d.classify();
+    trainer<bert_classifier<>> t(m, {}, optim::adamw<>(json{{"weight_decay", 0.01}}),
+                                 optim::make_schedule({{"type", "constant"}, {"lr", 5e-3}}));
+    const double first = m.evaluate(b).mean_loss();
+    for (int k = 0; k < 60; ++k) t.train_step(std::span<const bert_classify_batch>(&b, 1));
+    CHECK(m.evaluate(b).mean_loss() < 0.2 * first);
+    CHECK(m.evaluate(b).accuracy() == 1.0);
+  }
+  {
+    bert_qa<> m(tiny());
+    m.init(3);
+    const auto b = d.span();
+    trainer<bert_qa<>> t(m, {}, optim::adamw<>(json{{"weight_decay", 0.01}}),
+                         optim::make_schedule({{"type", "constant"}, {"lr", 5e-3}}));
+    const double first = m.evaluate(b).mean_loss();
+    for (int k = 0; k < 60; ++k) t.train_step(std::span<const bert_span_batch>(&b, 1));
+    const auto st = m.evaluate(b);
+    CHECK(st.mean_loss() < 0.2 * first);
+    CHECK(st.accuracy() == 1.0);      // every start found
+    CHECK(st.aux_accuracy() == 1.0);  // every end found
+  }
+}
