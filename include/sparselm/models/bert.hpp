@@ -70,7 +70,8 @@ struct bert_config {
     r.get("position_embedding_type", std::string("absolute"),
           detail::must_be(std::string("absolute"), "only learned absolute positions are implemented"));
     r.get("is_decoder", false, detail::must_be(false, "BERT here is a bidirectional encoder"));
-    read_hf_common(r);  // every other key HF's BertConfig writes (models/hf_config.hpp)
+    r.ignore({"sparselm"});  // a block-sparse checkpoint's record (io::model_config_json), read by its loaders
+    read_hf_common(r);       // every other key HF's BertConfig writes (models/hf_config.hpp)
     r.finish();
     SPARSELM_CHECK(c.hidden_size % c.num_attention_heads == 0, context, ": field 'hidden_size' (", c.hidden_size,
                    ") is not divisible by 'num_attention_heads' (", c.num_attention_heads, ")");
