@@ -7,6 +7,8 @@
 //   bert_pretrain --config configs/bert-tiny.json --train runs/bert/train-384.bex --valid runs/bert/valid-384.bex
 //                 --out runs/bert/phase2 --init-from runs/bert/phase1/checkpoints --steps 500 --batch-size 8 --lr 1e-3
 //
+// --init-from also takes a HuggingFace BERT directory (e.g. a downloaded bert-base-uncased); without
+// --config the model config is then the checkpoint's.
 // --block B --sparsity s makes the encoder's projections block-sparse; --update-period N (> 0)
 // prunes and regrows them every N steps (RigL), as the S1 model does. Rerun with --resume to
 // continue a run (exactly: same data order, same dropout masks). The run directory is locked while
@@ -43,11 +45,14 @@ int main(int argc, char** argv) {
     std::size_t block = 0, update_period = 0;
     int threads = 0;
     std::optional<double> dropout;
-    app.add_option("-c,--config", config, "BERT config (HF config.json keys)")->capture_default_str();
+    app.add_option("-c,--config", config, "BERT config (HF config.json keys; default with --init-from: its config)")
+        ->capture_default_str();
     app.add_option("--train", o.train, "Training example file (bert_data)")->required();
     app.add_option("--valid", o.valid, "Validation example file");
     app.add_option("--out", o.out, "Run directory")->capture_default_str();
-    app.add_option("--init-from", o.init_from, "Start from this checkpoint's model weights (phase 2)");
+    app.add_option("--init-from", o.init_from,
+                   "Start from this checkpoint's model weights (phase 2): ours, or a HuggingFace BERT directory "
+                   "(config.json + model.safetensors)");
     app.add_flag("--resume", o.resume, "Continue the run in --out from its newest checkpoint");
     app.add_flag("--overwrite", o.overwrite,
                  "Start again in a used --out: delete its checkpoints, metrics.jsonl and config.json first");
@@ -105,6 +110,8 @@ int main(int argc, char** argv) {
     if (auto status = examples::parse(app, argc, argv)) return *status;
 
     if (threads > 0) set_num_threads(threads);
+    if (!o.init_from.empty() && app.count("--config") == 0)  // the model is the checkpoint's
+      config = (io::resolve_checkpoint(o.init_from) / io::config_file).string();
     json model_json = read_json_file(config);
     check_model_limits(model_json, config);
     if (dropout) model_json["hidden_dropout_prob"] = model_json["attention_probs_dropout_prob"] = *dropout;

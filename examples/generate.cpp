@@ -8,7 +8,9 @@
 //
 // The checkpoint directory holds config.json ("model_type" gpt2 or sparse_lm; a block-sparse GPT
 // also records "sparselm": {"block_size", "sparsity"}) and model.safetensors (io/checkpoint.hpp);
-// a run directory (gpt_train/sparse_lm --out) stands for its newest complete checkpoint. The model
+// a run directory (gpt_train/sparse_lm --out) stands for its newest complete checkpoint. A
+// HuggingFace GPT-2 directory (config.json + model.safetensors as save_pretrained writes them) is
+// read too (io/huggingface.hpp). The model
 // type comes from train/registry.hpp, generation from models/generation.hpp; this is argument
 // parsing, loading and output.
 
@@ -26,6 +28,7 @@
 #include "sparselm/core/threads.hpp"
 #include "sparselm/data/gpt2_bpe.hpp"
 #include "sparselm/io/checkpoint.hpp"
+#include "sparselm/io/huggingface.hpp"
 #include "sparselm/models/generation.hpp"
 #include "sparselm/train/registry.hpp"
 
@@ -46,7 +49,8 @@ template <class Model, class Family, class Spec>
 int run(const run_options& ro, const Spec& spec, gpt2_bpe& bpe) {
   Model model = Family::template make<Model>(spec);
   if constexpr (Model::sparsity::is_sparse) model.init(0);  // sizes the block patterns that loading restores
-  io::load_model(ro.checkpoint, model, {.verify = ro.verify});
+  const auto loaded = io::load_pretrained(ro.checkpoint, model, io::hf_gpt2_map(), {.verify = ro.verify});
+  if (loaded.format == "huggingface") std::fprintf(stderr, "%s\n", loaded.summary().c_str());
   generation_options o = ro.gen;
   if (o.stop_token >= 0 && std::size_t(o.stop_token) >= model.vocab_size()) {
     std::fprintf(stderr, "note: the model's vocabulary (%zu) has no <|endoftext|>; no stop token\n", model.vocab_size());
@@ -88,7 +92,8 @@ int main(int argc, char** argv) {
     s.top_p = 0.95f;
     s.seed = 1;
     app.add_option("--checkpoint", ro.checkpoint,
-                   "Checkpoint directory (config.json + model.safetensors), or a run directory (its latest checkpoint)")
+                   "Checkpoint directory (config.json + model.safetensors; ours or HuggingFace GPT-2's), or a run "
+                   "directory (its latest checkpoint)")
         ->required();
     app.add_option("--prompt", ro.prompt, "Prompt text (must encode to at least one token)")->required();
     app.add_option("--max-new-tokens", ro.gen.max_new_tokens, "Tokens to generate at most")

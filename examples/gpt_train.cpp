@@ -6,6 +6,7 @@
 //       --validation-input data/corpus/valid --validation-output runs/data/valid.tok
 //   ./build/examples/gpt_train --config configs/gpt-mini-train.json
 //   ./build/examples/gpt_train --config configs/gpt-mini-train.json --resume     # after Ctrl-C or a crash
+//   ./build/examples/gpt_train --config configs/gpt-mini-train.json --init-from path/to/hf-gpt2  # fine-tune
 //
 // The run config is train/run_config.hpp's; every flag overrides its field and --set key.path=value
 // overrides anything. Outputs in --out: config.json (resolved), metrics.jsonl, checkpoints/.
@@ -21,6 +22,7 @@
 #include "sparselm/core/checked.hpp"
 #include "sparselm/core/program.hpp"
 #include "sparselm/core/threads.hpp"
+#include "sparselm/io/huggingface.hpp"
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/train/dynamic_sparsity.hpp"
 #include "sparselm/train/lm_job.hpp"
@@ -35,7 +37,7 @@ namespace {
 lm_job_options job_options;  // --resume, --overwrite, --no-verify
 
 struct cli_values {
-  std::optional<std::string> train, valid, out, optimizer, clip, recompute, order, allocation, regrow;
+  std::optional<std::string> train, valid, out, optimizer, clip, recompute, order, allocation, regrow, init_from;
   std::optional<std::size_t> steps, batch_size, seq_len, accumulation, warmup_steps, eval_every, eval_batches, log_every,
       checkpoint_every, layers, heads, embd, vocab, positions, block_size, update_period;
   std::optional<double> max_lr, min_lr, weight_decay, max_norm, dropout, sparsity;
@@ -112,6 +114,7 @@ struct gpt_job {
   sparse::allocation allocation = sparse::allocation::uniform;
   std::optional<sparse::update_config> update;  // dynamic sparsity
   std::string recompute = "none";
+  std::filesystem::path init_from;  // a checkpoint (ours or HF GPT-2) whose weights start the run
   json resolved;
 };
 
@@ -133,6 +136,10 @@ int dispatch(const gpt_job& job) {
                                [&](const sparse_plan& p) { Model probe(job.model, p); });
         Model model(job.model, plan);
         model.init(job.run.seed);
+        if (!job.init_from.empty() && !job_options.resume) {  // a resume takes its own checkpoint's weights
+          const auto r = io::load_pretrained(job.init_from, model, io::hf_gpt2_map());
+          std::fprintf(stderr, "gpt_train: model weights from %s\n", r.summary().c_str());
+        }
         trainer_t t(model, job.run.trainer, std::move(opt), optim::make_schedule(job.run.schedule_json()));
         std::optional<dynamic_sparsity<Model, trainer_t>> ds;
         if constexpr (Sparsity::is_sparse)
@@ -160,6 +167,9 @@ int main(int argc, char** argv) {
     app.add_option("--train", c.train, "Training token file (data.train)");
     app.add_option("--valid", c.valid, "Validation token file (data.valid)");
     app.add_option("-o,--out", c.out, "Output directory (out)");
+    app.add_option("--init-from", c.init_from,
+                   "Start from this checkpoint's weights and model config: a checkpoint or run directory of ours, "
+                   "or a HuggingFace GPT-2 directory (config.json + model.safetensors); model flags still apply");
     app.add_flag("--resume", job_options.resume, "Continue the run in --out from its newest checkpoint (exact resume)");
     app.add_flag("--overwrite", job_options.overwrite,
                  "Start again in a used --out: delete its checkpoints, metrics.jsonl and config.json first");
@@ -213,6 +223,12 @@ int main(int argc, char** argv) {
     if (auto status = examples::parse(app, argc, argv)) return *status;
 
     auto [j, base] = read_run_json(config_path);
+    fs::path init_from;
+    if (c.init_from) {  // the model is the checkpoint's
+      init_from = io::resolve_checkpoint(*c.init_from);
+      j["model"] = io::read_model_config(init_from);
+      j["model"].erase("sparselm");  // a block-sparse source: the sparsity comes from this run's flags
+    }
     if (!j.contains("model")) j["model"] = read_json_file(SPARSELM_SOURCE_DIR "/configs/gpt-mini.json");
     apply_flags(j, c);
     const std::string ctx = config_path.empty() ? std::string("run config") : config_path;
@@ -243,8 +259,10 @@ int main(int argc, char** argv) {
     SPARSELM_CHECK(job.run.seq_len <= job.model.n_positions, ctx, ": seq_len ", job.run.seq_len,
                    " exceeds the model's n_positions ", job.model.n_positions);
     if (job.run.threads > 0) set_num_threads(job.run.threads);
+    job.init_from = init_from;
     job.resolved = j;
     job.resolved["model"] = job.model.to_json();
+    if (c.init_from) job.resolved["init_from"] = init_from.string();
     job.resolved["schedule"] = job.run.schedule_json();
     if (job.update) job.resolved["sparsity"]["update"] = *job.update;
     return dispatch(job);

@@ -49,7 +49,7 @@ namespace sparselm::io {
 // The metadata key of the per-tensor checksums (see safetensors_writer::write).
 inline constexpr const char* checksum_key = "sparselm.crc32c";
 
-enum class st_dtype { f32, f16, bf16, i32, i64, u8 };
+enum class st_dtype { f32, f16, bf16, i32, i64, u8, boolean };  // boolean: HF's causal-mask buffers
 
 inline const char* to_string(st_dtype d) noexcept {
   switch (d) {
@@ -59,6 +59,7 @@ inline const char* to_string(st_dtype d) noexcept {
     case st_dtype::i32: return "I32";
     case st_dtype::i64: return "I64";
     case st_dtype::u8: return "U8";
+    case st_dtype::boolean: return "BOOL";
   }
   return "?";
 }
@@ -67,12 +68,13 @@ inline std::size_t dtype_size(st_dtype d) noexcept {
     case st_dtype::f32: case st_dtype::i32: return 4;
     case st_dtype::f16: case st_dtype::bf16: return 2;
     case st_dtype::i64: return 8;
-    case st_dtype::u8: return 1;
+    case st_dtype::u8: case st_dtype::boolean: return 1;
   }
   return 0;
 }
 inline bool parse_dtype(const std::string& s, st_dtype& out) noexcept {
-  for (st_dtype d : {st_dtype::f32, st_dtype::f16, st_dtype::bf16, st_dtype::i32, st_dtype::i64, st_dtype::u8})
+  for (st_dtype d : {st_dtype::f32, st_dtype::f16, st_dtype::bf16, st_dtype::i32, st_dtype::i64, st_dtype::u8,
+                     st_dtype::boolean})
     if (s == to_string(d)) return out = d, true;
   return false;
 }

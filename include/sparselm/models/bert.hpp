@@ -24,6 +24,7 @@
 #include "sparselm/layers/bert_embedding.hpp"
 #include "sparselm/layers/block.hpp"
 #include "sparselm/layers/visit.hpp"
+#include "sparselm/models/hf_config.hpp"
 #include "sparselm/models/bert_heads.hpp"
 #include "sparselm/models/transformer.hpp"
 
@@ -45,7 +46,10 @@ struct bert_config {
 
   std::size_t head_dim() const noexcept { return hidden_size / num_attention_heads; }
 
-  // Reads HF BERT config.json keys; unknown keys and bad values are errors naming the field.
+  // Reads HF BERT config.json keys (every key transformers' BertConfig writes is accepted); unknown
+  // keys, bad values and values that change the model in ways not implemented here
+  // (position_embedding_type other than absolute, is_decoder, cross-attention, ...) are errors
+  // naming the field.
   static bert_config from_json(const json& j, const std::string& context = "bert config") {
     json_fields r(j, context);
     bert_config c;
@@ -63,8 +67,11 @@ struct bert_config {
     c.layer_norm_eps = r.get("layer_norm_eps", c.layer_norm_eps, in_range(1e-30, 1.0));
     c.initializer_range = r.get("initializer_range", c.initializer_range, in_range(0.0, 10.0));
     c.hidden_act = r.get("hidden_act", c.hidden_act, one_of({"gelu"}));
-    r.ignore({"model_type", "architectures", "pad_token_id", "position_embedding_type", "torch_dtype",
-              "transformers_version", "use_cache", "classifier_dropout", "gradient_checkpointing"});
+    r.get("position_embedding_type", std::string("absolute"),
+          detail::must_be(std::string("absolute"), "only learned absolute positions are implemented"));
+    r.get("is_decoder", false, detail::must_be(false, "BERT here is a bidirectional encoder"));
+    r.ignore({"sparselm"});  // a block-sparse checkpoint's record (io::model_config_json), read by its loaders
+    read_hf_common(r);       // every other key HF's BertConfig writes (models/hf_config.hpp)
     r.finish();
     SPARSELM_CHECK(c.hidden_size % c.num_attention_heads == 0, context, ": field 'hidden_size' (", c.hidden_size,
                    ") is not divisible by 'num_attention_heads' (", c.num_attention_heads, ")");

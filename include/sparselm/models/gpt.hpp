@@ -28,6 +28,7 @@
 #include "sparselm/layers/layer_norm.hpp"
 #include "sparselm/layers/visit.hpp"
 #include "sparselm/models/causal_lm_head.hpp"
+#include "sparselm/models/hf_config.hpp"
 #include "sparselm/core/json.hpp"
 #include "sparselm/models/lm_loss.hpp"
 #include "sparselm/models/transformer.hpp"
@@ -52,7 +53,10 @@ struct gpt_config {
   std::size_t hidden() const noexcept { return n_inner ? n_inner : 4 * n_embd; }
   std::size_t head_dim() const noexcept { return n_embd / n_head; }
 
-  // Reads HF GPT-2 config.json keys; unknown keys and bad values are errors naming the field.
+  // Reads HF GPT-2 config.json keys (every key transformers' GPT2Config writes is accepted); unknown
+  // keys, bad values and values that change the model in ways not implemented here
+  // (scale_attn_by_inverse_layer_idx, unscaled attention, cross-attention, ...) are errors naming
+  // the field.
   static gpt_config from_json(const json& j, const std::string& context = "gpt config") {
     json_fields r(j, context);
     gpt_config c;
@@ -74,13 +78,21 @@ struct gpt_config {
     c.layer_norm_epsilon = r.get("layer_norm_epsilon", c.layer_norm_epsilon, in_range(1e-30, 1.0));
     c.initializer_range = r.get("initializer_range", c.initializer_range, in_range(0.0, 10.0));
     c.scale_residual_init = r.get("scale_residual_init", c.scale_residual_init);
-    c.activation_function = r.get("activation_function", c.activation_function, one_of({"gelu_new", "gelu"}));
+    c.activation_function =
+        r.get("activation_function", c.activation_function, one_of({"gelu_new", "gelu_pytorch_tanh", "gelu"}));
+    if (c.activation_function == "gelu_pytorch_tanh") c.activation_function = "gelu_new";  // the same function
     c.loss = lm_loss_options::from_json(r.object("loss"), context + " loss");
-    // HF keys that do not change the model we build.
-    r.ignore({"model_type", "architectures", "bos_token_id", "eos_token_id", "torch_dtype", "transformers_version",
-              "use_cache", "summary_activation", "summary_first_dropout", "summary_proj_to_labels", "summary_type",
-              "summary_use_proj", "task_specific_params", "scale_attn_weights", "_name_or_path",
-              "sparselm"});
+    // HF GPT2Config keys that would change the attention we compute.
+    r.get("scale_attn_weights", true, detail::must_be(true, "attention scores are always scaled by 1/sqrt(head_dim)"));
+    r.get("scale_attn_by_inverse_layer_idx", false,
+          detail::must_be(false, "scaling attention by 1/(layer+1) is not implemented"));
+    // reorder_and_upcast_attn only changes where the scale is applied and the precision of
+    // mixed-precision attention; attention here is computed in fp32, so either value is the same model.
+    r.get("reorder_and_upcast_attn", false);
+    // HF GPT2Config keys of the sequence-summary heads we do not build, and our own record.
+    r.ignore({"summary_activation", "summary_first_dropout", "summary_proj_to_labels", "summary_type",
+              "summary_use_proj", "is_decoder", "sparselm"});
+    read_hf_common(r);  // every other key HF's PretrainedConfig writes (models/hf_config.hpp)
     r.finish();
     SPARSELM_CHECK(c.n_embd % c.n_head == 0, context, ": field 'n_embd' (", c.n_embd, ") is not divisible by 'n_head' (",
                    c.n_head, ")");

@@ -7,7 +7,9 @@
 //   nlohmann::json summary = job.run(model, trainer);      // (dynamic_sparsity* optional)
 //
 // Phase 2 of BERT pre-training (sequence 384 after 128) is a second job whose model starts from
-// phase 1's weights (`init_from`: a checkpoint directory; the optimiser starts afresh).
+// phase 1's weights (`init_from`: a checkpoint directory; the optimiser starts afresh). `init_from`
+// may also be a HuggingFace BERT directory (io/huggingface.hpp); heads it lacks keep their
+// initialisation, and the message says which.
 // Metrics (<out>/metrics.jsonl): "train" lines with mlm_loss, mlm_accuracy, nsp_loss,
 // nsp_accuracy, loss, lr, grad_norm, samples_per_s, tokens_per_s (and loss_scale, overflow_steps
 // when the trainer scales the loss); "eval" lines with the same losses on the validation file.
@@ -27,6 +29,7 @@
 #include "sparselm/core/rng.hpp"
 #include "sparselm/data/bert_examples.hpp"
 #include "sparselm/io/checkpoint.hpp"
+#include "sparselm/io/huggingface.hpp"
 #include "sparselm/models/bert_heads.hpp"
 #include "sparselm/train/lm_job.hpp"
 #include "sparselm/train/lm_training.hpp"
@@ -37,7 +40,7 @@ namespace sparselm {
 
 struct bert_job_options {
   std::filesystem::path train, valid, out = "runs/bert";
-  std::filesystem::path init_from;  // a checkpoint whose model weights start this job (phase 2)
+  std::filesystem::path init_from;  // a checkpoint (ours, or an HF BERT directory) whose weights start this job
   std::size_t batch_size = 8, steps = 1000, eval_every = 100, eval_batches = 8, log_every = 10;
   std::size_t checkpoint_every = 0, keep_checkpoints = 2;
   std::uint64_t seed = 1234;
@@ -99,8 +102,8 @@ class bert_job {
     } else {
       if (!o_.init_from.empty()) {
         const auto from = io::resolve_checkpoint(o_.init_from);
-        io::load_model(from, model);
-        say("model weights from " + from.string());
+        const auto r = io::load_pretrained(from, model, io::hf_bert_map());
+        say("model weights from " + from.string() + " (" + r.summary() + ")");
       }
     }
     fs::create_directories(o_.out);
