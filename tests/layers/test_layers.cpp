@@ -122,6 +122,9 @@ TEST_CASE_TEMPLATE("transformer_block: gradients by finite differences (pre-LN c
     Block blk(*layout, "h.0", o, 5);
     layer_check_options lo{.batch = B, .seq = T, .in = C, .out = C, .training = training};
     if constexpr (Block::attention_type::mask == kernels::attention_mask::padding) lo.lengths = {4, 3};
+    // A whole block evaluated in float: rounding noise in the loss, not truncation, limits the
+    // finite differences (smaller steps fail more on the AVX-512 host, 2e-2 passes on every host).
+    lo.tolerance.step = 2e-2;
     lo.init = [&](arena<float>& p) {
       counter_rng(4).fill_normal(p.all(), 9, 0.0f, 0.3f);
       visit_tree(blk, [&](const auto& n) {
