@@ -4,13 +4,17 @@
 // steps fit a small batch.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "../common/errors.hpp"
 #include "../common/tiny_bert.hpp"
+#include "sparselm/io/huggingface.hpp"
 #include "sparselm/models/bert.hpp"
 #include "sparselm/models/bert_finetune.hpp"
 #include "sparselm/testing/layer_check.hpp"
@@ -88,6 +92,67 @@ TEST_CASE("bert fine-tuning models: bert<>'s encoder names, their own heads") {
   CHECK_FALSE(q.contains("pooler.dense.weight"));
   CHECK(cls.layout()->at("classifier.weight") > 0);
   CHECK((*cls.layout())[cls.layout()->at("classifier.weight")].shape == std::vector<std::size_t>{32, 2});
+}
+
+TEST_CASE("bert fine-tuning models start from our pre-training checkpoint (load_pretrained by head)") {
+  namespace fs = std::filesystem;
+  const auto cfg = tiny();
+  bert<> pre(cfg);
+  pre.init(5);
+  const fs::path dir = fs::path(SPARSELM_TEST_TMPDIR) / "finetune_from_pretraining";
+  fs::remove_all(dir);
+  io::save_model(dir, pre);
+
+  bert_classifier<> cls(cfg, 3);
+  cls.init(9);
+  const std::vector<float> head_before(cls.params().at("classifier.weight").begin(),
+                                       cls.params().at("classifier.weight").end());
+  const auto r = io::load_pretrained(dir, cls, io::hf_bert_map());
+  CHECK(r.format == "sparselm");
+  CHECK(r.loaded("pooler"));
+  CHECK(r.absent_group("classifier"));
+  CHECK(r.unused.size() == 7);  // the MLM transform, its norm and bias, and NSP
+  for (const auto& t : *cls.layout()) {
+    if (t.name.rfind("classifier.", 0) == 0) continue;
+    const auto a = cls.params().at(t.name), b = pre.params().at(t.name);
+    CHECK_MESSAGE(std::equal(a.begin(), a.end(), b.begin(), b.end()), t.name << " not loaded");
+  }
+  const auto head_after = cls.params().at("classifier.weight");
+  CHECK(std::equal(head_after.begin(), head_after.end(), head_before.begin(), head_before.end()));
+
+  bert_qa<> qa(cfg);
+  const auto rq = io::load_pretrained(dir, qa, io::hf_bert_map());
+  CHECK(rq.absent_group("qa"));
+  CHECK(rq.unused.size() == 9);  // the MLM and NSP heads and the pooler
+
+  // The classifier's own checkpoint loads whole (its head too), and back into a classifier only.
+  const fs::path cdir = fs::path(SPARSELM_TEST_TMPDIR) / "finetune_classifier";
+  fs::remove_all(cdir);
+  io::save_model(cdir, cls);
+  bert_classifier<> again(cfg, 3);
+  CHECK(io::load_pretrained(cdir, again, io::hf_bert_map()).absent_groups.empty());
+  bert_classifier<> five(cfg, 5);  // another label count: the head's shape differs
+  CHECK(test::error_of([&] { io::load_pretrained(cdir, five, io::hf_bert_map()); }).find("classifier.weight") !=
+        std::string::npos);
+
+  // A pre-training checkpoint with an incomplete head, or an unknown tensor, is an error naming it.
+  io::safetensors_writer w;
+  for (const auto& t : *pre.layout())
+    if (t.name != "cls.seq_relationship.bias" && t.name != "pooler.dense.bias") w.add(t.name, t.shape, pre.params().at(t.name));
+  w.set_metadata("sparselm.layout", "x");
+  const fs::path bad = fs::path(SPARSELM_TEST_TMPDIR) / "finetune_bad";
+  fs::create_directories(bad);
+  w.write(bad / io::model_file);
+  const std::string e = test::error_of([&] { io::load_pretrained(bad, cls, io::hf_bert_map()); });
+  CHECK_MESSAGE(e.find("head 'pooler' is incomplete: missing 'pooler.dense.bias'") != std::string::npos, e);
+  io::safetensors_writer w2;
+  for (const auto& t : *pre.layout()) w2.add(t.name, t.shape, pre.params().at(t.name));
+  const std::vector<float> junk(4, 0.0f);
+  w2.add("mystery.weight", {4}, junk);
+  w2.set_metadata("sparselm.layout", "x");
+  w2.write(bad / io::model_file);
+  const std::string e2 = test::error_of([&] { io::load_pretrained(bad, cls, io::hf_bert_map()); });
+  CHECK_MESSAGE(e2.find("neither the model's nor a known head's: 'mystery.weight'") != std::string::npos, e2);
 }
 
 TEST_CASE("bert fine-tuning models: padded positions change nothing; predictions are the logits") {
