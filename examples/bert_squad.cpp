@@ -1,0 +1,193 @@
+// bert_squad: fine-tunes BERT on SQuAD v1.1 (span start / end over the context) and evaluates it:
+// predictions.json ({"question id": "answer"}) and exact match / F1 by the official rules.
+//
+//   bert_squad --train data/squad/train-v1.1.json --predict data/squad/dev-v1.1.json
+//              --init-from runs/bert/phase2 --out runs/squad --epochs 2 --lr 1e-4
+//   bert_squad --train train-v1.1.json --predict dev-v1.1.json --init-from bert-base-uncased/ --lr 3e-5
+//
+// Features (sparselm/data/squad_features.hpp): [CLS] question [SEP] context window [SEP], at most
+// --max-seq tokens, windows --doc-stride apart, an answer outside a window labelled [CLS].
+// Answers: the n-best (--n-best) start and end logits of every window, spans of at most
+// --max-answer tokens that start in a token's max-context window, mapped back to the context text.
+// Training: AdamW without bias correction (ε 1e-6), the linear schedule, checkpoints, exact
+// --resume, SIGINT saves and stops. <out>/predictions.json and <out>/eval.json hold the results.
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "finetune_cli.hpp"
+#include "sparselm/core/checked.hpp"
+#include "sparselm/core/program.hpp"
+#include "sparselm/data/squad.hpp"
+#include "sparselm/data/squad_eval.hpp"
+#include "sparselm/data/squad_features.hpp"
+#include "sparselm/data/wordpiece.hpp"
+#include "sparselm/io/atomic_file.hpp"
+#include "sparselm/models/bert_finetune.hpp"
+
+using namespace sparselm;
+
+namespace {
+
+struct span_task {
+  using batch_type = bert_span_batch;
+  const std::vector<data::squad_feature>* features = nullptr;
+  std::size_t seq = 0;
+  std::vector<std::int32_t> ids, types, lengths, starts, ends;
+
+  std::size_t size() const { return features->size(); }
+  bert_span_batch batch(std::span<const std::size_t> pick, bool with_labels = true) {
+    const std::size_t B = pick.size();
+    ids.resize(B * seq);
+    types.resize(B * seq);
+    lengths.resize(B);
+    starts.resize(B);
+    ends.resize(B);
+    for (std::size_t i = 0; i < B; ++i) {
+      const data::squad_feature& f = (*features)[pick[i]];
+      std::copy(f.ids.begin(), f.ids.end(), ids.begin() + std::ptrdiff_t(i * seq));
+      std::copy(f.segments.begin(), f.segments.end(), types.begin() + std::ptrdiff_t(i * seq));
+      std::int32_t n = 0;
+      for (auto m : f.mask) n += m != 0;
+      lengths[i] = n;
+      starts[i] = with_labels ? std::int32_t(f.start) : -1;
+      ends[i] = with_labels ? std::int32_t(f.end) : -1;
+    }
+    return {ids, types, lengths, starts, ends, B, seq};
+  }
+  // main = start position, aux = end position (bert_span_head's loss_stats)
+  nlohmann::json loss_json(const loss_stats& s) const {
+    return {{"loss", s.mean_loss()},
+            {"start_loss", s.mean_ce()},
+            {"start_accuracy", s.accuracy()},
+            {"end_loss", s.aux_mean_loss()},
+            {"end_accuracy", s.aux_accuracy()},
+            {"features", s.count}};
+  }
+  std::string brief(const loss_stats& s) const {
+    char buf[80];
+    std::snprintf(buf, sizeof buf, "loss %.3f start acc %.2f end acc %.2f", s.mean_loss(), s.accuracy(),
+                  s.aux_accuracy());
+    return buf;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_program("bert_squad", [&]() -> int {
+    CLI::App app{"Fine-tune BERT on SQuAD v1.1 and write + score predictions."};
+    examples::finetune_cli cli;
+    cli.job.program = "bert_squad";
+    cli.job.out = "runs/squad";
+    cli.lr = 1e-4;
+    cli.epochs = 2;
+    cli.job.batch_size = 8;
+    std::filesystem::path train_path, predict_path, vocab = std::filesystem::path(SPARSELM_SOURCE_DIR) / "data/bert/vocab.txt";
+    data::squad_feature_options fo;
+    data::squad_postprocess_options po;
+    app.add_option("--train", train_path, "SQuAD v1.1 training JSON")->required();
+    app.add_option("--predict", predict_path, "SQuAD v1.1 JSON to answer and score after training");
+    app.add_option("--vocab", vocab, "WordPiece vocab.txt")->capture_default_str();
+    app.add_option("--max-seq", fo.max_seq, "Tokens per feature")->check(CLI::Range(16ul, 1ul << 14))->capture_default_str();
+    app.add_option("--doc-stride", fo.doc_stride, "Tokens between the starts of a context's windows")
+        ->check(CLI::Range(1ul, 1ul << 14))
+        ->capture_default_str();
+    app.add_option("--max-query", fo.max_query_tokens, "Question tokens kept")
+        ->check(CLI::Range(1ul, 1ul << 14))
+        ->capture_default_str();
+    app.add_option("--n-best", po.n_best, "Start and end candidates per window")
+        ->check(CLI::Range(1ul, 1000ul))
+        ->capture_default_str();
+    app.add_option("--max-answer", po.max_answer_tokens, "Longest answer, in tokens")
+        ->check(CLI::Range(1ul, 1ul << 14))
+        ->capture_default_str();
+    cli.add(app);
+    if (auto status = examples::parse(app, argc, argv)) return *status;
+    SPARSELM_CHECK(fo.max_seq > fo.max_query_tokens + 3, "bert_squad: --max-seq ", fo.max_seq,
+                   " leaves no room for the context after ", fo.max_query_tokens, " question tokens");
+
+    const auto wp = data::wordpiece::from_file(vocab);
+    const bert_config cfg = cli.model_config();
+    SPARSELM_CHECK(wp.size() <= cfg.vocab_size, vocab.string(), ": ", wp.size(), " tokens, more than the model's ",
+                   cfg.vocab_size);
+    SPARSELM_CHECK(fo.max_seq <= cfg.max_position_embeddings, "bert_squad: --max-seq ", fo.max_seq,
+                   " exceeds the model's max_position_embeddings ", cfg.max_position_embeddings);
+
+    const data::squad_dataset train_set = data::read_squad(train_path);
+    for (const std::string& m : train_set.skipped.messages)
+      std::fprintf(stderr, "%s: skipped: %s\n", train_path.string().c_str(), m.c_str());
+    const auto train_examples = data::squad_examples(train_set);
+    const auto train_features = data::squad_features(train_examples, wp, fo, /*training=*/true);
+    SPARSELM_CHECK(!train_features.empty(), train_path.string(), ": no training question");
+    span_task task{&train_features, fo.max_seq, {}, {}, {}, {}, {}};
+    cli.resolve_steps(app, task.size());
+    std::fprintf(stderr, "bert_squad: %zu questions -> %zu training features, %zu steps\n", train_examples.size(),
+                 train_features.size(), cli.job.steps);
+
+    cli.job.config = cli.run_config();
+    cli.job.config["model"] = cfg.to_json();
+    cli.job.config["task"] = {{"train", train_path.string()},       {"predict", predict_path.string()},
+                              {"max_seq", fo.max_seq},             {"doc_stride", fo.doc_stride},
+                              {"max_query", fo.max_query_tokens},  {"n_best", po.n_best},
+                              {"max_answer", po.max_answer_tokens}};
+    bert_qa<> model(cfg);
+    model.init(cli.job.seed);
+    auto t = cli.make_trainer(model);
+    const auto summary = finetune_job(cli.job).run(model, t, task);
+    std::fprintf(stderr, "%s\n", summary.dump().c_str());
+    if (summary.value("interrupted", false)) return 130;
+    if (predict_path.empty()) {
+      std::printf("%s\n", nlohmann::json{{"train", summary}}.dump().c_str());
+      return 0;
+    }
+
+    // Answer every question of --predict and score the answers.
+    const data::squad_dataset dev = data::read_squad(predict_path);
+    for (const std::string& m : dev.skipped.messages)
+      std::fprintf(stderr, "%s: skipped: %s\n", predict_path.string().c_str(), m.c_str());
+    const auto dev_examples = data::squad_examples(dev);
+    const auto dev_features = data::squad_features(dev_examples, wp, fo, /*training=*/false);
+    span_task ev{&dev_features, fo.max_seq, {}, {}, {}, {}, {}};
+    const std::size_t B = cli.job.batch_size, T = fo.max_seq;
+    std::vector<std::vector<float>> starts(dev_features.size()), ends(dev_features.size());
+    std::vector<float> out(B * T * 2);
+    std::vector<std::size_t> pick;
+    for (std::size_t at = 0; at < dev_features.size(); at += B) {
+      pick.clear();
+      for (std::size_t i = at; i < std::min(at + B, dev_features.size()); ++i) pick.push_back(i);
+      model.predict(ev.batch(pick, false), matrix_view<float>{out.data(), pick.size() * T, 2});
+      for (std::size_t i = 0; i < pick.size(); ++i) {
+        auto& s = starts[pick[i]];
+        auto& e = ends[pick[i]];
+        s.resize(T);
+        e.resize(T);
+        for (std::size_t p = 0; p < T; ++p) {
+          s[p] = out[2 * (i * T + p)];
+          e[p] = out[2 * (i * T + p) + 1];
+        }
+      }
+    }
+    const auto preds = data::squad_best_answers(wp, dev_examples, dev_features, starts, ends, po);
+    nlohmann::json pj = nlohmann::json::object();
+    for (const auto& [id, text] : preds) pj[id] = text;
+    io::atomic_write_text(cli.job.out / "predictions.json", pj.dump(2) + "\n");
+    const data::squad_totals tot = data::squad_evaluate(dev.graded(), preds);
+    const nlohmann::json report = {{"exact_match", tot.exact_match},
+                                   {"f1", tot.f1},
+                                   {"questions", tot.questions},
+                                   {"features", dev_features.size()},
+                                   {"predict", predict_path.string()},
+                                   {"train", summary}};
+    io::atomic_write_text(cli.job.out / "eval.json", report.dump(2) + "\n");
+    std::printf("%s\n", report.dump().c_str());
+    std::fprintf(stderr, "%s: exact match %.2f, F1 %.2f over %zu questions (%s/predictions.json)\n",
+                 predict_path.string().c_str(), tot.exact_match, tot.f1, tot.questions, cli.job.out.string().c_str());
+    return 0;
+  });
+}

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# bert_classify and bert_squad end to end, small and quick (bert-tiny, a few steps):
+#   1. a short bert_pretrain run writes the checkpoint both programs start from (--init-from);
+#   2. bert_classify on a real two-class task built from the bundled corpus (Moby-Dick sentences vs
+#      State of the Union sentences, JSON lines): eval.json with accuracy, per-class F1 and a
+#      confusion matrix that sums to the held-out count; exact resume (steps 7-12 logged
+#      bit-identically after resuming from step 6); a test label unseen in training is an error;
+#   3. bert_squad on the bundled SQuAD-format set: predictions.json answers every dev question
+#      with text from its context, eval.json's EM / F1 equal squad_eval's on those predictions.
+#   check_finetune.sh BERT_DATA BERT_PRETRAIN BERT_CLASSIFY BERT_SQUAD SQUAD_EVAL SOURCE_DIR WORK_DIR
+set -euo pipefail
+data=$1 pretrain=$2 classify=$3 squad=$4 squad_eval=$5 src=$6 work=$7
+rm -rf "$work"
+mkdir -p "$work"
+"$data" -i "$src/data/corpus/valid" -o "$work/p.bex" --seq-len 64 --max-predictions 10 --dupe-factor 1 > /dev/null
+"$pretrain" --config "$src/configs/bert-tiny.json" --train "$work/p.bex" --out "$work/pre" --steps 4 --batch-size 8 \
+  --eval-every 0 --threads 2 > /dev/null 2> "$work/pre.log"
+
+# A two-class set from the bundled validation text: 120 sentences of each source, labelled by it.
+/usr/bin/python3 - "$src/data/corpus/valid" "$work" <<'PY'
+import json, os, re, sys
+src, work = sys.argv[1], sys.argv[2]
+def lines(path):  # sentences of 40 to 300 characters
+    text = " ".join(open(path, encoding="utf-8").read().split())
+    return [t for t in re.split(r"(?<=[.!?]) ", text) if 40 <= len(t) <= 300]
+moby = lines(os.path.join(src, "moby_dick.txt"))[:120]
+sotu = []
+for f in sorted(os.listdir(os.path.join(src, "sotu"))):
+    sotu += lines(os.path.join(src, "sotu", f))
+sotu = sotu[:120]
+rows = [(t, "moby") for t in moby] + [(t, "sotu") for t in sotu]
+rows = rows[::2] + rows[1::2]  # interleave, deterministic
+with open(os.path.join(work, "train.jsonl"), "w") as tr, open(os.path.join(work, "test.jsonl"), "w") as te:
+    for i, (t, l) in enumerate(rows):
+        (te if i % 5 == 0 else tr).write(json.dumps({"text": t, "label": l}) + "\n")
+with open(os.path.join(work, "bad.jsonl"), "w") as b:
+    b.write(json.dumps({"text": "x", "label": "poetry"}) + "\n")
+PY
+
+cls=(--train "$work/train.jsonl" --test "$work/test.jsonl" --init-from "$work/pre" --max-seq 64 --batch-size 8
+     --lr 2e-4 --log-every 1 --threads 2)
+"$classify" "${cls[@]}" --out "$work/cls" --steps 12 --checkpoint-every 6 > "$work/cls.json" 2> "$work/cls.log"
+grep -q "model weights from $work/pre/checkpoints/step-000004" "$work/cls.log" ||
+  { echo "FAIL: bert_classify did not start from the pre-training checkpoint: $(cat "$work/cls.log")"; exit 1; }
+cp -r "$work/cls" "$work/cls-resumed"
+rm -rf "$work/cls-resumed/checkpoints/step-000012"
+echo "step-000006" > "$work/cls-resumed/checkpoints/latest"
+"$classify" "${cls[@]}" --out "$work/cls-resumed" --steps 12 --checkpoint-every 6 --resume > /dev/null \
+  2> "$work/cls-resumed.log"
+if "$classify" --train "$work/train.jsonl" --test "$work/bad.jsonl" --out "$work/cls-bad" --steps 1 \
+  > /dev/null 2> "$work/bad.log"; then
+  echo "FAIL: a test label unseen in training was accepted"; exit 1
+fi
+grep -q "bad.jsonl:1: label 'poetry' is not one of the training labels" "$work/bad.log" ||
+  { echo "FAIL: unseen label: $(cat "$work/bad.log")"; exit 1; }
+
+sq=(--train "$src/data/squad/train-v1.1.json" --predict "$src/data/squad/dev-v1.1.json" --init-from "$work/pre"
+    --max-seq 128 --doc-stride 64 --batch-size 8 --lr 2e-4 --log-every 2 --threads 2)
+"$squad" "${sq[@]}" --out "$work/squad" --steps 6 > "$work/squad.json" 2> "$work/squad.log"
+"$squad_eval" "$src/data/squad/dev-v1.1.json" "$work/squad/predictions.json" > "$work/squad_eval.out"
+
+/usr/bin/python3 - "$work" "$src" <<'PY'
+import json, sys
+w, src = sys.argv[1], sys.argv[2]
+def lines(run, kind):
+    return [json.loads(l) for l in open(f"{w}/{run}/metrics.jsonl") if json.loads(l).get("kind") == kind]
+ev = json.load(open(f"{w}/cls/eval.json"))
+n_test = sum(1 for _ in open(f"{w}/test.jsonl"))
+assert ev["examples"] == n_test, f"FAIL: {ev['examples']} evaluated, {n_test} held out"
+assert sum(map(sum, ev["confusion"])) == n_test, f"FAIL: confusion {ev['confusion']}"
+assert ev["labels"] == ["moby", "sotu"] or ev["labels"] == ["sotu", "moby"], ev["labels"]
+correct = sum(ev["confusion"][k][k] for k in range(2))
+assert abs(ev["accuracy"] - correct / n_test) < 1e-12, f"FAIL: accuracy {ev['accuracy']} vs confusion"
+for c in ev["classes"].values():
+    assert 0 <= c["f1"] <= 1 and c["support"] > 0, c
+train = lines("cls", "train")
+assert [j["step"] for j in train] == list(range(1, 13)), f"FAIL: train steps {[j['step'] for j in train]}"
+for k in ("loss", "accuracy", "lr", "grad_norm", "samples_per_s"):
+    assert k in train[-1], f"FAIL: train line without {k}"
+a = [(j["step"], j["loss"], j["grad_norm"]) for j in train if j["step"] > 6]
+b = [(j["step"], j["loss"], j["grad_norm"]) for j in lines("cls-resumed", "train") if j["step"] > 6]
+assert a == b, f"FAIL: resumed run differs:\n{a}\n{b}"
+
+dev = json.load(open(f"{src}/data/squad/dev-v1.1.json"))
+contexts = {q["id"]: p["context"] for art in dev["data"] for p in art["paragraphs"] for q in p["qas"]}
+preds = json.load(open(f"{w}/squad/predictions.json"))
+assert set(preds) == set(contexts), f"FAIL: {len(preds)} predictions for {len(contexts)} questions"
+for qid, text in preds.items():
+    assert text == "empty" or text in contexts[qid], f"FAIL: {qid}: {text!r} is not in its context"
+sq = json.load(open(f"{w}/squad/eval.json"))
+ref = json.loads(open(f"{w}/squad_eval.out").readline())
+assert abs(sq["exact_match"] - ref["exact_match"]) < 1e-9 and abs(sq["f1"] - ref["f1"]) < 1e-9, (sq, ref)
+assert sq["questions"] == len(contexts)
+st = lines("squad", "train")
+assert st and all(k in st[-1] for k in ("start_loss", "end_loss", "start_accuracy", "end_accuracy")), st[-1]
+print(f"classify accuracy {ev['accuracy']:.3f}; squad EM {sq['exact_match']:.2f} F1 {sq['f1']:.2f}: ok")
+PY

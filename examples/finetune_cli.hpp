@@ -1,0 +1,116 @@
+#pragma once
+// Options and set-up shared by the fine-tuning programs (bert_classify, bert_squad): the model
+// config (--config, or the --init-from checkpoint's), AdamW without bias correction (ε 1e-6,
+// weight decay not on norms and biases) and the linear schedule (warm-up, then linear decay),
+// the run directory and its checkpoints (train/finetune_job.hpp).
+
+#include <CLI/CLI.hpp>
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli.hpp"
+#include "sparselm/core/json.hpp"
+#include "sparselm/core/threads.hpp"
+#include "sparselm/io/checkpoint.hpp"
+#include "sparselm/models/bert.hpp"
+#include "sparselm/optim/adam.hpp"
+#include "sparselm/optim/schedules.hpp"
+#include "sparselm/train/finetune_job.hpp"
+#include "sparselm/train/trainer.hpp"
+
+namespace examples {
+
+struct finetune_cli {
+  std::string config;  // empty: the --init-from checkpoint's
+  sparselm::finetune_job_options job;
+  double lr = 5e-5, warmup_frac = 0.1, weight_decay = 0.01, max_norm = 1.0, epochs = 2.0;
+  std::optional<double> dropout;
+  int threads = 0;
+
+  void add(CLI::App& app) {
+    app.add_option("-c,--config", config,
+                   "BERT config (HF config.json keys; default: the --init-from checkpoint's, else bert-tiny)");
+    app.add_option("--init-from", job.init_from,
+                   "Start from this checkpoint's weights: ours (e.g. a bert_pretrain run) or a HuggingFace BERT "
+                   "directory (config.json + model.safetensors)");
+    app.add_option("--out", job.out, "Run directory")->capture_default_str();
+    app.add_flag("--resume", job.resume, "Continue the run in --out from its newest checkpoint");
+    app.add_flag("--overwrite", job.overwrite,
+                 "Start again in a used --out: delete its checkpoints, metrics.jsonl and config.json first");
+    app.add_option("--epochs", epochs, "Passes over the training examples (the steps follow from it)")
+        ->check(CLI::Range(0.0, 1000.0))
+        ->capture_default_str();
+    app.add_option("--steps", job.steps, "Optimiser steps in total (overrides --epochs)")
+        ->check(CLI::Range(1ul, 1ul << 40));
+    app.add_option("--batch-size", job.batch_size, "Sequences per step")
+        ->check(CLI::Range(1ul, 1ul << 16))
+        ->capture_default_str();
+    app.add_option("--lr", lr, "Peak learning rate of the linear schedule")
+        ->check(CLI::Range(0.0, 10.0))
+        ->capture_default_str();
+    app.add_option("--warmup-frac", warmup_frac, "Warm-up fraction of the steps")
+        ->check(CLI::Range(0.0, 0.99))
+        ->capture_default_str();
+    app.add_option("--weight-decay", weight_decay, "AdamW weight decay (not on norms and biases)")
+        ->check(CLI::Range(0.0, 1.0))
+        ->capture_default_str();
+    app.add_option("--max-norm", max_norm, "Global-norm gradient clipping")
+        ->check(CLI::Range(1e-6, 1e6))
+        ->capture_default_str();
+    app.add_option("--dropout", dropout, "Hidden and attention dropout (default: the config's)")
+        ->check(CLI::Range(0.0, 0.99));
+    app.add_option("--log-every", job.log_every, "Training metrics every this many steps")
+        ->check(CLI::Range(1ul, 1ul << 40))
+        ->capture_default_str();
+    app.add_option("--checkpoint-every", job.checkpoint_every, "Checkpoint every this many steps (0: at the end)")
+        ->capture_default_str();
+    app.add_option("--seed", job.seed, "Initialisation, data order and dropout")->capture_default_str();
+    app.add_option("--threads", threads, "Threads (0: OpenMP default)")->check(CLI::Range(0, 1024));
+  }
+
+  // The model config: --config, else the --init-from checkpoint's, else bert-tiny.
+  sparselm::bert_config model_config() {
+    if (threads > 0) sparselm::set_num_threads(threads);
+    std::string path = config;
+    if (path.empty())
+      path = job.init_from.empty() ? std::string(SPARSELM_SOURCE_DIR) + "/configs/bert-tiny.json"
+                                   : (sparselm::io::resolve_checkpoint(job.init_from) / sparselm::io::config_file).string();
+    nlohmann::json j = sparselm::read_json_file(path);
+    sparselm::check_model_limits(j, path);
+    if (dropout) j["hidden_dropout_prob"] = j["attention_probs_dropout_prob"] = *dropout;
+    return sparselm::bert_config::from_json(j, path);
+  }
+
+  // Steps from --epochs unless --steps was given.
+  void resolve_steps(const CLI::App& app, std::size_t train_examples) {
+    if (app.count("--steps") == 0) {
+      const double s = epochs * double(train_examples) / double(job.batch_size);
+      job.steps = std::max<std::size_t>(1, std::size_t(s + 0.999999));
+    }
+  }
+
+  nlohmann::json run_config() const {
+    return {{"steps", job.steps},          {"batch_size", job.batch_size}, {"lr", lr},
+            {"warmup_frac", warmup_frac},  {"weight_decay", weight_decay}, {"max_norm", max_norm},
+            {"seed", job.seed},            {"init_from", job.init_from.string()},
+            {"optimizer", {{"type", "adamw"}, {"eps", 1e-6}, {"bias_correction", false}}},
+            {"schedule", "linear"}};
+  }
+
+  template <class Model>
+  auto make_trainer(Model& model) const {
+    sparselm::trainer_options to;
+    to.max_norm = float(max_norm);
+    to.dropout_seed = job.seed + 1;
+    return sparselm::trainer<Model>(
+        model, to,
+        sparselm::optim::adamw<>(nlohmann::json{{"weight_decay", weight_decay}, {"eps", 1e-6}, {"bias_correction", false}}),
+        sparselm::optim::make_schedule(
+            {{"type", "linear"}, {"max_lr", lr}, {"total_steps", job.steps}, {"warmup_proportion", warmup_frac}}));
+  }
+};
+
+}  // namespace examples
