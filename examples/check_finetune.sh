@@ -5,11 +5,13 @@
 #      State of the Union sentences, JSON lines): eval.json with accuracy, per-class F1 and a
 #      confusion matrix that sums to the held-out count; exact resume (steps 7-12 logged
 #      bit-identically after resuming from step 6); a test label unseen in training is an error;
-#   3. bert_squad on the bundled SQuAD-format set: predictions.json answers every dev question
+#   3. bert_classify --init-from a HuggingFace directory (export_hf of the same checkpoint) starts
+#      from the same weights: its first logged loss equals the run from our checkpoint;
+#   4. bert_squad on the bundled SQuAD-format set: predictions.json answers every dev question
 #      with text from its context, eval.json's EM / F1 equal squad_eval's on those predictions.
-#   check_finetune.sh BERT_DATA BERT_PRETRAIN BERT_CLASSIFY BERT_SQUAD SQUAD_EVAL SOURCE_DIR WORK_DIR
+#   check_finetune.sh BERT_DATA BERT_PRETRAIN BERT_CLASSIFY BERT_SQUAD SQUAD_EVAL EXPORT_HF SOURCE_DIR WORK_DIR
 set -euo pipefail
-data=$1 pretrain=$2 classify=$3 squad=$4 squad_eval=$5 src=$6 work=$7
+data=$1 pretrain=$2 classify=$3 squad=$4 squad_eval=$5 export_hf=$6 src=$7 work=$8
 rm -rf "$work"
 mkdir -p "$work"
 "$data" -i "$src/data/corpus/valid" -o "$work/p.bex" --seq-len 64 --max-predictions 10 --dupe-factor 1 > /dev/null
@@ -54,6 +56,11 @@ fi
 grep -q "bad.jsonl:1: label 'poetry' is not one of the training labels" "$work/bad.log" ||
   { echo "FAIL: unseen label: $(cat "$work/bad.log")"; exit 1; }
 
+"$export_hf" --checkpoint "$work/pre" --out "$work/pre-hf" > /dev/null 2>&1
+"$classify" "${cls[@]/$work\/pre/$work/pre-hf}" --out "$work/cls-hf" --steps 2 > /dev/null 2> "$work/cls-hf.log"
+grep -q "model weights from $work/pre-hf (.*huggingface" "$work/cls-hf.log" ||
+  { echo "FAIL: bert_classify did not read the HF directory: $(cat "$work/cls-hf.log")"; exit 1; }
+
 sq=(--train "$src/data/squad/train-v1.1.json" --predict "$src/data/squad/dev-v1.1.json" --init-from "$work/pre"
     --max-seq 128 --doc-stride 64 --batch-size 8 --lr 2e-4 --log-every 2 --threads 2)
 "$squad" "${sq[@]}" --out "$work/squad" --steps 6 > "$work/squad.json" 2> "$work/squad.log"
@@ -80,6 +87,9 @@ for k in ("loss", "accuracy", "lr", "grad_norm", "samples_per_s"):
 a = [(j["step"], j["loss"], j["grad_norm"]) for j in train if j["step"] > 6]
 b = [(j["step"], j["loss"], j["grad_norm"]) for j in lines("cls-resumed", "train") if j["step"] > 6]
 assert a == b, f"FAIL: resumed run differs:\n{a}\n{b}"
+hf = lines("cls-hf", "train")
+assert (hf[0]["loss"], hf[0]["grad_norm"]) == (train[0]["loss"], train[0]["grad_norm"]), \
+    f"FAIL: HF start differs from ours: {hf[0]} vs {train[0]}"
 
 dev = json.load(open(f"{src}/data/squad/dev-v1.1.json"))
 contexts = {q["id"]: p["context"] for art in dev["data"] for p in art["paragraphs"] for q in p["qas"]}
