@@ -66,6 +66,16 @@ int main(int argc, char** argv) {
   std::string pat = {char(3), char(3), char(4), char(1)};
   for (std::int32_t v : {0, 0, 0, 1, 1, 0, 2, 2}) pat.append(reinterpret_cast<const char*>(&v), 4);
   put(out / "pattern" / "grid3x3", pat);
+  // (a small file: the 30 KB dev set as a seed makes every execution ~100x slower)
+  put(out / "squad" / "small",
+      R"({"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": "Call me Ishmael. Some years ago, )"
+      R"(never mind how long precisely, I went to sea.", "qas": [{"id": "q1", "question": "Who calls?", "answers": )"
+      R"([{"text": "Ishmael", "answer_start": 8}]}, {"id": "q2", "question": "Where to?", "answers": [{"text": )"
+      R"("sea", "answer_start": 74}]}]}]}]})");
+  put(out / "email_text" / "html_qp",
+      "From x\nSubject: Win =\n big\nContent-Transfer-Encoding: quoted-printable\n\n<html><style>p{}</style>"
+      "<b>Free =3D money</b>&nbsp;&amp; caf\xe9 =\nnow</html>\n");
+  put(out / "email_text" / "plain", "Subject: lunch\n\nSee you at noon.\n");
   fs::remove_all(tmp);
   return 0;
 }

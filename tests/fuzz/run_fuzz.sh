@@ -7,6 +7,7 @@
 #   --seconds S   time per target instead (the ctest cases use 15)
 #   --seeds       regenerate the committed seed corpora (tests/fuzz/corpus/<target>/) first
 #   target        safetensors token_header run_config gpt2_files gpt2_encoder pattern training_state
+#                 squad email_text
 #                 (default: all)
 #
 # Each target starts from its seed corpus (read only) and writes new inputs to DIR/corpus/<target>;
@@ -25,15 +26,14 @@ while [ $# -gt 0 ]; do
     *) targets+=("$1"); shift ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors token_header run_config gpt2_files gpt2_encoder pattern training_state)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors token_header run_config gpt2_files gpt2_encoder pattern training_state squad email_text)
 command -v clang++ > /dev/null || { echo "run_fuzz.sh: clang++ not found (scripts/setup.sh --test installs it)"; exit 2; }
 
 mkdir -p "$build"
 exec 9> "$build/.build.lock"   # parallel ctest cases: one configure + build at a time
 flock 9
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  CXX=clang++ cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$build/configure.log"
-fi
+# configured every time: a build directory from before a harness was added learns of it
+CXX=clang++ cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$build/configure.log"
 nice -n 19 cmake --build "$build" -j2 --target $(printf 'fuzz_%s ' "${targets[@]}") make_seeds > "$build/build.log" \
   || { tail -30 "$build/build.log"; exit 1; }
 if [ "$seeds" = 1 ]; then "$build/make_seeds" "$here/corpus"; fi
