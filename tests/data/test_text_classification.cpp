@@ -95,7 +95,13 @@ TEST_CASE("read_labelled_jsonl: string and number labels, errors naming the line
         std::string::npos);
   spit(dir / "broken.jsonl", "{\"text\": \"c\"\n");
   CHECK(error_of([&] { read_labelled_jsonl(dir / "broken.jsonl", names, false); })
-            .find("broken.jsonl:1: not a JSON object") != std::string::npos);
+            .find("broken.jsonl:1 is not valid JSON") != std::string::npos);
+  spit(dir / "latin1.jsonl", "{\"text\": \"caf\xE9\", \"label\": \"a\"}\n");
+  CHECK(error_of([&] { read_labelled_jsonl(dir / "latin1.jsonl", names, true); }).find("latin1.jsonl:1 is not valid JSON") !=
+        std::string::npos);
+  spit(dir / "array.jsonl", "[1, 2]\n");
+  CHECK(error_of([&] { read_labelled_jsonl(dir / "array.jsonl", names, true); }).find("array.jsonl:1: not a JSON object") !=
+        std::string::npos);
   spit(dir / "empty.jsonl", "\n");
   CHECK(error_of([&] { read_labelled_jsonl(dir / "empty.jsonl", names, false); }).find("empty.jsonl: no examples") !=
         std::string::npos);

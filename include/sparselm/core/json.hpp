@@ -86,19 +86,19 @@ inline json parse_json(std::string_view text, const std::string& context) {
   }
 }
 
-// Reads and parses a JSON file; errors name the path.
-inline json read_json_file(const std::string& path) {
+// Reads and parses a JSON file; errors name the path and say what the file is (`what`).
+inline json read_json_file(const std::string& path, const std::string& what = "config file") {
   namespace fs = std::filesystem;
   std::error_code ec;
   const auto status = fs::status(path, ec);
-  SPARSELM_CHECK(!ec && fs::exists(status), "cannot open config file '", path, "': ",
+  SPARSELM_CHECK(!ec && fs::exists(status), "cannot open ", what, " '", path, "': ",
                  ec ? ec.message() : std::string("no such file"));
-  SPARSELM_CHECK(fs::is_regular_file(status), "config file '", path, "' is not a regular file");
+  SPARSELM_CHECK(fs::is_regular_file(status), what, " '", path, "' is not a regular file");
   std::ifstream in(path, std::ios::binary);
-  SPARSELM_CHECK(in.good(), "cannot open config file '", path, "': ", std::strerror(errno));
+  SPARSELM_CHECK(in.good(), "cannot open ", what, " '", path, "': ", std::strerror(errno));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  SPARSELM_CHECK(!in.bad(), "cannot read config file '", path, "'");
-  return parse_json(text, "config file '" + path + "'");
+  SPARSELM_CHECK(!in.bad(), "cannot read ", what, " '", path, "'");
+  return parse_json(text, what + " '" + path + "'");
 }
 
 // Value checks for json_fields: each returns "" when the value is fine.

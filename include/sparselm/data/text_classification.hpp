@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sparselm/core/error.hpp"
+#include "sparselm/core/json.hpp"
 #include "sparselm/data/text.hpp"
 
 namespace sparselm::data {
@@ -263,8 +264,8 @@ inline std::vector<labelled_text> read_labelled_jsonl(const std::filesystem::pat
   for (std::size_t n = 1; std::getline(in, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const auto where = [&] { return path.string() + ":" + std::to_string(n); };
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    SPARSELM_CHECK(!j.is_discarded() && j.is_object(), where(), ": not a JSON object");
+    const auto j = parse_json(line, where());  // names the fault (syntax, invalid UTF-8, depth)
+    SPARSELM_CHECK(j.is_object(), where(), ": not a JSON object");
     SPARSELM_CHECK(j.contains("text") && j["text"].is_string(), where(), ": no string \"text\"");
     SPARSELM_CHECK(j.contains("label"), where(), ": no \"label\"");
     labelled_text t{"line " + std::to_string(n), j["text"].get<std::string>(), 0};
