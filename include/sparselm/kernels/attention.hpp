@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "sparselm/core/error.hpp"
@@ -71,6 +72,20 @@ inline void check_attention(const char* fn, const attention_shape& s, const cons
   for (std::size_t b = 0; b < lengths.size(); ++b)
     SPARSELM_CHECK(lengths[b] >= 0 && std::size_t(lengths[b]) <= s.seq, fn, ": length ", lengths[b], " of sequence ",
                    b, " outside [0, ", s.seq, "]");
+}
+// The arguments of a backward kernel named fn.
+inline void check_attention_backward(const std::string& fn, const attention_shape& s,
+                                     const const_matrix_view<float>& dout, const const_matrix_view<float>& qkv,
+                                     const const_matrix_view<float>& out, std::span<const float> lse,
+                                     const matrix_view<float>& dqkv, std::span<const std::int32_t> lengths) {
+  check_attention(fn.c_str(), s, qkv, out.rows, out.cols, lse.size(), lengths);
+  check_view(out, (fn + ": out").c_str());
+  check_view(dout, (fn + ": dout").c_str());
+  check_view(const_matrix_view<float>(dqkv), (fn + ": dqkv").c_str());
+  SPARSELM_CHECK(dout.rows == out.rows && dout.cols == out.cols, fn, ": dout ", shape_string(dout),
+                 " does not match out ", shape_string(out));
+  SPARSELM_CHECK(dqkv.rows == qkv.rows && dqkv.cols == qkv.cols, fn, ": dqkv ", shape_string(dqkv),
+                 " does not match qkv ", shape_string(qkv));
 }
 // Keys [0, hi) are visible to query i.
 inline std::size_t visible_keys(attention_mask m, std::size_t i, std::size_t len) {
@@ -119,6 +134,73 @@ inline fvec<Arch> attn_keep(const std::uint32_t* bits, float threshold, float sc
   const F u = xsimd::to_float(xsimd::bitwise_cast<I>(U::load_unaligned(bits) >> 8));  // exact: < 2^24
   return xsimd::select(u >= F(threshold), F(scale), F(0.0f));
 }
+// The dropout rule as the row helpers use it: keep iff bits >> 8 >= threshold, kept scaled.
+struct attn_keep_rule {
+  float threshold = 0.0f, scale = 1.0f;
+};
+inline attn_keep_rule keep_rule(const attention_dropout& d) noexcept {
+  return {d.p * 16777216.0f, d.p < 1.0f ? 1.0f / (1.0f - d.p) : 0.0f};
+}
+
+// Forward of one score row sr (kv columns, the first hi visible): softmax over [0, hi) in place,
+// times the keep factors when bits (hi mask words) is given, zeros in [hi, kv). Returns the lse.
+template <class Arch>
+inline float attn_softmax_row(float* sr, std::size_t hi, std::size_t kv, const std::uint32_t* bits,
+                              attn_keep_rule keep) {
+  using F = fvec<Arch>;
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
+  F mv(ninf);
+  for_each_batch<Arch>(0, hi, [&](std::size_t j, std::size_t n) { mv = xsimd::max(mv, loadn<Arch>(sr + j, n, ninf)); });
+  const float mx = hmax<Arch>(mv);
+  const F mb(mx);
+  F sum(0.0f);
+  for_each_batch<Arch>(0, hi, [&](std::size_t j, std::size_t n) {
+    F e = detail::exp<Arch>(loadn<Arch>(sr + j, n, ninf) - mb);
+    sum += e;
+    storen<Arch>(e, sr + j, n);
+  });
+  const float l = hsum<Arch>(sum);
+  const F inv(1.0f / l);
+  if (bits) {
+    for_each_batch<Arch>(0, hi, [&](std::size_t j, std::size_t n) {
+      F p = loadn<Arch>(sr + j, n) * inv * attn_keep<Arch>(bits + j, keep.threshold, keep.scale);
+      storen<Arch>(p, sr + j, n);
+    });
+  } else {
+    for_each_batch<Arch>(0, hi, [&](std::size_t j, std::size_t n) { storen<Arch>(loadn<Arch>(sr + j, n) * inv, sr + j, n); });
+  }
+  std::fill(sr + hi, sr + kv, 0.0f);
+  return mx + std::log(l);
+}
+
+// Backward of one row: sr holds the scaled scores, gr = dO_i·Vᵀ; go, o the row's dO and O (D
+// wide). Leaves Pd = P∘keep in sr and dS = s·P∘(G∘keep − δ) in gr, zeros in [hi, kv).
+template <class Arch>
+inline void attn_grad_row(float* sr, float* gr, const float* go, const float* o, std::size_t D, float lse, std::size_t hi,
+                          std::size_t kv, const std::uint32_t* bits, attn_keep_rule keep, float scale) {
+  using F = fvec<Arch>;
+  F dv(0.0f);
+  for_each_batch<Arch>(0, D, [&](std::size_t d, std::size_t n) {
+    dv = xsimd::fma(loadn<Arch>(go + d, n), loadn<Arch>(o + d, n), dv);
+  });
+  const F delta(hsum<Arch>(dv)), L(lse), sc(scale);
+  if (bits) {
+    for_each_batch<Arch>(0, hi, [&](std::size_t j, std::size_t n) {
+      const F p = detail::exp<Arch>(loadn<Arch>(sr + j, n) - L);
+      const F k = attn_keep<Arch>(bits + j, keep.threshold, keep.scale);
+      storen<Arch>(p * k, sr + j, n);
+      storen<Arch>(p * xsimd::fms(loadn<Arch>(gr + j, n), k, delta) * sc, gr + j, n);
+    });
+  } else {
+    for_each_batch<Arch>(0, hi, [&](std::size_t j, std::size_t n) {
+      const F p = detail::exp<Arch>(loadn<Arch>(sr + j, n) - L);
+      storen<Arch>(p, sr + j, n);
+      storen<Arch>(p * (loadn<Arch>(gr + j, n) - delta) * sc, gr + j, n);
+    });
+  }
+  std::fill(sr + hi, sr + kv, 0.0f);
+  std::fill(gr + hi, gr + kv, 0.0f);
+}
 }  // namespace detail
 
 template <class Arch = native_arch>
@@ -133,7 +215,7 @@ void attention_forward(const_matrix_view<float> qkv, matrix_view<float> out, std
   const std::size_t T = s.seq, H = s.heads, D = s.head_dim;
   if (s.batch * H * T == 0) return;
   const bool dropping = drop.p > 0.0f;
-  const float threshold = drop.p * 16777216.0f, dscale = drop.p < 1.0f ? 1.0f / (1.0f - drop.p) : 0.0f;
+  const auto keep = detail::keep_rule(drop);
   const std::size_t ld = detail::attn_ld(T);
   parallel_for(0, s.batch * H, [&](std::size_t bh) {
     const std::size_t b = bh / H, h = bh % H;
@@ -150,34 +232,8 @@ void attention_forward(const_matrix_view<float> qkv, matrix_view<float> out, std
       for (std::size_t r = 0; r < m; ++r) {
         const std::size_t i = i0 + r, hi = detail::visible_keys(mask, i, len);
         const std::uint64_t row = bh * T + i;
-        float* sr = S + r * ld;
-        F mv(ninf);
-        detail::for_each_batch<Arch>(0, hi, [&](std::size_t j, std::size_t n) {
-          mv = xsimd::max(mv, detail::loadn<Arch>(sr + j, n, ninf));
-        });
-        const float mx = detail::hmax<Arch>(mv);
-        const F mb(mx);
-        F sum(0.0f);
-        detail::for_each_batch<Arch>(0, hi, [&](std::size_t j, std::size_t n) {
-          F e = detail::exp<Arch>(detail::loadn<Arch>(sr + j, n, ninf) - mb);
-          sum += e;
-          detail::storen<Arch>(e, sr + j, n);
-        });
-        const float l = detail::hsum<Arch>(sum);
-        lse[row] = mx + std::log(l);
-        const F inv(1.0f / l);
-        if (dropping) {
-          detail::philox_bits<Arch>(drop.rng, drop.stream, row * T, hi, bits);
-          detail::for_each_batch<Arch>(0, hi, [&](std::size_t j, std::size_t n) {
-            F p = detail::loadn<Arch>(sr + j, n) * inv * detail::attn_keep<Arch>(bits + j, threshold, dscale);
-            detail::storen<Arch>(p, sr + j, n);
-          });
-        } else {
-          detail::for_each_batch<Arch>(0, hi, [&](std::size_t j, std::size_t n) {
-            detail::storen<Arch>(detail::loadn<Arch>(sr + j, n) * inv, sr + j, n);
-          });
-        }
-        std::fill(sr + hi, sr + kv, 0.0f);
+        if (dropping) detail::philox_bits<Arch>(drop.rng, drop.stream, row * T, hi, bits);
+        lse[row] = detail::attn_softmax_row<Arch>(S + r * ld, hi, kv, dropping ? bits : nullptr, keep);
       }
       gemm<Arch>(trans::n, trans::n, 1.0f, const_matrix_view<float>(S, m, kv, ld), V, 0.0f,
                  matrix_view<float>(out.row(b * T + i0) + h * D, m, D, out.ld));
@@ -191,20 +247,13 @@ void attention_backward(const_matrix_view<float> dout, const_matrix_view<float> 
                         std::span<const float> lse, matrix_view<float> dqkv, const attention_shape& s,
                         attention_mask mask, float scale, std::span<const std::int32_t> lengths,
                         const attention_dropout& drop) {
-  detail::check_attention("attention_backward", s, qkv, out.rows, out.cols, lse.size(), lengths);
-  check_view(out, "attention_backward: out");
-  check_view(dout, "attention_backward: dout");
-  check_view(const_matrix_view<float>(dqkv), "attention_backward: dqkv");
-  SPARSELM_CHECK(dout.rows == out.rows && dout.cols == out.cols, "attention_backward: dout ", shape_string(dout),
-                 " does not match out ", shape_string(out));
-  SPARSELM_CHECK(dqkv.rows == qkv.rows && dqkv.cols == qkv.cols, "attention_backward: dqkv ", shape_string(dqkv),
-                 " does not match qkv ", shape_string(qkv));
+  detail::check_attention_backward("attention_backward", s, dout, qkv, out, lse, dqkv, lengths);
   using F = detail::fvec<Arch>;
   constexpr std::size_t W = F::size;
   const std::size_t T = s.seq, H = s.heads, D = s.head_dim, HD = H * D;
   if (s.batch * H * T == 0) return;
   const bool dropping = drop.p > 0.0f;
-  const float threshold = drop.p * 16777216.0f, dscale = drop.p < 1.0f ? 1.0f / (1.0f - drop.p) : 0.0f;
+  const auto keep = detail::keep_rule(drop);
   const std::size_t ld = detail::attn_ld(T);
   parallel_for(0, s.batch * H, [&](std::size_t bh) {
     const std::size_t b = bh / H, h = bh % H;
@@ -214,7 +263,6 @@ void attention_backward(const_matrix_view<float> dout, const_matrix_view<float> 
     float* S = detail::scratch(detail::attn_block_q * ld, detail::attn_slot_s);
     float* G = detail::scratch(detail::attn_block_q * ld, detail::attn_slot_g);
     std::uint32_t* bits = detail::attn_mask_words(ld + W);
-    const F sc(scale);
     for (std::size_t i0 = 0; i0 < len; i0 += detail::attn_block_q) {
       const auto [Q, K, V, m, kv] = detail::attn_tile(qkv, s, b, h, i0, len, mask);
       const_matrix_view<float> dO(dout.row(b * T + i0) + h * D, m, D, dout.ld);
@@ -223,32 +271,9 @@ void attention_backward(const_matrix_view<float> dout, const_matrix_view<float> 
       for (std::size_t r = 0; r < m; ++r) {
         const std::size_t i = i0 + r, hi = detail::visible_keys(mask, i, len);
         const std::uint64_t row = bh * T + i;
-        const float* go = dO.row(r);
-        const float* o = out.row(b * T + i) + h * D;
-        F dv(0.0f);
-        detail::for_each_batch<Arch>(0, D, [&](std::size_t d, std::size_t n) {
-          dv = xsimd::fma(detail::loadn<Arch>(go + d, n), detail::loadn<Arch>(o + d, n), dv);
-        });
-        const F delta(detail::hsum<Arch>(dv)), L(lse[row]);
-        float* sr = S + r * ld;
-        float* gr = G + r * ld;
-        if (dropping) {
-          detail::philox_bits<Arch>(drop.rng, drop.stream, row * T, hi, bits);
-          detail::for_each_batch<Arch>(0, hi, [&](std::size_t j, std::size_t n) {
-            const F p = detail::exp<Arch>(detail::loadn<Arch>(sr + j, n) - L);
-            const F k = detail::attn_keep<Arch>(bits + j, threshold, dscale);
-            detail::storen<Arch>(p * k, sr + j, n);
-            detail::storen<Arch>(p * xsimd::fms(detail::loadn<Arch>(gr + j, n), k, delta) * sc, gr + j, n);
-          });
-        } else {
-          detail::for_each_batch<Arch>(0, hi, [&](std::size_t j, std::size_t n) {
-            const F p = detail::exp<Arch>(detail::loadn<Arch>(sr + j, n) - L);
-            detail::storen<Arch>(p, sr + j, n);
-            detail::storen<Arch>(p * (detail::loadn<Arch>(gr + j, n) - delta) * sc, gr + j, n);
-          });
-        }
-        std::fill(sr + hi, sr + kv, 0.0f);
-        std::fill(gr + hi, gr + kv, 0.0f);
+        if (dropping) detail::philox_bits<Arch>(drop.rng, drop.stream, row * T, hi, bits);
+        detail::attn_grad_row<Arch>(S + r * ld, G + r * ld, dO.row(r), out.row(b * T + i) + h * D, D, lse[row], hi, kv,
+                                    dropping ? bits : nullptr, keep, scale);
       }
       const_matrix_view<float> Pd(S, m, kv, ld), dS(G, m, kv, ld);
       gemm<Arch>(trans::t, trans::n, 1.0f, Pd, dO, 1.0f,
