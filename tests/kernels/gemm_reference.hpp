@@ -5,12 +5,30 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "sparselm/core/view.hpp"
 #include "sparselm/kernels/gemm.hpp"
 
 namespace sparselm::test {
+
+// One GEMM test case: shapes, epilogue, padding of the leading dimensions, NaN-filled C.
+struct gemm_case {
+  kernels::trans ta, tb;
+  std::size_t M, N, K;
+  float alpha = 1.0f, beta = 0.0f;
+  bool bias = false;
+  std::size_t pad = 0;  // extra leading-dimension elements on A, B and C
+  bool nan_c = false;   // fill C with NaN (only meaningful with beta == 0)
+};
+
+inline std::string describe(const gemm_case& c) {
+  return std::string("op ") + (c.ta == kernels::trans::t ? "T" : "N") + (c.tb == kernels::trans::t ? "T" : "N") +
+         " M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
+         " alpha=" + std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) + " bias=" + std::to_string(c.bias) +
+         " pad=" + std::to_string(c.pad);
+}
 
 struct gemm_expected {
   std::vector<double> value;  // alpha * op(A) op(B) + beta * C + bias, row-major M x N

@@ -32,21 +32,8 @@ struct mat {
   const_matrix_view<float> cview() const { return {buf.data(), rows, cols, ld}; }
 };
 
-struct gemm_case {
-  trans ta, tb;
-  std::size_t M, N, K;
-  float alpha = 1.0f, beta = 0.0f;
-  bool bias = false;
-  std::size_t pad = 0;      // extra leading-dimension elements on A, B and C
-  bool nan_c = false;       // fill C with NaN (only meaningful with beta == 0)
-};
-
-std::string describe(const gemm_case& c) {
-  return std::string("op ") + (c.ta == trans::t ? "T" : "N") + (c.tb == trans::t ? "T" : "N") + " M=" +
-         std::to_string(c.M) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
-         " alpha=" + std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) + " bias=" + std::to_string(c.bias) +
-         " pad=" + std::to_string(c.pad);
-}
+using test::describe;
+using test::gemm_case;
 
 // Runs one case with gemm<Arch>, returns the error ratio against the reference (<= 1 passes).
 template <class Arch>

@@ -30,27 +30,41 @@ namespace sparselm::kernels {
 enum class trans : std::uint8_t { n = 0, t = 1 };
 
 namespace detail {
-inline std::size_t op_rows(trans t, const const_matrix_view<float>& m) { return t == trans::n ? m.rows : m.cols; }
-inline std::size_t op_cols(trans t, const const_matrix_view<float>& m) { return t == trans::n ? m.cols : m.rows; }
+template <class T>
+std::size_t op_rows(trans t, const const_matrix_view<T>& m) { return t == trans::n ? m.rows : m.cols; }
+template <class T>
+std::size_t op_cols(trans t, const const_matrix_view<T>& m) { return t == trans::n ? m.cols : m.rows; }
+
+// Names of a GEMM function and its operands in messages, e.g. {"gemm", "gemm: A", "gemm: B", "gemm: C"}.
+struct gemm_names {
+  const char *fn, *a, *b, *c;
+};
+
+// Checks the arguments of a GEMM and returns the problem.
+template <class SA, class SB>
+gemm_problem<SA, SB> gemm_check(const gemm_names& names, trans ta, trans tb, float alpha, const_matrix_view<SA> A,
+                                const_matrix_view<SB> B, float beta, matrix_view<float> C, const float* bias) {
+  const char* what = names.fn;
+  SPARSELM_CHECK(ta == trans::n || ta == trans::t, what, ": unsupported transpose code ", int(ta), " for A");
+  SPARSELM_CHECK(tb == trans::n || tb == trans::t, what, ": unsupported transpose code ", int(tb), " for B");
+  check_view(A, names.a);
+  check_view(B, names.b);
+  check_view(matrix_view<const float>(C), names.c);
+  const std::size_t M = op_rows(ta, A), K = op_cols(ta, A);
+  const std::size_t N = op_cols(tb, B);
+  SPARSELM_CHECK(op_rows(tb, B) == K && C.rows == M && C.cols == N, what, ": shapes do not match: op(A) ",
+                 ta == trans::t ? "= A^T, A " : "= A ", shape_string(A), ", op(B) ", tb == trans::t ? "= B^T, B " : "= B ",
+                 shape_string(B), ", C ", shape_string(C));
+  SPARSELM_CHECK(!bias || reinterpret_cast<std::uintptr_t>(bias) % alignof(float) == 0, what,
+                 ": bias pointer is not aligned to ", alignof(float), " bytes");
+  return {ta == trans::t, tb == trans::t, M, N, K, alpha, beta, A.data, A.ld, B.data, B.ld, C.data, C.ld, bias};
+}
 }  // namespace detail
 
 template <class Arch = native_arch>
 void gemm(trans ta, trans tb, float alpha, const_matrix_view<float> A, const_matrix_view<float> B, float beta,
           matrix_view<float> C, const float* bias = nullptr) {
-  SPARSELM_CHECK(ta == trans::n || ta == trans::t, "gemm: unsupported transpose code ", int(ta), " for A");
-  SPARSELM_CHECK(tb == trans::n || tb == trans::t, "gemm: unsupported transpose code ", int(tb), " for B");
-  check_view(A, "gemm: A");
-  check_view(B, "gemm: B");
-  check_view(matrix_view<const float>(C), "gemm: C");
-  const std::size_t M = detail::op_rows(ta, A), K = detail::op_cols(ta, A);
-  const std::size_t N = detail::op_cols(tb, B);
-  SPARSELM_CHECK(detail::op_rows(tb, B) == K && C.rows == M && C.cols == N, "gemm: shapes do not match: op(A) ",
-                 ta == trans::t ? "= A^T, A " : "= A ", shape_string(A), ", op(B) ", tb == trans::t ? "= B^T, B " : "= B ",
-                 shape_string(B), ", C ", shape_string(C));
-  SPARSELM_CHECK(!bias || reinterpret_cast<std::uintptr_t>(bias) % alignof(float) == 0,
-                 "gemm: bias pointer is not aligned to ", alignof(float), " bytes");
-  detail::gemm_run<Arch>({ta == trans::t, tb == trans::t, M, N, K, alpha, beta, A.data, A.ld, B.data, B.ld, C.data,
-                          C.ld, bias});
+  detail::gemm_run<detail::gemm_fp32_family<Arch>>(detail::gemm_check({"gemm", "gemm: A", "gemm: B", "gemm: C"}, ta, tb, alpha, A, B, beta, C, bias));
 }
 
 }  // namespace sparselm::kernels

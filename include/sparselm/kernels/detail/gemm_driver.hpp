@@ -36,8 +36,11 @@ class gemm_workspace {
     std::free(a_);
     std::free(b_);
   }
-  float* a(std::size_t n) { return grow(a_, a_cap_, n); }
-  float* b(std::size_t n) { return grow(b_, b_cap_, n); }
+  // n elements of T (float for the fp32 panels, 32-bit bf16 pairs for the bf16 ones).
+  template <class T = float>
+  T* a(std::size_t n) { return static_cast<T*>(grow(a_, a_cap_, n * sizeof(T))); }
+  template <class T = float>
+  T* b(std::size_t n) { return static_cast<T*>(grow(b_, b_cap_, n * sizeof(T))); }
 
   static gemm_workspace& local() {
     static thread_local gemm_workspace ws;
@@ -45,31 +48,33 @@ class gemm_workspace {
   }
 
  private:
-  static float* grow(float*& p, std::size_t& cap, std::size_t n) {
-    if (n > cap) {
+  static void* grow(void*& p, std::size_t& cap, std::size_t bytes) {
+    if (bytes > cap) {
       std::free(p);
-      const std::size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-      p = static_cast<float*>(std::aligned_alloc(64, bytes));
+      bytes = (bytes + 63) / 64 * 64;
+      p = std::aligned_alloc(64, bytes);
       if (!p) {
         cap = 0;
         throw std::bad_alloc();
       }
-      cap = n;
+      cap = bytes;
     }
     return p;
   }
-  float* a_ = nullptr;
-  float* b_ = nullptr;
-  std::size_t a_cap_ = 0, b_cap_ = 0;
+  void* a_ = nullptr;
+  void* b_ = nullptr;
+  std::size_t a_cap_ = 0, b_cap_ = 0;  // bytes
 };
 
+// One product; A and B are float or bf16 (the bf16 GEMM's operands).
+template <class SA = float, class SB = float>
 struct gemm_problem {
   bool ta, tb;
   std::size_t M, N, K;
   float alpha, beta;
-  const float* A;
+  const SA* A;
   std::size_t lda;
-  const float* B;
+  const SB* B;
   std::size_t ldb;
   float* C;
   std::size_t ldc;
@@ -85,34 +90,60 @@ inline std::size_t gemm_block(std::size_t n, std::size_t max_block, std::size_t 
   return std::min(max_block, gemm_ceil_div(gemm_ceil_div(n, blocks), unit) * unit);
 }
 
-// C[m0:m1, n0:n1] on the calling thread.
-template <class Arch>
-void gemm_region(const gemm_problem& p, std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
+// A kernel family: blocking, packed element type, packing and micro-kernel. The fp32 family
+// below; the bf16 one in gemm_bf16_kernel.hpp. Round: A and B are rounded to bf16 while packed
+// (the bf16 GEMM's portable path runs the fp32 family that way).
+template <class Arch, bool Round = false>
+struct gemm_fp32_family {
   using cfg = gemm_config<Arch>;
-  constexpr std::size_t MR = cfg::MR, NR = cfg::NR;
+  using packed = float;
+  static constexpr std::size_t MR = cfg::MR, NR = cfg::NR, KC = cfg::KC, MC = cfg::MC, NC = cfg::NC;
+  static constexpr std::size_t A_PANEL = cfg::A_PANEL;
+  // Packed elements of one kc x NR micro-panel of B.
+  static constexpr std::size_t b_panel(std::size_t kc) { return kc * NR; }
+  template <class S>
+  static void pack_a(bool t, const S* A, std::size_t lda, std::size_t i0, std::size_t mc, std::size_t p0,
+                     std::size_t kc, float* dst) {
+    gemm_pack_a<Arch, S, Round>(t, A, lda, i0, mc, p0, kc, dst);
+  }
+  template <class S>
+  static void pack_b(bool t, const S* B, std::size_t ldb, std::size_t p0, std::size_t kc, std::size_t j0,
+                     std::size_t nc, float* dst) {
+    gemm_pack_b<Arch, S, Round>(t, B, ldb, p0, kc, j0, nc, dst);
+  }
+  using kernel_fn = void (*)(std::size_t, const float*, const float*, float*, std::size_t, std::size_t, std::size_t,
+                             const gemm_epilogue&);
+  static kernel_fn kernel(bool ta) { return ta ? &gemm_micro_kernel<Arch, true> : &gemm_micro_kernel<Arch, false>; }
+};
+
+// C[m0:m1, n0:n1] on the calling thread.
+template <class F, class SA, class SB>
+void gemm_region(const gemm_problem<SA, SB>& p, std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
+  using packed = typename F::packed;
+  constexpr std::size_t MR = F::MR, NR = F::NR;
   if (m1 <= m0 || n1 <= n0) return;
-  const std::size_t kcb = gemm_block(p.K, cfg::KC, 8);
-  const std::size_t mcb = gemm_block(m1 - m0, cfg::MC, MR);
-  const std::size_t ncb = gemm_block(n1 - n0, cfg::NC, NR);
+  const std::size_t kcb = gemm_block(p.K, F::KC, 8);
+  const std::size_t mcb = gemm_block(m1 - m0, F::MC, MR);
+  const std::size_t ncb = gemm_block(n1 - n0, F::NC, NR);
   auto& ws = gemm_workspace::local();
-  float* bp = ws.b(kcb * gemm_ceil_div(ncb, NR) * NR);
-  float* ap = ws.a(cfg::A_PANEL * gemm_ceil_div(mcb, MR));
-  auto kernel = p.ta ? &gemm_micro_kernel<Arch, true> : &gemm_micro_kernel<Arch, false>;
+  packed* bp = ws.b<packed>(F::b_panel(kcb) * gemm_ceil_div(ncb, NR));
+  packed* ap = ws.a<packed>(F::A_PANEL * gemm_ceil_div(mcb, MR));
+  const auto kernel = F::kernel(p.ta);
 
   for (std::size_t jc = n0; jc < n1; jc += ncb) {
     const std::size_t nc = std::min(ncb, n1 - jc);
     for (std::size_t pc = 0; pc < p.K; pc += kcb) {
       const std::size_t kc = std::min(kcb, p.K - pc);
       const bool first = pc == 0;
-      gemm_pack_b<Arch>(p.tb, p.B, p.ldb, pc, kc, jc, nc, bp);
+      F::pack_b(p.tb, p.B, p.ldb, pc, kc, jc, nc, bp);
       for (std::size_t ic = m0; ic < m1; ic += mcb) {
         const std::size_t mc = std::min(mcb, m1 - ic);
-        gemm_pack_a<Arch>(p.ta, p.A, p.lda, ic, mc, pc, kc, ap);
+        F::pack_a(p.ta, p.A, p.lda, ic, mc, pc, kc, ap);
         for (std::size_t jr = 0; jr < nc; jr += NR) {
           const gemm_epilogue ep{p.alpha, first ? p.beta : 1.0f, first && p.bias ? p.bias + jc + jr : nullptr};
-          const float* b = bp + (jr / NR) * kc * NR;
+          const packed* b = bp + (jr / NR) * F::b_panel(kc);
           for (std::size_t ir = 0; ir < mc; ir += MR)
-            kernel(kc, ap + (ir / MR) * cfg::A_PANEL, b, p.C + (ic + ir) * p.ldc + jc + jr, p.ldc,
+            kernel(kc, ap + (ir / MR) * F::A_PANEL, b, p.C + (ic + ir) * p.ldc + jc + jr, p.ldc,
                    std::min(MR, mc - ir), std::min(NR, nc - jr), ep);
         }
       }
@@ -121,7 +152,8 @@ void gemm_region(const gemm_problem& p, std::size_t m0, std::size_t m1, std::siz
 }
 
 // K == 0: C = beta * C (+ bias).
-inline void gemm_scale(const gemm_problem& p) {
+template <class SA, class SB>
+void gemm_scale(const gemm_problem<SA, SB>& p) {
   for (std::size_t i = 0; i < p.M; ++i) {
     float* c = p.C + i * p.ldc;
     for (std::size_t j = 0; j < p.N; ++j) {
@@ -136,9 +168,9 @@ struct gemm_split {
   int pm = 1, pn = 1;
 };
 
-template <class Arch>
-gemm_split gemm_choose_split(const gemm_problem& p, int nt) {
-  using cfg = gemm_config<Arch>;
+template <class F, class SA, class SB>
+gemm_split gemm_choose_split(const gemm_problem<SA, SB>& p, int nt) {
+  using cfg = F;
   const std::size_t mt = gemm_ceil_div(p.M, cfg::MR), ntl = gemm_ceil_div(p.N, cfg::NR);
   gemm_split best;
   double best_cost = -1;
@@ -157,17 +189,19 @@ gemm_split gemm_choose_split(const gemm_problem& p, int nt) {
   return best;
 }
 
-template <class Arch>
-void gemm_run(const gemm_problem& p) {
-  using cfg = gemm_config<Arch>;
+// The product on num_threads() threads (one when called inside a parallel region), with kernel
+// family F (default: fp32 over float operands).
+template <class F, class SA, class SB>
+void gemm_run(const gemm_problem<SA, SB>& p) {
+  using cfg = F;
   if (p.M == 0 || p.N == 0) return;
   if (p.K == 0) return gemm_scale(p);
   int nt = in_parallel() ? 1 : num_threads();
   // Below ~0.5 MFLOP a fork/join costs more than it saves.
   if (double(p.M) * double(p.N) * double(p.K) < double(1 << 18)) nt = 1;
-  const gemm_split s = nt > 1 ? gemm_choose_split<Arch>(p, nt) : gemm_split{};
+  const gemm_split s = nt > 1 ? gemm_choose_split<F>(p, nt) : gemm_split{};
   nt = s.pm * s.pn;
-  if (nt <= 1) return gemm_region<Arch>(p, 0, p.M, 0, p.N);
+  if (nt <= 1) return gemm_region<F>(p, 0, p.M, 0, p.N);
 #if defined(_OPENMP)
   const std::size_t mt = gemm_ceil_div(p.M, cfg::MR), ntl = gemm_ceil_div(p.N, cfg::NR);
 #pragma omp parallel num_threads(nt)
@@ -177,9 +211,9 @@ void gemm_run(const gemm_problem& p) {
       const std::size_t tm = std::size_t(t / s.pn), tn = std::size_t(t % s.pn);
       const std::size_t m0 = std::min(p.M, mt * tm / s.pm * cfg::MR), m1 = std::min(p.M, mt * (tm + 1) / s.pm * cfg::MR);
       const std::size_t n0 = std::min(p.N, ntl * tn / s.pn * cfg::NR), n1 = std::min(p.N, ntl * (tn + 1) / s.pn * cfg::NR);
-      gemm_region<Arch>(p, m0, m1, n0, n1);
+      gemm_region<F>(p, m0, m1, n0, n1);
     } else if (t == 0) {
-      gemm_region<Arch>(p, 0, p.M, 0, p.N);  // the runtime gave us fewer threads than asked
+      gemm_region<F>(p, 0, p.M, 0, p.N);  // the runtime gave us fewer threads than asked
     }
   }
 #endif

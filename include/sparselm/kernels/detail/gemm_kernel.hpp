@@ -57,38 +57,26 @@ struct gemm_epilogue {
 #define SPARSELM_GEMM_PREFETCH(p) ((void)0)
 #endif
 
-// One MR x NR tile of C (mr x nr valid) from packed micro-panels of depth kc.
-template <class Arch, bool KMajorA>
-void gemm_micro_kernel(std::size_t kc, const float* __restrict a, const float* __restrict b, float* c,
-                       std::size_t ldc, std::size_t mr, std::size_t nr, const gemm_epilogue& ep) {
-  using cfg = gemm_config<Arch>;
-  using batch = typename cfg::batch;
-  constexpr std::size_t MR = cfg::MR, NV = cfg::NV, W = cfg::W, NR = cfg::NR;
-  constexpr std::size_t AR = KMajorA ? 1 : cfg::A_STRIDE;  // stride between rows of A
-  constexpr std::size_t AK = KMajorA ? MR : 1;              // stride between k of A
-
+// Starts an MR x NR tile: prefetches the rows of C it will write, zeroes the accumulators.
+template <class Arch, std::size_t MR, std::size_t NV>
+[[gnu::always_inline]] inline void gemm_start_tile(xsimd::batch<float, Arch> (&acc)[MR][NV], const float* c,
+                                                   std::size_t ldc, std::size_t mr) {
 #pragma GCC unroll 16
   for (std::size_t r = 0; r < MR; ++r) SPARSELM_GEMM_PREFETCH(c + std::min(r, mr - 1) * ldc);
-
-  batch acc[MR][NV];
 #pragma GCC unroll 16
   for (std::size_t r = 0; r < MR; ++r)
 #pragma GCC unroll 4
-    for (std::size_t v = 0; v < NV; ++v) acc[r][v] = batch(0.0f);
+    for (std::size_t v = 0; v < NV; ++v) acc[r][v] = xsimd::batch<float, Arch>(0.0f);
+}
 
-#pragma GCC unroll 2
-  for (std::size_t k = 0; k < kc; ++k) {
-    batch bv[NV];
-#pragma GCC unroll 4
-    for (std::size_t v = 0; v < NV; ++v) bv[v] = batch::load_aligned(b + k * NR + v * W);
-#pragma GCC unroll 16
-    for (std::size_t r = 0; r < MR; ++r) {
-      const batch av(a[r * AR + k * AK]);
-#pragma GCC unroll 4
-      for (std::size_t v = 0; v < NV; ++v) acc[r][v] = xsimd::fma(av, bv[v], acc[r][v]);
-    }
-  }
-
+// Writes an MR x NR accumulator tile (mr x nr valid) to C through the epilogue:
+// C = alpha * acc + beta * C + bias. Shared by the fp32 and the bf16 micro-kernels.
+template <class Arch, std::size_t MR, std::size_t NV>
+[[gnu::always_inline]] inline void gemm_store_tile(const xsimd::batch<float, Arch> (&acc)[MR][NV], float* c,
+                                                 std::size_t ldc, std::size_t mr, std::size_t nr,
+                                                 const gemm_epilogue& ep) {
+  using batch = xsimd::batch<float, Arch>;
+  constexpr std::size_t W = batch::size, NR = NV * W;
   const batch alpha(ep.alpha);
   if (mr == MR && nr == NR) {
     // Full tile: straight vector write-out.
@@ -145,6 +133,33 @@ void gemm_micro_kernel(std::size_t kc, const float* __restrict a, const float* _
   }
 }
 
-#undef SPARSELM_GEMM_PREFETCH
+// One MR x NR tile of C (mr x nr valid) from packed micro-panels of depth kc.
+template <class Arch, bool KMajorA>
+void gemm_micro_kernel(std::size_t kc, const float* __restrict a, const float* __restrict b, float* c,
+                       std::size_t ldc, std::size_t mr, std::size_t nr, const gemm_epilogue& ep) {
+  using cfg = gemm_config<Arch>;
+  using batch = typename cfg::batch;
+  constexpr std::size_t MR = cfg::MR, NV = cfg::NV, W = cfg::W, NR = cfg::NR;
+  constexpr std::size_t AR = KMajorA ? 1 : cfg::A_STRIDE;  // stride between rows of A
+  constexpr std::size_t AK = KMajorA ? MR : 1;              // stride between k of A
+
+  batch acc[MR][NV];
+  gemm_start_tile<Arch, MR, NV>(acc, c, ldc, mr);
+
+#pragma GCC unroll 2
+  for (std::size_t k = 0; k < kc; ++k) {
+    batch bv[NV];
+#pragma GCC unroll 4
+    for (std::size_t v = 0; v < NV; ++v) bv[v] = batch::load_aligned(b + k * NR + v * W);
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < MR; ++r) {
+      const batch av(a[r * AR + k * AK]);
+#pragma GCC unroll 4
+      for (std::size_t v = 0; v < NV; ++v) acc[r][v] = xsimd::fma(av, bv[v], acc[r][v]);
+    }
+  }
+
+  gemm_store_tile<Arch, MR, NV>(acc, c, ldc, mr, nr, ep);
+}
 
 }  // namespace sparselm::kernels::detail

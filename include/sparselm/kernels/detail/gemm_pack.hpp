@@ -3,60 +3,118 @@
 // (see gemm_kernel.hpp). Every pack zero-pads partial tiles so the micro-kernel always runs
 // full MR x NR tiles.
 //
+// The sources may be float, float rounded to bf16 on the way (the bf16 GEMM's portable path) or
+// bf16 (widened on the way): conversions happen inside the pack, not in a separate pass.
+//
 // Only op(B) = B^T transposes. Its portable path is a scalar loop; on AVX-512 a 16 x 16
 // register transpose (intrinsics, behind __AVX512F__ and only for an AVX-512 Arch) replaces it
 // for whole 16 x 16 blocks. The tests run both paths against the same reference.
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
+#include "sparselm/core/dtype.hpp"
 #include "sparselm/core/simd.hpp"
 #include "sparselm/kernels/detail/gemm_kernel.hpp"
 
-#if defined(__AVX512F__)
+#if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
 namespace sparselm::kernels::detail {
 
-// Copies n floats (vector loads/stores of the architecture, scalar tail).
-template <class Arch>
-inline void gemm_copy(float* __restrict dst, const float* __restrict src, std::size_t n) {
+// Sources a packed panel may be read from: float as is, float rounded to the nearest bf16
+// (Round: the bf16 GEMM's portable path, so both paths multiply the same values), or bf16
+// (widened; Round changes nothing).
+template <class S, bool Round>
+concept gemm_source = std::is_same_v<S, float> || std::is_same_v<S, bf16>;
+
+// One element as the float the micro-kernel multiplies.
+template <class S, bool Round>
+  requires gemm_source<S, Round>
+inline float gemm_to_float(S x) noexcept {
+  if constexpr (std::is_same_v<S, bf16>) return float(x);
+  else if constexpr (Round) return float(bf16(x));
+  else return x;
+}
+
+// W elements from p (unaligned) as floats, converted like gemm_to_float.
+template <class Arch, class S, bool Round>
+  requires gemm_source<S, Round>
+inline xsimd::batch<float, Arch> gemm_load(const S* p) noexcept {
+  using batch = xsimd::batch<float, Arch>;
+  using ubatch = xsimd::batch<std::uint32_t, Arch>;
+  constexpr std::size_t W = batch::size;
+  if constexpr (std::is_same_v<S, float>) {
+    const batch x = batch::load_unaligned(p);
+    if constexpr (!Round) {
+      return x;
+    } else {
+      // Round to nearest even on the bits; a NaN stays a (quiet) NaN.
+      const ubatch u = xsimd::bitwise_cast<ubatch>(x);
+      const ubatch r = (u + ubatch(0x7fffu) + ((u >> 16) & ubatch(1u))) & ubatch(0xffff0000u);
+      const ubatch q = (u | ubatch(0x00400000u)) & ubatch(0xffff0000u);
+      return xsimd::select(x != x, xsimd::bitwise_cast<batch>(q), xsimd::bitwise_cast<batch>(r));
+    }
+  } else {
+    const auto* bits = reinterpret_cast<const std::uint16_t*>(p);
+#if defined(__AVX512F__)
+    if constexpr (W == 16 && std::is_base_of_v<xsimd::avx512f, Arch>) {
+      const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits)));
+      return batch(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (W == 8 && std::is_base_of_v<xsimd::avx2, Arch>) {
+      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bits)));
+      return batch(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+#endif
+    alignas(64) std::uint32_t u[W];
+    for (std::size_t i = 0; i < W; ++i) u[i] = std::uint32_t(bits[i]) << 16;
+    return xsimd::bitwise_cast<batch>(ubatch::load_aligned(u));
+  }
+}
+
+// Copies n elements as floats (vector loads/stores of the architecture, scalar tail).
+template <class Arch, class S = float, bool Round = false>
+inline void gemm_copy(float* __restrict dst, const S* __restrict src, std::size_t n) {
   using batch = xsimd::batch<float, Arch>;
   constexpr std::size_t W = batch::size;
   std::size_t i = 0;
   for (; i + 2 * W <= n; i += 2 * W) {
-    batch x0 = batch::load_unaligned(src + i), x1 = batch::load_unaligned(src + i + W);
+    batch x0 = gemm_load<Arch, S, Round>(src + i), x1 = gemm_load<Arch, S, Round>(src + i + W);
     x0.store_unaligned(dst + i);
     x1.store_unaligned(dst + i + W);
   }
-  for (; i + W <= n; i += W) batch::load_unaligned(src + i).store_unaligned(dst + i);
-  for (; i < n; ++i) dst[i] = src[i];
+  for (; i + W <= n; i += W) gemm_load<Arch, S, Round>(src + i).store_unaligned(dst + i);
+  for (; i < n; ++i) dst[i] = gemm_to_float<S, Round>(src[i]);
 }
 
 // Packs rows [i0, i0+mc) x depth [p0, p0+kc) of op(A) into ceil(mc/MR) micro-panels, each
 // A_PANEL floats apart. A not transposed: row-major micro-panels (rows are copied); A
 // transposed: k-major micro-panels (rows of the stored A, i.e. columns of op(A), are copied).
-template <class Arch>
-void gemm_pack_a(bool transposed, const float* A, std::size_t lda, std::size_t i0, std::size_t mc, std::size_t p0,
+template <class Arch, class S = float, bool Round = false>
+void gemm_pack_a(bool transposed, const S* A, std::size_t lda, std::size_t i0, std::size_t mc, std::size_t p0,
                  std::size_t kc, float* __restrict dst) {
   using cfg = gemm_config<Arch>;
   constexpr std::size_t MR = cfg::MR;
   for (std::size_t ip = 0; ip < mc; ip += MR, dst += cfg::A_PANEL) {
     const std::size_t mr = std::min(MR, mc - ip);
     if (!transposed) {
-      for (std::size_t r = 0; r < mr; ++r) gemm_copy<Arch>(dst + r * cfg::A_STRIDE, A + (i0 + ip + r) * lda + p0, kc);
+      for (std::size_t r = 0; r < mr; ++r) gemm_copy<Arch, S, Round>(dst + r * cfg::A_STRIDE, A + (i0 + ip + r) * lda + p0, kc);
       for (std::size_t r = mr; r < MR; ++r) std::memset(dst + r * cfg::A_STRIDE, 0, kc * sizeof(float));
     } else {
-      const float* src = A + p0 * lda + i0 + ip;
+      const S* src = A + p0 * lda + i0 + ip;
       if (mr == MR) {
-        for (std::size_t k = 0; k < kc; ++k) gemm_copy<Arch>(dst + k * MR, src + k * lda, MR);
+        for (std::size_t k = 0; k < kc; ++k) gemm_copy<Arch, S, Round>(dst + k * MR, src + k * lda, MR);
       } else {
         for (std::size_t k = 0; k < kc; ++k) {
           std::size_t r = 0;
-          for (; r < mr; ++r) dst[k * MR + r] = src[k * lda + r];
+          for (; r < mr; ++r) dst[k * MR + r] = gemm_to_float<S, Round>(src[k * lda + r]);
           for (; r < MR; ++r) dst[k * MR + r] = 0.0f;
         }
       }
@@ -70,10 +128,12 @@ void gemm_pack_a(bool transposed, const float* A, std::size_t lda, std::size_t i
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-// dst[l * ldd + r] = src[r * lds + l] for a 16 x 16 block (dst 64-byte aligned rows).
-inline void gemm_transpose16_avx512(const float* src, std::size_t lds, float* dst, std::size_t ldd) {
+// dst[l * ldd + r] = src[r * lds + l] for a 16 x 16 block (dst 64-byte aligned rows), the
+// elements read as floats like gemm_load.
+template <class S = float, bool Round = false>
+inline void gemm_transpose16_avx512(const S* src, std::size_t lds, float* dst, std::size_t ldd) {
   __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
+  for (int i = 0; i < 16; ++i) r[i] = gemm_load<xsimd::avx512f, S, Round>(src + i * lds);
   // Interleave pairs of rows: 2x2 blocks.
   for (int i = 0; i < 16; i += 2) {
     t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
@@ -108,33 +168,33 @@ inline void gemm_transpose16_avx512(const float* src, std::size_t lds, float* ds
 // Packs depth [p0, p0+kc) x columns [j0, j0+nc) of op(B) into ceil(nc/NR) micro-panels of
 // kc x NR floats each (k-major). B not transposed: rows of B are copied; B transposed: the
 // stored rows (columns of op(B)) are transposed.
-template <class Arch>
-void gemm_pack_b(bool transposed, const float* B, std::size_t ldb, std::size_t p0, std::size_t kc, std::size_t j0,
+template <class Arch, class S = float, bool Round = false>
+void gemm_pack_b(bool transposed, const S* B, std::size_t ldb, std::size_t p0, std::size_t kc, std::size_t j0,
                  std::size_t nc, float* __restrict dst) {
   using cfg = gemm_config<Arch>;
   constexpr std::size_t NR = cfg::NR;
   for (std::size_t jp = 0; jp < nc; jp += NR, dst += kc * NR) {
     const std::size_t nr = std::min(NR, nc - jp);
     if (!transposed) {
-      const float* src = B + p0 * ldb + j0 + jp;
+      const S* src = B + p0 * ldb + j0 + jp;
       for (std::size_t k = 0; k < kc; ++k) {
-        gemm_copy<Arch>(dst + k * NR, src + k * ldb, nr);
+        gemm_copy<Arch, S, Round>(dst + k * NR, src + k * ldb, nr);
         for (std::size_t j = nr; j < NR; ++j) dst[k * NR + j] = 0.0f;
       }
       continue;
     }
-    const float* src = B + (j0 + jp) * ldb + p0;  // src[j * ldb + k] = op(B)(p0 + k, j0 + jp + j)
+    const S* src = B + (j0 + jp) * ldb + p0;  // src[j * ldb + k] = op(B)(p0 + k, j0 + jp + j)
     std::size_t k0 = 0;
 #if defined(__AVX512F__)
     if constexpr (std::is_base_of_v<xsimd::avx512f, Arch> && NR % 16 == 0) {
       if (nr == NR)
         for (; k0 + 16 <= kc; k0 += 16)
-          for (std::size_t j = 0; j < NR; j += 16) gemm_transpose16_avx512(src + j * ldb + k0, ldb, dst + k0 * NR + j, NR);
+          for (std::size_t j = 0; j < NR; j += 16) gemm_transpose16_avx512<S, Round>(src + j * ldb + k0, ldb, dst + k0 * NR + j, NR);
     }
 #endif
     for (std::size_t k = k0; k < kc; ++k) {
       std::size_t j = 0;
-      for (; j < nr; ++j) dst[k * NR + j] = src[j * ldb + k];
+      for (; j < nr; ++j) dst[k * NR + j] = gemm_to_float<S, Round>(src[j * ldb + k]);
       for (; j < NR; ++j) dst[k * NR + j] = 0.0f;
     }
   }

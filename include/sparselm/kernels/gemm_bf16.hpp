@@ -1,0 +1,61 @@
+#pragma once
+// Mixed-precision GEMM: C = alpha * bf16(op(A)) * bf16(op(B)) + beta * C (+ bias), fp32 C.
+//
+// A and B are float or bf16 matrices (any mix). Float operands are rounded to bf16 (nearest even,
+// NaN kept) while they are packed, so the product is that of the bf16 values; every product is
+// exact in fp32 and accumulated in fp32. Everything else (transposes, alpha/beta/bias, beta == 0
+// not reading C, K == 0, threads, workspace, calls inside a parallel region) is as in gemm()
+// (kernels/gemm.hpp).
+//
+// Paths (gemm_bf16_path):
+//   native   - AVX512-BF16 (vdpbf16ps: 32 multiply-adds per instruction, twice an fp32 FMA's),
+//              operands packed as bf16 k-pairs (kernels/detail/gemm_bf16_kernel.hpp). Available
+//              when the program is compiled for a CPU with AVX512-BF16 (gemm_bf16_native).
+//   portable - any CPU: the operands are widened (or rounded) to float inside the fp32 GEMM's
+//              packing and multiplied by its micro-kernel. bf16 operands still halve the memory
+//              read from A and B; the arithmetic runs at the fp32 rate.
+//   best     - native when available, else portable.
+// The two paths multiply the same values and differ only in the order of the fp32 additions
+// (native adds each k-pair's two products in one instruction): results agree within the fp32
+// GEMM's tolerance (the tests use (2K + 4) * eps32 * sum|a*b|). Against the fp32 GEMM on the
+// unrounded float operands the difference is the bf16 rounding of A and B: at most about
+// 2 * 2^-8 * sum|a*b| per element.
+
+#include <cstddef>
+
+#include "sparselm/core/dtype.hpp"
+#include "sparselm/core/error.hpp"
+#include "sparselm/core/simd.hpp"
+#include "sparselm/core/view.hpp"
+#include "sparselm/kernels/detail/gemm_bf16_kernel.hpp"
+#include "sparselm/kernels/gemm.hpp"
+
+namespace sparselm::kernels {
+
+enum class gemm_bf16_path { best, native, portable };
+
+// True when this program was compiled with AVX512-BF16 (and AVX-512 BW/VL) and the native path
+// exists.
+inline constexpr bool gemm_bf16_native = SPARSELM_GEMM_BF16_NATIVE != 0;
+
+template <class T>
+concept gemm_bf16_operand = std::same_as<T, float> || std::same_as<T, bf16>;
+
+template <gemm_bf16_operand SA, gemm_bf16_operand SB, class Arch = native_arch>
+void gemm_bf16(trans ta, trans tb, float alpha, const_matrix_view<SA> A, const_matrix_view<SB> B, float beta,
+               matrix_view<float> C, const float* bias = nullptr, gemm_bf16_path path = gemm_bf16_path::best) {
+  const auto p = detail::gemm_check({"gemm_bf16", "gemm_bf16: A", "gemm_bf16: B", "gemm_bf16: C"}, ta, tb, alpha, A,
+                                    B, beta, C, bias);
+  constexpr bool native = gemm_bf16_native && simd_width<float, Arch> == 16;
+  SPARSELM_CHECK(path != gemm_bf16_path::native || native,
+                 "gemm_bf16: the native path needs AVX512-BF16 (compile with -march=native on a CPU that has it); "
+                 "this build has only the portable path");
+#if SPARSELM_GEMM_BF16_NATIVE
+  if constexpr (native) {
+    if (path != gemm_bf16_path::portable) return detail::gemm_run<detail::gemm_bf16_family<Arch>>(p);
+  }
+#endif
+  detail::gemm_run<detail::gemm_fp32_family<Arch, true>>(p);
+}
+
+}  // namespace sparselm::kernels

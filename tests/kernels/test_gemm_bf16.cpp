@@ -1,0 +1,253 @@
+// Mixed-precision GEMM (kernels::gemm_bf16): both paths against a double-accumulating reference on
+// the bf16-rounded operands, against each other, against the fp32 GEMM within the bf16 rounding,
+// for every transpose, operand type (float / bf16), edge sizes, odd depths, depths crossing KC,
+// alpha/beta/bias, beta = 0 over NaN, NaN operands, threads, parallel regions and argument errors.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "gemm_reference.hpp"
+#include "sparselm/core/threads.hpp"
+#include "sparselm/kernels/gemm_bf16.hpp"
+
+using namespace sparselm;
+using kernels::gemm_bf16_path;
+using kernels::trans;
+
+namespace {
+
+constexpr trans both[] = {trans::n, trans::t};
+
+// A (rows x cols, ld = cols + pad) matrix of uniform(-1, 1) values, as float and as bf16; `rounded`
+// holds the bf16 values widened to float (what both paths multiply).
+struct operand {
+  std::vector<float> f, rounded;
+  std::vector<bf16> h;
+  std::size_t rows, cols, ld;
+  operand(std::size_t r, std::size_t c, std::size_t pad, std::mt19937& g) : rows(r), cols(c), ld(c + pad) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    f.resize(std::max<std::size_t>(1, r * ld));
+    for (auto& x : f) x = u(g);
+    for (float x : f) h.push_back(bf16(x)), rounded.push_back(float(bf16(x)));
+  }
+  template <class S>
+  const_matrix_view<S> view() const {
+    if constexpr (std::is_same_v<S, float>) return {f.data(), rows, cols, ld};
+    else return {h.data(), rows, cols, ld};
+  }
+  const_matrix_view<float> rounded_view() const { return {rounded.data(), rows, cols, ld}; }
+};
+
+using bf16_case = test::gemm_case;
+using test::describe;
+
+struct bf16_result {
+  double ratio;             // against the reference on rounded operands, <= 1 passes
+  std::vector<float> c;     // C after the call (row-major, ld = N + pad)
+};
+
+// One case with operand types SA, SB on path `path` of gemm_bf16<.., Arch>.
+template <class SA, class SB, class Arch>
+bf16_result run_case(const bf16_case& c, unsigned seed, gemm_bf16_path path) {
+  std::mt19937 g(seed);
+  const bool at = c.ta == trans::t, bt = c.tb == trans::t;
+  operand A(at ? c.K : c.M, at ? c.M : c.K, c.pad, g), B(bt ? c.N : c.K, bt ? c.K : c.N, c.pad, g);
+  operand Cm(c.M, c.N, c.pad, g);
+  std::vector<float> bias(std::max<std::size_t>(1, c.N));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (auto& x : bias) x = u(g);
+  std::vector<float> C = Cm.f;
+  if (c.nan_c) std::fill(C.begin(), C.end(), std::numeric_limits<float>::quiet_NaN());
+  const float* bp = c.bias ? bias.data() : nullptr;
+  const matrix_view<float> Cv(C.data(), c.M, c.N, Cm.ld);
+  auto want = test::gemm_reference(c.ta, c.tb, c.alpha, A.rounded_view(), B.rounded_view(), c.beta, Cv, bp);
+  const float guard = Cm.ld > c.N && c.M ? C[c.N] : 0.0f;
+  kernels::gemm_bf16<SA, SB, Arch>(c.ta, c.tb, c.alpha, A.template view<SA>(), B.template view<SB>(), c.beta, Cv, bp,
+                                   path);
+  if (Cm.ld > c.N && c.M && !(C[c.N] == guard || (std::isnan(guard) && std::isnan(C[c.N]))))
+    return {std::numeric_limits<double>::infinity(), C};
+  return {test::gemm_error_ratio(want, Cv, c.K), C};
+}
+
+// The paths an architecture has: portable always, native with AVX512-BF16 on AVX-512.
+template <class Arch>
+std::vector<gemm_bf16_path> paths() {
+  std::vector<gemm_bf16_path> p{gemm_bf16_path::portable};
+  if (kernels::gemm_bf16_native && simd_width<float, Arch> == 16) p.push_back(gemm_bf16_path::native);
+  return p;
+}
+
+const char* name(gemm_bf16_path p) { return p == gemm_bf16_path::native ? "native" : "portable"; }
+
+// Runs the case for every operand-type combination and path; checks each against the reference.
+template <class Arch>
+void check_all_types(const bf16_case& c, unsigned seed) {
+  for (gemm_bf16_path p : paths<Arch>()) {
+    INFO(describe(c), " path ", name(p));
+    CHECK(run_case<float, float, Arch>(c, seed, p).ratio <= 1.0);
+    CHECK(run_case<bf16, bf16, Arch>(c, seed, p).ratio <= 1.0);
+    CHECK(run_case<float, bf16, Arch>(c, seed, p).ratio <= 1.0);
+    CHECK(run_case<bf16, float, Arch>(c, seed, p).ratio <= 1.0);
+  }
+}
+
+}  // namespace
+
+#if defined(__AVX512F__)
+#define SPARSELM_GEMM_ARCHS native_arch, xsimd::avx512f, xsimd::fma3<xsimd::avx2>, xsimd::sse2
+#elif defined(__AVX2__)
+#define SPARSELM_GEMM_ARCHS native_arch, xsimd::fma3<xsimd::avx2>, xsimd::sse2
+#else
+#define SPARSELM_GEMM_ARCHS native_arch, xsimd::sse2
+#endif
+
+TEST_CASE_TEMPLATE("gemm_bf16 matches the reference on rounded operands: small, odd shapes, all transposes", Arch,
+                   SPARSELM_GEMM_ARCHS) {
+  const std::size_t sizes[] = {1, 2, 17, 33, 70};
+  unsigned seed = 1;
+  for (trans ta : both)
+    for (trans tb : both)
+      for (std::size_t M : sizes)
+        for (std::size_t N : sizes)
+          for (std::size_t K : {std::size_t(1), std::size_t(2), std::size_t(31), std::size_t(64), std::size_t(99)}) {
+            bf16_case c{ta, tb, M, N, K};
+            switch (seed % 4) {
+              case 0: break;
+              case 1: c.alpha = -0.5f, c.beta = 1.0f; break;
+              case 2: c.alpha = 2.0f, c.beta = 0.25f, c.bias = true; break;
+              case 3: c.bias = true, c.pad = 3, c.nan_c = true; break;
+            }
+            check_all_types<Arch>(c, seed++);
+          }
+}
+
+TEST_CASE_TEMPLATE("gemm_bf16 on shapes crossing every cache block, odd depth", Arch, SPARSELM_GEMM_ARCHS) {
+  struct shape { std::size_t M, N, K; };
+  // 1025 and 2057 cross the depth block of both kernels (odd: the last pair is padded); 257 rows
+  // cross MC; 2100 columns cross NC.
+  const shape shapes[] = {{257, 70, 1025}, {40, 2100, 37}, {30, 50, 2057}};
+  unsigned seed = 100;
+  for (const auto& s : shapes)
+    for (trans ta : both)
+      for (trans tb : both) check_all_types<Arch>({ta, tb, s.M, s.N, s.K, 0.75f, 0.5f, true, 5}, seed++);
+}
+
+TEST_CASE("gemm_bf16: the native and portable paths agree, and both are the fp32 GEMM within the bf16 rounding") {
+  std::mt19937 g(11);
+  for (trans ta : both)
+    for (trans tb : both) {
+      const std::size_t M = 61, N = 83, K = 515;
+      operand A(ta == trans::t ? K : M, ta == trans::t ? M : K, 0, g), B(tb == trans::t ? N : K, tb == trans::t ? K : N, 0, g);
+      std::vector<float> c32(M * N), cp(M * N), cn(M * N);
+      kernels::gemm(ta, tb, 1.0f, A.view<float>(), B.view<float>(), 0.0f, {c32.data(), M, N});
+      kernels::gemm_bf16(ta, tb, 1.0f, A.view<float>(), B.view<float>(), 0.0f, {cp.data(), M, N}, nullptr,
+                         gemm_bf16_path::portable);
+      kernels::gemm_bf16(ta, tb, 1.0f, A.view<float>(), B.view<float>(), 0.0f, {cn.data(), M, N});
+      auto exact = test::gemm_reference(ta, tb, 1.0f, A.view<float>(), B.view<float>(), 0.0f, {c32.data(), M, N});
+      double worst_paths = 0, worst_fp32 = 0, mean_diff = 0;
+      for (std::size_t i = 0; i < M * N; ++i) {
+        const double scale = exact.scale[i];
+        // Paths: same products, other addition order: the fp32 GEMM's bound.
+        worst_paths = std::max(worst_paths, std::abs(double(cp[i]) - cn[i]) /
+                                                ((2.0 * K + 4.0) * std::numeric_limits<float>::epsilon() * scale));
+        // Against fp32 on the unrounded operands: each product is off by at most
+        // (1 + 2^-9)^2 - 1 < 2.01 * 2^-9 of |a*b| (two rounded operands), plus the fp32 sums.
+        worst_fp32 = std::max(worst_fp32, std::abs(double(cn[i]) - c32[i]) /
+                                              ((2.01 * std::ldexp(1.0, -9) + (4.0 * K + 8.0) * std::numeric_limits<float>::epsilon()) * scale));
+        mean_diff += std::abs(double(cn[i]) - c32[i]);
+      }
+      INFO("ta ", int(ta), " tb ", int(tb));
+      CHECK(worst_paths <= 1.0);
+      CHECK(worst_fp32 <= 1.0);
+      // The rounding is really applied (the operands are not multiplied in fp32): C differs.
+      CHECK(mean_diff / double(M * N) > 1e-5);
+    }
+}
+
+TEST_CASE_TEMPLATE("gemm_bf16: a NaN or infinity in an operand reaches C", Arch, SPARSELM_GEMM_ARCHS) {
+  for (gemm_bf16_path p : paths<Arch>())
+    for (trans ta : both)
+      for (trans tb : both) {
+        std::mt19937 g(5);
+        const std::size_t M = 20, N = 40, K = 33;
+        operand A(ta == trans::t ? K : M, ta == trans::t ? M : K, 0, g), B(tb == trans::t ? N : K, tb == trans::t ? K : N, 0, g);
+        // op(A)(3, 7) = NaN; op(B)(5, 11) = +inf (with positive op(A)(i, 5), row i of column 11 is +inf
+        // unless the NaN row).
+        (ta == trans::t ? A.f[7 * A.ld + 3] : A.f[3 * A.ld + 7]) = std::numeric_limits<float>::quiet_NaN();
+        (tb == trans::t ? B.f[11 * B.ld + 5] : B.f[5 * B.ld + 11]) = std::numeric_limits<float>::infinity();
+        std::vector<float> C(M * N);
+        kernels::gemm_bf16<float, float, Arch>(ta, tb, 1.0f, A.view<float>(), B.view<float>(), 0.0f, {C.data(), M, N},
+                                               nullptr, p);
+        INFO("path ", name(p), " ta ", int(ta), " tb ", int(tb));
+        for (std::size_t j = 0; j < N; ++j) CHECK(std::isnan(C[3 * N + j]));
+        for (std::size_t i = 0; i < M; ++i)
+          if (i != 3) CHECK(!std::isfinite(C[i * N + 11]));
+        CHECK(std::isfinite(C[0 * N + 0]));
+      }
+}
+
+TEST_CASE("gemm_bf16 inside a parallel region, and with 1 and 2 threads") {
+  constexpr int jobs = 6;
+  std::vector<double> ratio(jobs, 0.0);
+#pragma omp parallel for schedule(static) num_threads(2)
+  for (int h = 0; h < jobs; ++h) {
+    bf16_case c{h % 2 ? trans::n : trans::t, h % 4 < 2 ? trans::t : trans::n, 64 + std::size_t(h), 70, 64};
+    ratio[std::size_t(h)] = run_case<bf16, float, native_arch>(c, 300u + unsigned(h), gemm_bf16_path::best).ratio;
+  }
+  for (int h = 0; h < jobs; ++h) CHECK(ratio[std::size_t(h)] <= 1.0);
+
+  const int saved = num_threads();
+  for (trans ta : both)
+    for (trans tb : both) {
+      const bf16_case c{ta, tb, 300, 64, 200};
+      set_num_threads(1);
+      const auto one = run_case<float, bf16, native_arch>(c, 9, gemm_bf16_path::best);
+      set_num_threads(2);
+      const auto two = run_case<float, bf16, native_arch>(c, 9, gemm_bf16_path::best);
+      CHECK(one.ratio <= 1.0);
+      CHECK(one.c == two.c);  // same blocking along K on every thread: bitwise equal
+    }
+  set_num_threads(saved);
+}
+
+TEST_CASE("gemm_bf16: K = 0, empty products and argument errors") {
+  std::vector<float> c(12, 2.0f), bias = {1, 2, 3, 4};
+  std::vector<bf16> a(1), b(1);
+  matrix_view<float> C(c.data(), 3, 4);
+  kernels::gemm_bf16<bf16, bf16>(trans::n, trans::n, 1.0f, {a.data(), 3, 0}, {b.data(), 0, 4}, 0.5f, C, bias.data());
+  for (std::size_t i = 0; i < 3; ++i)
+    for (std::size_t j = 0; j < 4; ++j) CHECK(C(i, j) == 1.0f + bias[j]);
+  kernels::gemm_bf16<bf16, bf16>(trans::n, trans::n, 1.0f, {nullptr, 0, 5}, {b.data(), 5, 1, 1}, 0.0f, {nullptr, 0, 1});
+
+  auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const sparselm::error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::vector<bf16> x(64), y(64);
+  std::vector<float> z(64);
+  const std::string shapes = message([&] {
+    kernels::gemm_bf16<bf16, bf16>(trans::n, trans::t, 1.0f, {x.data(), 4, 3}, {y.data(), 5, 2}, 0.0f,
+                                   {z.data(), 4, 5, 6});
+  });
+  CHECK(shapes.find("gemm_bf16: shapes do not match") != std::string::npos);
+  CHECK(shapes.find("B^T, B (5x2)") != std::string::npos);
+  CHECK(message([&] {
+          kernels::gemm_bf16<bf16, bf16>(trans::n, trans::n, 1.0f, {x.data(), 4, 4, 3}, {y.data(), 4, 4}, 0.0f,
+                                         {z.data(), 4, 4});
+        }).find("gemm_bf16: A: leading dimension 3") != std::string::npos);
+  const std::string native = message([&] {
+    kernels::gemm_bf16<bf16, bf16, xsimd::sse2>(trans::n, trans::n, 1.0f, {x.data(), 4, 4}, {y.data(), 4, 4}, 0.0f,
+                                                {z.data(), 4, 4}, nullptr, gemm_bf16_path::native);
+  });
+  CHECK(native.find("gemm_bf16: the native path needs AVX512-BF16") != std::string::npos);
+}
