@@ -1,11 +1,14 @@
-// Dense fp32 GEMM: sparselm::kernels::gemm vs OpenBLAS cblas_sgemm, beside the measured FMA peak.
+// Dense fp32 GEMM: sparselm::kernels::gemm vs OpenBLAS cblas_sgemm, beside the measured FMA peak;
+// and the mixed-precision kernels::gemm_bf16 beside them (impl "bf16": bf16 operands, "bf16f": float
+// operands rounded to bf16 while packed), on the path this build has (native with AVX512-BF16).
 //
 // Shapes: the GPT-2 small linear layers, M = 4096 / 1024 / 256 rows (tokens) and (K, N) in
 // {(768,768), (768,3072), (3072,768), (768,2304), (768,50304)}, in NN (forward), NT (dX) and
 // TN (dW) form, at 2 and 1 threads. Counters: GFLOP/s and peak = fraction of the measured
-// FMA peak for that thread count (benchmarks/common/peak.hpp).
+// FMA peak for that thread count (benchmarks/common/peak.hpp); for bf16 and bf16f the fraction of
+// the measured bf16 dot-product peak when the build has AVX512-BF16 (else of the FMA peak).
 //
-// Names: gemm/<impl>/<op>/M/K/N/threads:<t>, e.g.
+// Names: gemm/<impl>/<op>/M/K/N/threads:<t>, impl in ours | openblas | bf16 | bf16f, e.g.
 //   ./build/benchmarks/bench_gemm --benchmark_filter='gemm/ours/NN/4096/.*/threads:2'
 //   ./build/benchmarks/bench_gemm --benchmark_filter='/4096/768/768/'
 // Every benchmark runs a fixed number of calls worth ~0.4 s at 300 GFLOP/s (at least one).
@@ -16,18 +19,29 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "common/peak.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/kernels/gemm.hpp"
+#include "sparselm/kernels/gemm_bf16.hpp"
 
 namespace {
 
 using sparselm::kernels::trans;
 
-enum class impl { ours, openblas };
+enum class impl { ours, openblas, bf16, bf16f };
+const char* impl_name(impl i) {
+  switch (i) {
+    case impl::ours: return "ours";
+    case impl::openblas: return "openblas";
+    case impl::bf16: return "bf16";
+    case impl::bf16f: return "bf16f";
+  }
+  return "?";
+}
 struct op_form {
   const char* name;
   trans ta, tb;
@@ -39,6 +53,7 @@ struct pool {
   float* a = nullptr;
   float* b = nullptr;
   float* c = nullptr;
+  std::vector<sparselm::bf16> ah, bh;  // a and b rounded to bf16
   std::size_t na = 0, nb = 0, nc = 0;
   static float* make(std::size_t n, std::uint32_t seed) {
     auto* p = static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64));
@@ -48,9 +63,14 @@ struct pool {
     }
     return p;
   }
+  static std::vector<sparselm::bf16> rounded(const float* p, std::size_t n) {
+    std::vector<sparselm::bf16> r(n);
+    for (std::size_t i = 0; i < n; ++i) r[i] = sparselm::bf16(p[i]);
+    return r;
+  }
   void reserve(std::size_t ma, std::size_t mb, std::size_t mc) {
-    if (ma > na) std::free(a), a = make(ma, 1), na = ma;
-    if (mb > nb) std::free(b), b = make(mb, 2), nb = mb;
+    if (ma > na) std::free(a), a = make(ma, 1), na = ma, ah = rounded(a, ma);
+    if (mb > nb) std::free(b), b = make(mb, 2), nb = mb, bh = rounded(b, mb);
     if (mc > nc) std::free(c), c = make(mc, 3), nc = mc;
   }
 };
@@ -61,10 +81,23 @@ void run_gemm(impl which, const op_form& op, std::size_t M, std::size_t K, std::
   const std::size_t ar = at ? K : M, ac = at ? M : K, br = bt ? N : K, bc = bt ? K : N;
   if (which == impl::ours) {
     sparselm::kernels::gemm(op.ta, op.tb, 1.0f, {buffers.a, ar, ac}, {buffers.b, br, bc}, 0.0f, {buffers.c, M, N});
+  } else if (which == impl::bf16) {
+    sparselm::kernels::gemm_bf16<sparselm::bf16, sparselm::bf16>(op.ta, op.tb, 1.0f, {buffers.ah.data(), ar, ac},
+                                                                 {buffers.bh.data(), br, bc}, 0.0f, {buffers.c, M, N});
+  } else if (which == impl::bf16f) {
+    sparselm::kernels::gemm_bf16<float, float>(op.ta, op.tb, 1.0f, {buffers.a, ar, ac}, {buffers.b, br, bc}, 0.0f,
+                                               {buffers.c, M, N});
   } else {
     cblas_sgemm(CblasRowMajor, at ? CblasTrans : CblasNoTrans, bt ? CblasTrans : CblasNoTrans, int(M), int(N), int(K),
                 1.0f, buffers.a, int(ac), buffers.b, int(bc), 0.0f, buffers.c, int(N));
   }
+}
+
+// The bf16 dot-product peak per thread count, measured once.
+double bf16_peak(int threads) {
+  static std::map<int, double> p;
+  if (!p.count(threads)) p[threads] = sparselm::measure_bf16_dot_peak_gflops(threads);
+  return p[threads];
 }
 
 void bm_gemm(benchmark::State& state, impl which, op_form op, std::size_t M, std::size_t K, std::size_t N, int threads) {
@@ -83,7 +116,9 @@ void bm_gemm(benchmark::State& state, impl which, op_form op, std::size_t M, std
   }
   const double gflops = flops * double(state.iterations()) / seconds * 1e-9;
   state.counters["GFLOP/s"] = gflops;
-  state.counters["peak"] = gflops / sparselm::settled_fma_peak_gflops(threads);
+  const bool bf16 = which == impl::bf16 || which == impl::bf16f;
+  state.counters["peak"] = gflops / (bf16 && sparselm::has_bf16_dot_peak ? bf16_peak(threads)
+                                                                        : sparselm::settled_fma_peak_gflops(threads));
 }
 
 }  // namespace
@@ -91,12 +126,12 @@ void bm_gemm(benchmark::State& state, impl which, op_form op, std::size_t M, std
 int main(int argc, char** argv) {
   const std::size_t Ms[] = {4096, 1024, 256};
   const std::pair<std::size_t, std::size_t> KNs[] = {{768, 768}, {768, 3072}, {3072, 768}, {768, 2304}, {768, 50304}};
-  for (impl which : {impl::ours, impl::openblas})
+  for (impl which : {impl::ours, impl::openblas, impl::bf16, impl::bf16f})
     for (int threads : {2, 1})
       for (std::size_t M : Ms)
         for (auto [K, N] : KNs)
           for (const op_form& op : ops) {
-            const std::string name = std::string("gemm/") + (which == impl::ours ? "ours/" : "openblas/") + op.name + "/" +
+            const std::string name = std::string("gemm/") + impl_name(which) + "/" + op.name + "/" +
                                      std::to_string(M) + "/" + std::to_string(K) + "/" + std::to_string(N) +
                                      "/threads:" + std::to_string(threads);
             const double flops = 2.0 * double(M) * double(N) * double(K);
@@ -111,6 +146,10 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("peak GFLOP/s (1 thread, 2 threads)",
                               std::to_string(sparselm::settled_fma_peak_gflops(1)) + ", " +
                                   std::to_string(sparselm::settled_fma_peak_gflops(2)));
+  if (sparselm::has_bf16_dot_peak)
+    benchmark::AddCustomContext("bf16 dot peak GFLOP/s (1 thread, 2 threads)",
+                                std::to_string(bf16_peak(1)) + ", " + std::to_string(bf16_peak(2)));
+  benchmark::AddCustomContext("gemm_bf16 path", sparselm::kernels::gemm_bf16_native ? "native (AVX512-BF16)" : "portable");
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -1,5 +1,5 @@
 // Measured fp32 FMA peak (GFLOP/s) for 1 and 2 threads: the denominator of "% of peak" in the
-// kernel benchmarks. Run: ./build/benchmarks/bench_peak
+// kernel benchmarks; and the AVX512-BF16 dot-product peak, the bf16 GEMM's. Run: ./build/benchmarks/bench_peak
 #include <benchmark/benchmark.h>
 
 #include "common/peak.hpp"
@@ -12,5 +12,19 @@ static void BM_fma_peak(benchmark::State& state) {
   state.counters["threads"] = threads;
 }
 BENCHMARK(BM_fma_peak)->Arg(1)->Arg(2)->Iterations(3)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// vdpbf16ps throughput (GFLOP/s, 64 per instruction); only in builds with AVX512-BF16.
+static void BM_bf16_dot_peak(benchmark::State& state) {
+  const int threads = int(state.range(0));
+  if (!sparselm::has_bf16_dot_peak) {
+    state.SkipWithError("this build has no AVX512-BF16 (needs -march=native on a CPU with it)");
+    return;
+  }
+  double g = 0;
+  for (auto _ : state) g = sparselm::measure_bf16_dot_peak_gflops(threads);
+  state.counters["GFLOP/s"] = g;
+  state.counters["threads"] = threads;
+}
+BENCHMARK(BM_bf16_dot_peak)->Arg(1)->Arg(2)->Iterations(3)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK_MAIN();
