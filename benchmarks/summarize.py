@@ -42,14 +42,20 @@ def load(paths):
     return rows, context
 
 
-def gemm_table(rows, context):
-    pat = re.compile(r"gemm/(ours|openblas)/(NN|NT|TN)/(\d+)/(\d+)/(\d+)/threads:(\d+)$")
+def gemm_data(rows, impls):
+    """{(threads, M, K, N, op, impl): benchmark} for the gemm/<impl>/... rows of the given impls."""
+    pat = re.compile(r"gemm/(" + "|".join(impls) + r")/(NN|NT|TN)/(\d+)/(\d+)/(\d+)/threads:(\d+)$")
     data = {}
     for name, b in rows.items():
         m = pat.match(name)
         if m:
             impl, op, M, K, N, t = m.groups()
             data[(int(t), int(M), int(K), int(N), op, impl)] = b
+    return data
+
+
+def gemm_table(rows, context):
+    data = gemm_data(rows, ("ours", "openblas"))
     peak = context.get("peak GFLOP/s (1 thread, 2 threads)")
     if peak:
         print(f"FMA peak measured in the same run (1 thread, 2 threads): {peak} GFLOP/s\n")
@@ -83,13 +89,7 @@ def gemm_table(rows, context):
 
 
 def gemm_bf16_table(rows, context):
-    pat = re.compile(r"gemm/(ours|bf16|bf16f)/(NN|NT|TN)/(\d+)/(\d+)/(\d+)/threads:(\d+)$")
-    data = {}
-    for name, b in rows.items():
-        m = pat.match(name)
-        if m:
-            impl, op, M, K, N, t = m.groups()
-            data[(int(t), int(M), int(K), int(N), op, impl)] = b
+    data = gemm_data(rows, ("ours", "bf16", "bf16f"))
     for key in ("peak GFLOP/s (1 thread, 2 threads)", "bf16 dot peak GFLOP/s (1 thread, 2 threads)", "gemm_bf16 path"):
         if key in context:
             print(f"{key}: {context[key]}  ")
