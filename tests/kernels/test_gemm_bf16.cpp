@@ -1,4 +1,4 @@
-// Mixed-precision GEMM (kernels::gemm_bf16): both paths against a double-accumulating reference on
+// Mixed-precision GEMMs (kernels::gemm_bf16, gemm_f16, gemm_as): both bf16 paths against a double-accumulating reference on
 // the bf16-rounded operands, against each other, against the fp32 GEMM within the bf16 rounding,
 // for every transpose, operand type (float / bf16), edge sizes, odd depths, depths crossing KC,
 // alpha/beta/bias, beta = 0 over NaN, NaN operands, threads, parallel regions and argument errors.
@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -250,4 +251,51 @@ TEST_CASE("gemm_bf16: K = 0, empty products and argument errors") {
                                                 {z.data(), 4, 4}, nullptr, gemm_bf16_path::native);
   });
   CHECK(native.find("gemm_bf16: the native path needs AVX512-BF16") != std::string::npos);
+}
+
+TEST_CASE_TEMPLATE("gemm_f16 matches the reference on operands rounded to half", Arch, SPARSELM_GEMM_ARCHS) {
+  unsigned seed = 500;
+  for (trans ta : both)
+    for (trans tb : both)
+      for (auto [M, N, K] : {std::tuple<std::size_t, std::size_t, std::size_t>{1, 1, 1}, {17, 33, 31}, {70, 40, 1030}}) {
+        std::mt19937 g(seed++);
+        operand A(ta == trans::t ? K : M, ta == trans::t ? M : K, 2, g), B(tb == trans::t ? N : K, tb == trans::t ? K : N, 1, g);
+        // Half has 11 significant bits: uniform(-1, 1) floats differ from their rounding, so the
+        // result differs from the fp32 GEMM's (the test sees whether the rounding happened).
+        std::vector<float> ah, bh;
+        for (float x : A.f) ah.push_back(float(half(x)));
+        for (float x : B.f) bh.push_back(float(half(x)));
+        std::vector<float> C(M * N, 0.0f), C32(M * N, 0.0f);
+        kernels::gemm_f16<Arch>(ta, tb, 1.5f, A.view<float>(), B.view<float>(), 0.0f, {C.data(), M, N});
+        kernels::gemm<Arch>(ta, tb, 1.5f, A.view<float>(), B.view<float>(), 0.0f, {C32.data(), M, N});
+        auto want = test::gemm_reference(ta, tb, 1.5f, {ah.data(), A.rows, A.cols, A.ld}, {bh.data(), B.rows, B.cols, B.ld},
+                                         0.0f, {C.data(), M, N});
+        INFO("ta ", int(ta), " tb ", int(tb), " M ", M, " N ", N, " K ", K);
+        CHECK(test::gemm_error_ratio(want, {C.data(), M, N}, K) <= 1.0);
+        if (K > 1) CHECK(C != C32);
+      }
+}
+
+TEST_CASE("gemm_f16: operands beyond the half range become infinity; gemm_as dispatches by compute type") {
+  std::vector<float> a = {70000.0f, 1.0f, 1.0f, 1.0f}, b = {1.0f, 1.0f, 1.0f, 1.0f}, c(4);
+  kernels::gemm_f16(trans::n, trans::n, 1.0f, {a.data(), 2, 2}, {b.data(), 2, 2}, 0.0f, {c.data(), 2, 2});
+  CHECK(std::isinf(c[0]));
+  CHECK(c[2] == 2.0f);
+  kernels::gemm_bf16<float, float>(trans::n, trans::n, 1.0f, {a.data(), 2, 2}, {b.data(), 2, 2}, 0.0f, {c.data(), 2, 2});
+  CHECK(std::isfinite(c[0]));  // bf16 has fp32's range
+
+  std::mt19937 g(3);
+  operand A(50, 70, 0, g), B(70, 30, 0, g);
+  for (dtype d : {dtype::f32, dtype::bf16, dtype::f16}) {
+    std::vector<float> via(50 * 30), direct(50 * 30);
+    kernels::gemm_as(d, trans::n, trans::n, 1.0f, A.view<float>(), B.view<float>(), 0.0f, {via.data(), 50, 30});
+    if (d == dtype::f32)
+      kernels::gemm(trans::n, trans::n, 1.0f, A.view<float>(), B.view<float>(), 0.0f, {direct.data(), 50, 30});
+    else if (d == dtype::bf16)
+      kernels::gemm_bf16<float, float>(trans::n, trans::n, 1.0f, A.view<float>(), B.view<float>(), 0.0f,
+                                       {direct.data(), 50, 30});
+    else
+      kernels::gemm_f16(trans::n, trans::n, 1.0f, A.view<float>(), B.view<float>(), 0.0f, {direct.data(), 50, 30});
+    CHECK(via == direct);
+  }
 }

@@ -30,8 +30,12 @@ struct decode_shape {
   std::size_t batch = 0, new_rows = 0, past = 0, capacity = 0, heads = 0, head_dim = 0;
 };
 
-inline void decode_attention(const_matrix_view<float> qkv, const float* keys, const float* values, const decode_shape& sh,
-                             matrix_view<float> att, std::span<float> scores) {
+namespace detail {
+// decode_attention over the keys visible(p, f) lists for the query at position p, as calls
+// f(j0, j1) for the ranges [j0, j1) in ascending order (all within [0, p]).
+template <class Visible>
+void decode_attention_over(const_matrix_view<float> qkv, const float* keys, const float* values, const decode_shape& sh,
+                           matrix_view<float> att, std::span<float> scores, Visible&& visible) {
   const std::size_t B = sh.batch, n = sh.new_rows, P = sh.past, T = sh.capacity, H = sh.heads, D = sh.head_dim;
   const std::size_t HD = H * D;
   SPARSELM_CHECK(qkv.rows == B * n && qkv.cols == 3 * HD && att.rows == B * n && att.cols == HD && P + n <= T &&
@@ -49,15 +53,28 @@ inline void decode_attention(const_matrix_view<float> qkv, const float* keys, co
     const float* V = values + b * T * HD;
     float* s = scores.data() + bh * T;
     for (std::size_t i = 0; i < n; ++i) {
-      const std::size_t visible = P + i + 1;
       const float* q = qkv.row(b * n + i) + h * D;
-      for (std::size_t j = 0; j < visible; ++j) s[j] = detail::dot(q, K + j * HD + h * D, D) * scale;
-      detail::softmax_row<native_arch>(s, s, visible, visible);
+      std::size_t count = 0;
+      visible(P + i, [&](std::size_t j0, std::size_t j1) {
+        for (std::size_t j = j0; j < j1; ++j) s[count++] = dot(q, K + j * HD + h * D, D) * scale;
+      });
+      softmax_row<native_arch>(s, s, count, count);
       float* o = att.row(b * n + i) + h * D;
       std::fill(o, o + D, 0.0f);
-      for (std::size_t j = 0; j < visible; ++j) detail::axpy(s[j], V + j * HD + h * D, o, D);
+      count = 0;
+      visible(P + i, [&](std::size_t j0, std::size_t j1) {
+        for (std::size_t j = j0; j < j1; ++j) axpy(s[count++], V + j * HD + h * D, o, D);
+      });
     }
   }, min_tasks);
+}
+}  // namespace detail
+
+// Causal: the query at position p sees [0, p].
+inline void decode_attention(const_matrix_view<float> qkv, const float* keys, const float* values, const decode_shape& sh,
+                             matrix_view<float> att, std::span<float> scores) {
+  detail::decode_attention_over(qkv, keys, values, sh, att, scores,
+                                [](std::size_t p, auto&& f) { f(std::size_t(0), p + 1); });
 }
 
 }  // namespace sparselm::kernels

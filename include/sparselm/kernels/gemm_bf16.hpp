@@ -20,6 +20,11 @@
 // GEMM's tolerance (the tests use (2K + 4) * eps32 * sum|a*b|). Against the fp32 GEMM on the
 // unrounded float operands the difference is the bf16 rounding of A and B: at most about
 // 2 * 2^-8 * sum|a*b| per element.
+//
+// gemm_f16 is the same with IEEE half: float operands rounded to the nearest half (overflow to
+// infinity, subnormals kept) while packed, products and sums in fp32 (no CPU of the project has
+// fp16 arithmetic; F16C converts). gemm_as(dtype, ...) picks gemm, gemm_bf16 or gemm_f16 by the
+// compute type a precision policy names.
 
 #include <cstddef>
 
@@ -55,7 +60,27 @@ void gemm_bf16(trans ta, trans tb, float alpha, const_matrix_view<SA> A, const_m
     if (path != gemm_bf16_path::portable) return detail::gemm_run<detail::gemm_bf16_family<Arch>>(p);
   }
 #endif
-  detail::gemm_run<detail::gemm_fp32_family<Arch, true>>(p);
+  detail::gemm_run<detail::gemm_fp32_family<Arch, detail::gemm_round::bf16>>(p);
+}
+
+// C = alpha * f16(op(A)) * f16(op(B)) + beta * C (+ bias): operands rounded to IEEE half while
+// packed, fp32 products and sums.
+template <class Arch = native_arch>
+void gemm_f16(trans ta, trans tb, float alpha, const_matrix_view<float> A, const_matrix_view<float> B, float beta,
+              matrix_view<float> C, const float* bias = nullptr) {
+  detail::gemm_run<detail::gemm_fp32_family<Arch, detail::gemm_round::f16>>(
+      detail::gemm_check({"gemm_f16", "gemm_f16: A", "gemm_f16: B", "gemm_f16: C"}, ta, tb, alpha, A, B, beta, C, bias));
+}
+
+// The GEMM of a compute type: f32 -> gemm, bf16 -> gemm_bf16 (best path), f16 -> gemm_f16.
+inline void gemm_as(dtype compute, trans ta, trans tb, float alpha, const_matrix_view<float> A,
+                    const_matrix_view<float> B, float beta, matrix_view<float> C, const float* bias = nullptr) {
+  switch (compute) {
+    case dtype::f32: return gemm(ta, tb, alpha, A, B, beta, C, bias);
+    case dtype::bf16: return gemm_bf16<float, float>(ta, tb, alpha, A, B, beta, C, bias);
+    case dtype::f16: return gemm_f16(ta, tb, alpha, A, B, beta, C, bias);
+  }
+  fail("gemm_as: unknown compute type ", int(compute));
 }
 
 }  // namespace sparselm::kernels

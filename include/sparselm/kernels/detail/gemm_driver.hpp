@@ -91,9 +91,9 @@ inline std::size_t gemm_block(std::size_t n, std::size_t max_block, std::size_t 
 }
 
 // A kernel family: blocking, packed element type, packing and micro-kernel. The fp32 family
-// below; the bf16 one in gemm_bf16_kernel.hpp. Round: A and B are rounded to bf16 while packed
-// (the bf16 GEMM's portable path runs the fp32 family that way).
-template <class Arch, bool Round = false>
+// below; the bf16 one in gemm_bf16_kernel.hpp. Round: how float A and B are rounded while packed
+// (gemm_pack.hpp; the bf16 GEMM's portable path and the fp16 GEMM run the fp32 family that way).
+template <class Arch, gemm_round Round = gemm_round::none>
 struct gemm_fp32_family {
   using cfg = gemm_config<Arch>;
   using packed = float;

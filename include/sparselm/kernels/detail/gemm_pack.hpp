@@ -26,23 +26,28 @@
 
 namespace sparselm::kernels::detail {
 
-// Sources a packed panel may be read from: float as is, float rounded to the nearest bf16
-// (Round: the bf16 GEMM's portable path, so both paths multiply the same values), or bf16
-// (widened; Round changes nothing).
-template <class S, bool Round>
+// How float operands are rounded while packed: not at all (fp32), to the nearest bf16 (the bf16
+// GEMM's portable path, so both paths multiply the same values) or to the nearest IEEE half
+// (fp16 compute emulated on fp32 units: products of fp16 values, fp32 sums).
+enum class gemm_round { none, bf16, f16 };
+
+// Sources a packed panel may be read from: float (rounded as Round says) or bf16 (widened;
+// Round changes nothing).
+template <class S, gemm_round Round>
 concept gemm_source = std::is_same_v<S, float> || std::is_same_v<S, bf16>;
 
 // One element as the float the micro-kernel multiplies.
-template <class S, bool Round>
+template <class S, gemm_round Round>
   requires gemm_source<S, Round>
 inline float gemm_to_float(S x) noexcept {
   if constexpr (std::is_same_v<S, bf16>) return float(x);
-  else if constexpr (Round) return float(bf16(x));
+  else if constexpr (Round == gemm_round::bf16) return float(bf16(x));
+  else if constexpr (Round == gemm_round::f16) return float(half(x));
   else return x;
 }
 
 // W elements from p (unaligned) as floats, converted like gemm_to_float.
-template <class Arch, class S, bool Round>
+template <class Arch, class S, gemm_round Round>
   requires gemm_source<S, Round>
 inline xsimd::batch<float, Arch> gemm_load(const S* p) noexcept {
   using batch = xsimd::batch<float, Arch>;
@@ -50,8 +55,22 @@ inline xsimd::batch<float, Arch> gemm_load(const S* p) noexcept {
   constexpr std::size_t W = batch::size;
   if constexpr (std::is_same_v<S, float>) {
     const batch x = batch::load_unaligned(p);
-    if constexpr (!Round) {
+    if constexpr (Round == gemm_round::none) {
       return x;
+    } else if constexpr (Round == gemm_round::f16) {
+      // Round to the nearest half and back (F16C conversions; overflow gives infinity).
+#if defined(__AVX512F__)
+      if constexpr (W == 16 && std::is_base_of_v<xsimd::avx512f, Arch>)
+        return batch(_mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+#endif
+#if defined(__F16C__) && defined(__AVX2__)
+      if constexpr (W == 8 && std::is_base_of_v<xsimd::avx2, Arch>)
+        return batch(_mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+#endif
+      alignas(64) float t[W];
+      x.store_aligned(t);
+      for (std::size_t i = 0; i < W; ++i) t[i] = float(half(t[i]));
+      return batch::load_aligned(t);
     } else {
       // Round to nearest even on the bits; a NaN stays a (quiet) NaN.
       const ubatch u = xsimd::bitwise_cast<ubatch>(x);
@@ -80,7 +99,7 @@ inline xsimd::batch<float, Arch> gemm_load(const S* p) noexcept {
 }
 
 // Copies n elements as floats (vector loads/stores of the architecture, scalar tail).
-template <class Arch, class S = float, bool Round = false>
+template <class Arch, class S = float, gemm_round Round = gemm_round::none>
 inline void gemm_copy(float* __restrict dst, const S* __restrict src, std::size_t n) {
   using batch = xsimd::batch<float, Arch>;
   constexpr std::size_t W = batch::size;
@@ -97,7 +116,7 @@ inline void gemm_copy(float* __restrict dst, const S* __restrict src, std::size_
 // Packs rows [i0, i0+mc) x depth [p0, p0+kc) of op(A) into ceil(mc/MR) micro-panels, each
 // A_PANEL floats apart. A not transposed: row-major micro-panels (rows are copied); A
 // transposed: k-major micro-panels (rows of the stored A, i.e. columns of op(A), are copied).
-template <class Arch, class S = float, bool Round = false>
+template <class Arch, class S = float, gemm_round Round = gemm_round::none>
 void gemm_pack_a(bool transposed, const S* A, std::size_t lda, std::size_t i0, std::size_t mc, std::size_t p0,
                  std::size_t kc, float* __restrict dst) {
   using cfg = gemm_config<Arch>;
@@ -130,7 +149,7 @@ void gemm_pack_a(bool transposed, const S* A, std::size_t lda, std::size_t i0, s
 #endif
 // dst[l * ldd + r] = src[r * lds + l] for a 16 x 16 block (dst 64-byte aligned rows), the
 // elements read as floats like gemm_load.
-template <class S = float, bool Round = false>
+template <class S = float, gemm_round Round = gemm_round::none>
 inline void gemm_transpose16_avx512(const S* src, std::size_t lds, float* dst, std::size_t ldd) {
   __m512 r[16], t[16];
   for (int i = 0; i < 16; ++i) r[i] = gemm_load<xsimd::avx512f, S, Round>(src + i * lds);
@@ -168,7 +187,7 @@ inline void gemm_transpose16_avx512(const S* src, std::size_t lds, float* dst, s
 // Packs depth [p0, p0+kc) x columns [j0, j0+nc) of op(B) into ceil(nc/NR) micro-panels of
 // kc x NR floats each (k-major). B not transposed: rows of B are copied; B transposed: the
 // stored rows (columns of op(B)) are transposed.
-template <class Arch, class S = float, bool Round = false>
+template <class Arch, class S = float, gemm_round Round = gemm_round::none>
 void gemm_pack_b(bool transposed, const S* B, std::size_t ldb, std::size_t p0, std::size_t kc, std::size_t j0,
                  std::size_t nc, float* __restrict dst) {
   using cfg = gemm_config<Arch>;
