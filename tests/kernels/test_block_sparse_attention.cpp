@@ -280,3 +280,37 @@ TEST_CASE("block_sparse_attention: a pattern shorter than the sequence and bad s
                                                                {}, {}),
                        doctest::Contains("block_sparse_attention_forward: qkv (9x11)"), error);
 }
+
+TEST_CASE("block_sparse_decode_attention: new rows over a KV cache equal the full forward's rows") {
+  const bsa_case c{2, 13, 2, 4};
+  const std::size_t N = c.B * c.T, HD = c.H * c.D, past = 5, n = c.T - past, cap = 16;
+  const block_causal_pattern p({.block = 3, .density = 0.5, .seed = 6}, cap);
+  const fvec qkv = random_vector(N * 3 * HD, 9, -2.0f, 2.0f);
+  fvec out(N * HD), lse(c.B * c.H * c.T);
+  kernels::block_sparse_attention_forward({qkv.data(), N, 3 * HD}, {out.data(), N, HD}, lse, {c.B, c.T, c.H, c.D}, p,
+                                          1.0f / std::sqrt(float(c.D)), {}, {});
+  fvec keys(c.B * cap * HD), values(c.B * cap * HD), rows(c.B * n * 3 * HD), att(c.B * n * HD), scores(c.B * c.H * cap);
+  for (std::size_t b = 0; b < c.B; ++b)
+    for (std::size_t t = 0; t < c.T; ++t) {
+      const float* r = qkv.data() + (b * c.T + t) * 3 * HD;
+      std::copy_n(r + HD, HD, keys.data() + (b * cap + t) * HD);
+      std::copy_n(r + 2 * HD, HD, values.data() + (b * cap + t) * HD);
+      if (t >= past) std::copy_n(r, 3 * HD, rows.data() + (b * n + t - past) * 3 * HD);
+    }
+  kernels::block_sparse_decode_attention({rows.data(), c.B * n, 3 * HD}, keys.data(), values.data(),
+                                         {c.B, n, past, cap, c.H, c.D}, p, {att.data(), c.B * n, HD}, scores);
+  double worst = 0;
+  for (std::size_t b = 0; b < c.B; ++b)
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t k = 0; k < HD; ++k)
+        worst = std::max(worst, double(std::fabs(att[(b * n + i) * HD + k] - out[(b * c.T + past + i) * HD + k])));
+  CHECK(worst < 1e-5);
+  // the dense decode step sees more keys: different rows
+  kernels::decode_attention({rows.data(), c.B * n, 3 * HD}, keys.data(), values.data(), {c.B, n, past, cap, c.H, c.D},
+                            {att.data(), c.B * n, HD}, scores);
+  worst = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t k = 0; k < HD; ++k)
+      worst = std::max(worst, double(std::fabs(att[i * HD + k] - out[(past + i) * HD + k])));
+  CHECK(worst > 1e-3);
+}

@@ -75,19 +75,40 @@ TEST_CASE("feed_forward: gradients by finite differences (tanh and erf GELU)") {
   CHECK_MESSAGE(r.ok, r.message);
 }
 
+namespace {
+// A causal self_attention (dense, or block-sparse under `pattern`) against finite differences.
+void check_causal_attention(std::size_t B, std::size_t T, std::size_t H, std::size_t D,
+                            std::shared_ptr<const kernels::block_causal_pattern> pattern = nullptr) {
+  const std::size_t C = 6;
+  auto layout = std::make_shared<arena_layout>();
+  self_attention<float, dense> a(*layout, "attn", C, H, D, true, true, 0.0f, 0, nullptr, pattern);
+  CHECK(a.block_pattern() == pattern.get());
+  decltype(a)::cache c;
+  layer_case lc{layout, B * T, C, C, B, T};
+  lc.forward = [&](auto& s, auto x, auto y) { a.forward(s, x, y, c); };
+  lc.backward = [&](auto& s, auto dy, auto dx) { a.backward(s, dy, dx, c); };
+  auto r = check_layer(lc);
+  CHECK_MESSAGE(r.ok, r.message);
+}
+}  // namespace
+
 TEST_CASE("self_attention: gradients by finite differences, causal, several heads") {
   for (auto [B, T, H, D] : {std::tuple{1ul, 1ul, 1ul, 4ul}, {2ul, 5ul, 2ul, 3ul}, {1ul, 9ul, 3ul, 2ul}}) {
     CAPTURE(T);
-    const std::size_t C = 6;
-    auto layout = std::make_shared<arena_layout>();
-    self_attention<float, dense> a(*layout, "attn", C, H, D);
-    decltype(a)::cache c;
-    layer_case lc{layout, B * T, C, C, B, T};
-    lc.forward = [&](auto& s, auto x, auto y) { a.forward(s, x, y, c); };
-    lc.backward = [&](auto& s, auto dy, auto dx) { a.backward(s, dy, dx, c); };
-    auto r = check_layer(lc);
-    CHECK_MESSAGE(r.ok, r.message);
+    check_causal_attention(B, T, H, D);
   }
+}
+
+TEST_CASE("self_attention: static block-sparse causal attention, gradients by finite differences (partial block)") {
+  const std::size_t C = 6, H = 2, D = 3;
+  auto pattern = std::make_shared<const kernels::block_causal_pattern>(
+      kernels::block_causal_options{.block = 2, .density = 0.5, .seed = 1}, 7);
+  check_causal_attention(2, 7, H, D, pattern);
+  // only the causal mask takes a block pattern
+  arena_layout other;
+  using padded = self_attention<float, dense, kernels::attention_mask::padding>;
+  CHECK_THROWS_WITH_AS(padded(other, "enc", C, H, D, true, true, 0.0f, 0, nullptr, pattern),
+                       doctest::Contains("attention 'enc': block_sparse_attention needs the causal mask"), sparselm::error);
 }
 
 TEST_CASE("self_attention: padding mask ignores keys past each length") {

@@ -183,6 +183,25 @@ TEST_CASE("generation: every model kind decodes with the cache as without it") {
   }
 }
 
+TEST_CASE("generation: the S1 model with block_sparse_attention decodes with the cache as without it") {
+  auto c = s1_tiny(4);
+  c.block_sparse_attention = kernels::block_causal_options{.block = 3, .density = 0.5, .seed = 2};  // partial last block
+  sparse_lm<float, block_sparse<4>> m(c);
+  m.init(11);
+  check_cache_against_full(m, 2, {4, 1, 2, 1, 1, 3, 1, 3});  // up to the full context of 16
+  check_same_text(m);
+  // the cached logits are not the dense model's
+  auto d = c;
+  d.block_sparse_attention.reset();
+  sparse_lm<float, block_sparse<4>> dense_attn(d);
+  dense_attn.init(11);
+  const auto ids = random_ids(16, m.vocab_size(), 4);
+  std::vector<float> a(16 * m.vocab_size()), b(a.size());
+  m.logits(ids, 1, 16, {a.data(), 16, m.vocab_size()});
+  dense_attn.logits(ids, 1, 16, {b.data(), 16, m.vocab_size()});
+  CHECK(rel_diff(a.data() + 15 * m.vocab_size(), b.data() + 15 * m.vocab_size(), m.vocab_size()) > 1e-4);
+}
+
 TEST_CASE("generation: greedy is the argmax; top_k = 1 is greedy") {
   gpt<> m(tiny());
   m.init(7);

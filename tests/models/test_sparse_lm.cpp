@@ -6,9 +6,14 @@
 #include <cmath>
 #include <vector>
 
+#include "../common/scratch.hpp"
+#include "sparselm/data/token_file.hpp"
+#include "sparselm/io/checkpoint.hpp"
 #include "sparselm/testing/layer_check.hpp"
 #include "sparselm/models/sparse_lm.hpp"
 #include "sparselm/train/dynamic_sparsity.hpp"
+#include "sparselm/train/lm_job.hpp"
+#include "sparselm/train/run_config.hpp"
 #include "sparselm/train/trainer.hpp"
 
 using namespace sparselm;
@@ -77,6 +82,96 @@ TEST_CASE("sparse_lm config: S1 defaults, round trip, and errors naming the fiel
   CHECK_THROWS_WITH_AS((sparse_lm<float, block_sparse<8>>(tiny())), doctest::Contains("block_size 4 but the model type was compiled for block size 8"), error);
   CHECK_THROWS_WITH_AS((sparse_lm<float, dense>(tiny())), doctest::Contains("compiled for dense (0)"), error);
   CHECK_THROWS_WITH_AS((sparse_lm<float, block_sparse<4>, kernels::gelu_kind::erf>(tiny())), doctest::Contains("activation 'gelu_new'"), error);
+}
+
+TEST_CASE("sparse_lm config: block_sparse_attention round trip, defaults and errors naming the field") {
+  json j = tiny_json();
+  CHECK(!sparse_lm_config::from_json(j).block_sparse_attention);
+  CHECK(!sparse_lm_config::from_json(j).to_json().contains("block_sparse_attention"));  // absent stays absent
+  j["block_sparse_attention"] = json{{"density", 0.25}};
+  auto c = sparse_lm_config::from_json(j);
+  REQUIRE(c.block_sparse_attention);
+  CHECK(*c.block_sparse_attention == kernels::block_causal_options{.block = 16, .density = 0.25, .seed = 0});
+  CHECK(c.to_json()["block_sparse_attention"] == json{{"block", 16}, {"density", 0.25}, {"seed", 0}});
+  CHECK(sparse_lm_config::from_json(c.to_json()).to_json() == c.to_json());
+  auto bad = [](json v, const char* msg) {
+    json b = tiny_json();
+    b["block_sparse_attention"] = v;
+    CHECK_THROWS_WITH_AS(sparse_lm_config::from_json(b, "cfg"), doctest::Contains(msg), error);
+  };
+  bad(json{{"density", 1.5}}, "cfg block_sparse_attention: field 'density' must be in [0, 1], got 1.5");
+  bad(json{{"block", 0}}, "cfg block_sparse_attention: field 'block' must be in [1, 4096], got 0");
+  bad(json{{"dens", 0.5}}, "cfg block_sparse_attention: unknown field 'dens'");
+  bad(json{{"seed", -1}}, "cfg block_sparse_attention: field 'seed' must not be negative");
+  bad(json(true), "cfg: field 'block_sparse_attention' must be an object");
+}
+
+TEST_CASE("sparse_lm: block_sparse_attention (gradients by finite differences; density 1 is dense; fewer blocks change the loss)") {
+  json j = tiny_json();
+  j["block_sparse_attention"] = json{{"block", 2}, {"density", 0.5}, {"seed", 3}};
+  sparse_lm<float, block_sparse<4>> m(sparse_lm_config::from_json(j));
+  for (const auto& blk : m.stack()) {
+    REQUIRE(blk.attn().block_pattern());
+    CHECK(blk.attn().block_pattern()->block_rows() == 8);  // built for sequence_length 16
+  }
+  m.init(6);
+  check_model_gradients(m);
+
+  toy_batch d(61);
+  auto loss_with = [&](json bsa) {
+    json k = tiny_json();
+    if (!bsa.is_null()) k["block_sparse_attention"] = bsa;
+    sparse_lm<float, block_sparse<4>> x(sparse_lm_config::from_json(k));
+    x.init(6);
+    return x.evaluate(d.batch()).loss_sum;
+  };
+  const double dense_loss = loss_with(nullptr);
+  CHECK(loss_with(json{{"block", 2}, {"density", 1.0}}) == doctest::Approx(dense_loss).epsilon(1e-6));
+  CHECK(std::abs(loss_with(json{{"block", 2}, {"density", 0.0}}) - dense_loss) > 1e-4);
+}
+
+TEST_CASE("sparse_lm: block_sparse_attention resumes bit-identically (the pattern comes from config.json)") {
+  namespace fs = std::filesystem;
+  const fs::path d = test::fresh_dir("models_sparse_lm", "bsa_resume");
+  std::vector<std::int32_t> ids(2000);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int32_t((i * 5 + i / 7) % 61);
+  data::write_token_file(d / "train.tok", ids, 61);
+  data::write_token_file(d / "valid.tok", std::span(ids).first(300), 61);
+  json model = tiny_json();
+  model["block_sparse_attention"] = json{{"block", 3}, {"density", 0.5}, {"seed", 5}};
+  auto run = [&](const std::string& out, std::size_t steps, bool resume) {
+    const json j{{"model", model},
+                 {"data", {{"train", (d / "train.tok").string()}, {"valid", (d / "valid.tok").string()}}},
+                 {"batch_size", 2},
+                 {"seq_len", 14},  // 5 blocks of 3, the last partial
+                 {"steps", steps},
+                 {"schedule", {{"type", "constant"}, {"lr", 3e-3}}},
+                 {"eval_every", 3},
+                 {"log_every", 1},
+                 {"checkpoint_every", 3},
+                 {"out", (d / out).string()}};
+    const auto rc = lm_run_config::from_json(j, "run");
+    // resumed: the model from the checkpoint's config.json, as a program reading it would build it
+    const json mj = resume ? read_json_file((io::resolve_checkpoint(d / out) / io::config_file).string()) : rc.model;
+    sparse_lm<float, block_sparse<4>> m(sparse_lm_config::from_json(mj));
+    REQUIRE(m.stack()[0].attn().block_pattern());
+    m.init(rc.seed);
+    trainer<sparse_lm<float, block_sparse<4>>> t(m, rc.trainer, optim::adamw<>(rc.optimizer),
+                                                  optim::make_schedule(rc.schedule_json()));
+    lm_job job(rc, j, "test_bsa");
+    job.run(m, t, {.resume = resume, .print_summary = false});
+  };
+  run("whole", 6, false);
+  run("split", 3, false);
+  const fs::path half = io::resolve_checkpoint(d / "split");
+  CHECK(read_json_file((half / io::config_file).string()).at("block_sparse_attention") ==
+        model["block_sparse_attention"]);
+  run("split", 6, true);
+  const fs::path a = io::resolve_checkpoint(d / "whole"), b = io::resolve_checkpoint(d / "split");
+  CHECK(a.filename() == "step-000006");
+  CHECK(b.filename() == "step-000006");
+  // the same weights after three more steps (the training state's metadata names its own run directory)
+  CHECK(test::slurp(a / io::model_file) == test::slurp(b / io::model_file));
 }
 
 TEST_CASE("sparse_lm: S1 initialisation, parameters and sparse projections") {

@@ -30,6 +30,7 @@
 //   backward S, G = dO_I·Vgᵀ; Pd, dS as attention_backward (shared row code, kernels/attention.hpp)
 //            dQ_I = dS·Kg (NN),  dKg = dSᵀ·Q_I,  dVg = Pdᵀ·dO_I (TN), added back into the kept blocks
 // Scratch per thread: two Bk×T score tiles, four T×D gathered tiles, T mask words.
+// block_sparse_decode_attention: the KV-cache decoding step under the same pattern.
 
 #include <algorithm>
 #include <cmath>
@@ -46,6 +47,7 @@
 #include "sparselm/core/threads.hpp"
 #include "sparselm/core/view.hpp"
 #include "sparselm/kernels/attention.hpp"
+#include "sparselm/kernels/decode_attention.hpp"
 #include "sparselm/kernels/gemm.hpp"
 
 namespace sparselm::kernels {
@@ -284,6 +286,18 @@ void block_sparse_attention_backward(const_matrix_view<float> dout, const_matrix
         detail::bsa_scatter_add(dKg, t.seg, D, dqkv, b * T, HD + h * D);
         detail::bsa_scatter_add(dVg, t.seg, D, dqkv, b * T, 2 * HD + h * D);
       });
+}
+
+// Incremental decoding (kernels/decode_attention.hpp) under the pattern: the query at position p
+// sees the keys j <= p of the kept blocks of its block row. The pattern must cover the capacity.
+inline void block_sparse_decode_attention(const_matrix_view<float> qkv, const float* keys, const float* values,
+                                          const decode_shape& sh, const block_causal_pattern& pattern,
+                                          matrix_view<float> att, std::span<float> scores) {
+  detail::check_block_pattern("block_sparse_decode_attention", pattern, sh.past + sh.new_rows);
+  const std::size_t Bk = pattern.block();
+  detail::decode_attention_over(qkv, keys, values, sh, att, scores, [&](std::size_t p, auto&& f) {
+    for (std::uint32_t J : pattern.row(p / Bk)) f(J * Bk, std::min<std::size_t>((J + 1) * Bk, p + 1));
+  });
 }
 
 }  // namespace sparselm::kernels

@@ -8,13 +8,19 @@
 //   y   (N,C)   = a · Wo (HD,C) [+ b]
 // The mask kind is a template parameter (causal for GPT, padding for BERT-style encoders).
 // forward_cached (causal only) runs new positions against a kv_cache for incremental decoding.
+// Static block-sparse causal attention (kernels/block_sparse_attention.hpp): given a block pattern,
+// a causal layer computes only the pattern's blocks of the scores, in training and in decoding.
+// Its config object is read by block_sparse_attention_from_json (keys block, density, seed).
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "sparselm/core/json.hpp"
 #include "sparselm/kernels/attention.hpp"
+#include "sparselm/kernels/block_sparse_attention.hpp"
 #include "sparselm/kernels/decode_attention.hpp"
 #include "sparselm/layers/context.hpp"
 #include "sparselm/layers/kv_cache.hpp"
@@ -22,6 +28,23 @@
 #include "sparselm/layers/visit.hpp"
 
 namespace sparselm {
+
+// The "block_sparse_attention" config object: {"block": 16, "density": 0.25, "seed": 0}, every key
+// optional (these defaults), unknown keys and bad values errors naming the field.
+inline kernels::block_causal_options block_sparse_attention_from_json(const json& j, const std::string& context) {
+  json_fields r(j, context);
+  kernels::block_causal_options o;
+  o.block = r.get("block", o.block, [](std::size_t b) {
+    return b >= 1 && b <= 4096 ? std::string() : "must be in [1, 4096], got " + std::to_string(b);
+  });
+  o.density = r.get("density", o.density, in_closed(0.0, 1.0));
+  o.seed = r.get("seed", o.seed);
+  r.finish();
+  return o;
+}
+inline json block_sparse_attention_to_json(const kernels::block_causal_options& o) {
+  return json{{"block", o.block}, {"density", o.density}, {"seed", o.seed}};
+}
 
 template <class T = float, sparsity_type Sparsity = dense, kernels::attention_mask Mask = kernels::attention_mask::causal>
 class self_attention {
@@ -37,19 +60,26 @@ class self_attention {
 
   self_attention() = default;
   // prefix e.g. "h.0.attn" gives "h.0.attn.c_attn.weight" and "h.0.attn.c_proj.weight" (HF GPT-2 names).
+  // pattern: static block-sparse causal attention under this block pattern (causal mask only;
+  // sequences up to the length the pattern was built for); null: dense attention.
   self_attention(arena_layout& layout, const std::string& prefix, std::size_t channels, std::size_t heads,
                  std::size_t head_dim, bool qkv_bias = true, bool proj_bias = true, float attn_dropout = 0.0f,
-                 std::uint64_t site = 0, const sparse_plan* plan = nullptr)
-      : c_(channels), h_(heads), d_(head_dim), drop_(attn_dropout), site_(site),
+                 std::uint64_t site = 0, const sparse_plan* plan = nullptr,
+                 std::shared_ptr<const kernels::block_causal_pattern> pattern = nullptr)
+      : c_(channels), h_(heads), d_(head_dim), drop_(attn_dropout), site_(site), pattern_(std::move(pattern)),
         qkv_(layout, prefix + ".c_attn", channels, 3 * heads * head_dim, qkv_bias, plan),
         proj_(layout, prefix + ".c_proj", heads * head_dim, channels, proj_bias, plan, linear_role::residual_output) {
     SPARSELM_CHECK(heads > 0 && head_dim > 0, "attention '", prefix, "': zero heads or head width");
+    SPARSELM_CHECK(!pattern_ || Mask == kernels::attention_mask::causal, "attention '", prefix,
+                   "': block_sparse_attention needs the causal mask");
   }
 
   const linear_type& qkv() const noexcept { return qkv_; }
   const linear_type& proj() const noexcept { return proj_; }
   std::size_t heads() const noexcept { return h_; }
   std::size_t head_dim() const noexcept { return d_; }
+  // The static block pattern of the scores, or null (dense attention).
+  const kernels::block_causal_pattern* block_pattern() const noexcept { return pattern_.get(); }
   template <class F>
   void visit(F&& f) const {
     f(qkv_);
@@ -62,8 +92,11 @@ class self_attention {
     auto qkv = c.qkv.matrix(N, 3 * h_ * d_);
     qkv_.forward(s, x, qkv, c.qkv_c);
     auto att = c.att.matrix(N, h_ * d_);
-    kernels::attention_forward(qkv, att, c.lse.get(s.batch * h_ * s.seq), shape(s), Mask, scale(), s.lengths,
-                               dropout(s));
+    auto lse = c.lse.get(s.batch * h_ * s.seq);
+    if (pattern_)
+      kernels::block_sparse_attention_forward(qkv, att, lse, shape(s), *pattern_, scale(), s.lengths, dropout(s));
+    else
+      kernels::attention_forward(qkv, att, lse, shape(s), Mask, scale(), s.lengths, dropout(s));
     proj_.forward(s, att, y, c.proj_c);
   }
 
@@ -88,8 +121,13 @@ class self_attention {
       }
     }
     auto att = c.att.matrix(N, HD);
-    kernels::decode_attention(qkv, kv.keys(layer, 0).data, kv.values(layer, 0).data,
-                              {B, n, past, kv.capacity(), h_, d_}, att, c.lse.get(B * h_ * kv.capacity()));
+    const kernels::decode_shape ds{B, n, past, kv.capacity(), h_, d_};
+    auto scores = c.lse.get(B * h_ * kv.capacity());
+    if (pattern_)
+      kernels::block_sparse_decode_attention(qkv, kv.keys(layer, 0).data, kv.values(layer, 0).data, ds, *pattern_, att,
+                                             scores);
+    else
+      kernels::decode_attention(qkv, kv.keys(layer, 0).data, kv.values(layer, 0).data, ds, att, scores);
     proj_.forward(s, att, y, c.proj_c);
   }
 
@@ -102,8 +140,12 @@ class self_attention {
     auto dqkv = s.tmp->matrix(slot_attn_qkv, N, 3 * h_ * d_);
     const_matrix_view<float> qkv(c.qkv.get(N * 3 * h_ * d_).data(), N, 3 * h_ * d_);
     const_matrix_view<float> att(c.att.get(N * h_ * d_).data(), N, h_ * d_);
-    kernels::attention_backward(datt, qkv, att, c.lse.get(s.batch * h_ * s.seq), dqkv, shape(s), Mask, scale(),
-                                s.lengths, dropout(s));
+    auto lse = c.lse.get(s.batch * h_ * s.seq);
+    if (pattern_)
+      kernels::block_sparse_attention_backward(datt, qkv, att, lse, dqkv, shape(s), *pattern_, scale(), s.lengths,
+                                               dropout(s));
+    else
+      kernels::attention_backward(datt, qkv, att, lse, dqkv, shape(s), Mask, scale(), s.lengths, dropout(s));
     qkv_.backward(s, dqkv, dx, c.qkv_c, accumulate_dx);
   }
 
@@ -118,6 +160,7 @@ class self_attention {
   std::size_t c_ = 0, h_ = 0, d_ = 0;
   float drop_ = 0.0f;
   std::uint64_t site_ = 0;
+  std::shared_ptr<const kernels::block_causal_pattern> pattern_;
   linear_type qkv_, proj_;
 };
 

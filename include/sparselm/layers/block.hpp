@@ -12,6 +12,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -43,6 +44,7 @@ struct block_options {
   float attn_dropout = 0.0f, resid_dropout = 0.0f;
   bool qkv_bias = true, proj_bias = true;
   const sparse_plan* plan = nullptr;  // block-sparse projections: how many blocks each gets
+  std::shared_ptr<const kernels::block_causal_pattern> attn_pattern;  // static block-sparse attention, or null
 };
 
 template <class T = float, sparsity_type Sparsity = dense, norm_placement Norm = pre_ln,
@@ -71,7 +73,7 @@ class transformer_block {
       : c_(o.channels), drop_(o.resid_dropout), site_(site),
         ln1_(layout, prefix + ".ln_1", o.channels, o.norm),
         attn_(layout, prefix + ".attn", o.channels, o.heads, o.head_dim, o.qkv_bias, o.proj_bias, o.attn_dropout,
-              mix_stream(site, 1), o.plan),
+              mix_stream(site, 1), o.plan, o.attn_pattern),
         ln2_(layout, prefix + ".ln_2", o.channels, o.norm),
         ffn_(layout, prefix + ".mlp", o.channels, o.hidden, o.plan) {}
 

@@ -11,8 +11,9 @@
 //                                               → norm → sparse up-projection E→H (bias)
 //   x_{l+1}   = pre_ln_block(x_l)               x + drop(attn(ln1(x))), x1 + drop(ffn(ln2(x1)))
 //                                               attention: fused QKV H→3AD and output AD→H, sparse,
-//                                               no bias by default, scores / sqrt(D), causal, no
-//                                               dropout on the probabilities; ffn: sparse H→F→H, GELU
+//                                               no bias by default, scores / sqrt(D), causal (or
+//                                               static block-sparse causal), no dropout on the
+//                                               probabilities; ffn: sparse H→F→H, GELU
 //   xf (N,H)  = ln_f(x_L)
 //   z  (N,E)  = ln_head(gelu(xf · W_down (H,E) + b_down))      W_down sparse
 //   logits    = z · lutᵀ [+ bias (V), initialised to log(1/V)]
@@ -77,6 +78,10 @@ struct sparse_lm_config {
   std::string activation = "gelu_new"; // "gelu_new" (tanh approximation) or "gelu" (erf)
   std::string dtype = "float32";       // compute dtype; only float32 is implemented
   lm_loss_options loss{true, 16};      // S1: weighted repeated-token loss, autoregression offset 16
+  // "block_sparse_attention": {"block", "density", "seed"}: static block-sparse causal attention
+  // (kernels/block_sparse_attention.hpp; one pattern, built for sequence_length, in every layer and
+  // head); absent: dense causal attention.
+  std::optional<kernels::block_causal_options> block_sparse_attention;
 
   static sparse_lm_config from_json(const json& j, const std::string& context = "sparse_lm config") {
     json_fields r(j, context);
@@ -109,6 +114,9 @@ struct sparse_lm_config {
                             : "must be float32, got '" + d + "': only fp32 compute is implemented for the sparse LM";
     });
     if (r.has("loss")) c.loss = lm_loss_options::from_json(r.object("loss"), context + " loss");
+    if (r.has("block_sparse_attention"))
+      c.block_sparse_attention =
+          block_sparse_attention_from_json(r.object("block_sparse_attention"), context + " block_sparse_attention");
     r.ignore({"loss", "model_type"});
     r.finish();
     c.validate(context);
@@ -134,7 +142,7 @@ struct sparse_lm_config {
   }
 
   json to_json() const {
-    return json{{"model_type", "sparse_lm"},
+    json j{{"model_type", "sparse_lm"},
                 {"vocab_size", vocab_size},
                 {"sequence_length", sequence_length},
                 {"layers", layers},
@@ -155,6 +163,8 @@ struct sparse_lm_config {
                 {"activation", activation},
                 {"dtype", dtype},
                 {"loss", loss.to_json()}};
+    if (block_sparse_attention) j["block_sparse_attention"] = sparselm::block_sparse_attention_to_json(*block_sparse_attention);
+    return j;
   }
 };
 
@@ -181,6 +191,9 @@ class sparse_lm : public transformer<factorised_embedding<T, Sparsity, Act>, pre
     SPARSELM_CHECK(cfg.block_size == Sparsity::block, "sparse_lm: config has block_size ", cfg.block_size,
                    " but the model type was compiled for ",
                    Sparsity::is_sparse ? "block size " + std::to_string(Sparsity::block) : std::string("dense (0)"));
+    if (cfg.block_sparse_attention)
+      attn_pattern_ = std::make_shared<const kernels::block_causal_pattern>(*cfg.block_sparse_attention,
+                                                                           cfg.sequence_length);
     this->plan_.sparsity = cfg.sparsity;
     this->plan_.pooling = pooling;
     if (Sparsity::is_sparse)
@@ -251,7 +264,8 @@ class sparse_lm : public transformer<factorised_embedding<T, Sparsity, Act>, pre
                                      .resid_dropout = c.dropout,
                                      .qkv_bias = c.attention_bias,
                                      .proj_bias = c.attention_bias,
-                                     .plan = &plan});
+                                     .plan = &plan,
+                                     .attn_pattern = attn_pattern_});
     typename base::head_type head(layout, emb.lut(),
                                   {.channels = c.hidden_length,
                                    .vocab = c.vocab_size,
@@ -277,6 +291,7 @@ class sparse_lm : public transformer<factorised_embedding<T, Sparsity, Act>, pre
   }
 
   sparse_lm_config cfg_;
+  std::shared_ptr<const kernels::block_causal_pattern> attn_pattern_;  // null: dense attention
 };
 
 }  // namespace sparselm
