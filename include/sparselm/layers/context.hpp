@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "sparselm/core/arena.hpp"
+#include "sparselm/core/dtype.hpp"
 #include "sparselm/core/rng.hpp"
 #include "sparselm/core/tensor.hpp"
 #include "sparselm/core/view.hpp"
@@ -87,6 +88,7 @@ struct step_context {
   std::size_t batch = 0, seq = 0;        // B and T of the current pass (rows = B·T)
   std::span<const std::int32_t> lengths; // padding masks: valid length of each sequence (size B)
   bool need_dense_grad = false;          // sparse layers: compute pooled dense gradients (RigL update step)
+  dtype compute = dtype::f32;            // operand type of the dense GEMMs (precision policy, kernels::gemm_as)
 
   std::span<const float> p(std::size_t i) const { return (*params)[i]; }
   std::span<float> g(std::size_t i) const { return (*grads)[i]; }

@@ -5,6 +5,8 @@
 //   forward:  y (N,out) = x (N,in) · W (in,out) + b (out)          [gemm NN, bias fused]
 //   backward: dx (N,in) = dy (N,out) · Wᵀ                           [gemm NT]
 //             dW (in,out) += xᵀ · dy ;  db (out) += colsum(dy)      [gemm TN]
+// The dense layer's three GEMMs take the step's compute type (step_context::compute: fp32, or
+// bf16 / fp16 operands with fp32 accumulation, kernels::gemm_as); W, dW and the bias stay fp32.
 // The sparsity type is a template parameter: `dense` stores W in full; `block_sparse<B>` (see
 // layers/sparse_linear.hpp, included at the end of this header) stores only its active blocks.
 
@@ -19,6 +21,7 @@
 #include "sparselm/core/arena.hpp"
 #include "sparselm/kernels/bsr.hpp"
 #include "sparselm/kernels/gemm.hpp"
+#include "sparselm/kernels/gemm_bf16.hpp"
 #include "sparselm/kernels/reduce.hpp"
 #include "sparselm/layers/context.hpp"
 #include "sparselm/sparse/init.hpp"
@@ -129,16 +132,17 @@ class linear<T, dense> {
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
     detail::check_linear_forward(w_, in_, out_, x, y);
     c.x = x;
-    kernels::gemm(kernels::trans::n, kernels::trans::n, 1.0f, x, s.pm(w_.index), 0.0f, y,
-                  has_bias_ ? s.p(b_.index).data() : nullptr);
+    kernels::gemm_as(s.compute, kernels::trans::n, kernels::trans::n, 1.0f, x, s.pm(w_.index), 0.0f, y,
+                     has_bias_ ? s.p(b_.index).data() : nullptr);
   }
 
   // dx is assigned (or accumulated when accumulate_dx); pass an empty dx (rows == 0) to skip it.
   void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
                 bool accumulate_dx = false) const {
     if (detail::check_linear_backward(w_, in_, out_, c.x, dy, dx))
-      kernels::gemm(kernels::trans::n, kernels::trans::t, 1.0f, dy, s.pm(w_.index), accumulate_dx ? 1.0f : 0.0f, dx);
-    kernels::gemm(kernels::trans::t, kernels::trans::n, 1.0f, c.x, dy, 1.0f, s.gm(w_.index));
+      kernels::gemm_as(s.compute, kernels::trans::n, kernels::trans::t, 1.0f, dy, s.pm(w_.index),
+                       accumulate_dx ? 1.0f : 0.0f, dx);
+    kernels::gemm_as(s.compute, kernels::trans::t, kernels::trans::n, 1.0f, c.x, dy, 1.0f, s.gm(w_.index));
     if (has_bias_) kernels::add_column_sums(dy, s.g(b_.index));
   }
 

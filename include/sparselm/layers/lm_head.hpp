@@ -7,6 +7,8 @@
 //   forward:  logits = x·Eᵀ [+ b]              gemm NT
 //   backward: dx = dlogits·E                    gemm NN
 //             dE += dlogitsᵀ·x ; db += colsum   gemm TN
+// The GEMMs take the step's compute type (step_context::compute, kernels::gemm_as); the logits,
+// the softmax and the loss are fp32.
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +19,7 @@
 #include "sparselm/core/threads.hpp"
 #include "sparselm/kernels/cross_entropy.hpp"
 #include "sparselm/kernels/gemm.hpp"
+#include "sparselm/kernels/gemm_bf16.hpp"
 #include "sparselm/kernels/reduce.hpp"
 #include "sparselm/layers/context.hpp"
 
@@ -89,8 +92,8 @@ class tied_lm_head {
       const std::size_t R = std::min(chunk_, N - r0);
       auto logits = s.tmp->matrix(slot_head, R, v_);
       auto xr = x.rows_slice(r0, R);
-      kernels::gemm(kernels::trans::n, kernels::trans::t, 1.0f, xr, E, 0.0f, logits,
-                    b_ ? s.p(b_->index).data() : nullptr);
+      kernels::gemm_as(s.compute, kernels::trans::n, kernels::trans::t, 1.0f, xr, E, 0.0f, logits,
+                       b_ ? s.p(b_->index).data() : nullptr);
       auto w = weights.empty() ? weights : weights.subspan(r0, R);
       auto cs = kernels::cross_entropy(logits, targets.subspan(r0, R), w, ignore_index, grad_scale, grad,
                                        ce.subspan(0, R));
@@ -101,8 +104,8 @@ class tied_lm_head {
       for (std::size_t i = 0; i < R; ++i) st.ce_sum += ce[i];
       if (!ce_out.empty()) std::copy_n(ce.begin(), R, ce_out.begin() + std::ptrdiff_t(r0));
       if (grad) {
-        kernels::gemm(kernels::trans::n, kernels::trans::n, 1.0f, logits, E, 0.0f, dx.rows_slice(r0, R));
-        kernels::gemm(kernels::trans::t, kernels::trans::n, 1.0f, logits, xr, 1.0f, s.gm(e_.index));
+        kernels::gemm_as(s.compute, kernels::trans::n, kernels::trans::n, 1.0f, logits, E, 0.0f, dx.rows_slice(r0, R));
+        kernels::gemm_as(s.compute, kernels::trans::t, kernels::trans::n, 1.0f, logits, xr, 1.0f, s.gm(e_.index));
         if (b_) kernels::add_column_sums(logits, s.g(b_->index));
       }
     }
@@ -117,7 +120,7 @@ class tied_lm_head {
                    shape_string(out), " do not fit ", c_, " channels and ", v_, " logits");
     const float* bias = b_ ? s.p(b_->index).data() : nullptr;
     if (x.rows > few_rows) {
-      kernels::gemm(kernels::trans::n, kernels::trans::t, 1.0f, x, s.pm(e_.index), 0.0f, out, bias);
+      kernels::gemm_as(s.compute, kernels::trans::n, kernels::trans::t, 1.0f, x, s.pm(e_.index), 0.0f, out, bias);
       return;
     }
     const auto E = s.pm(e_.index);

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -51,7 +52,7 @@ struct default_policies {
   using recompute = sparselm::recompute::none;
   using pipeline = sparselm::pipeline::none;
   using data_parallel = sparselm::data_parallel::none;
-  using precision = sparselm::precision::fp32;
+  using precision = sparselm::precision::configured;  // trainer_options::precision (default fp32)
   using optimizer = optim::adamw<float>;
 };
 
@@ -124,10 +125,14 @@ struct trainer_options {
   // dynamic: a step whose gradients overflow is skipped and the scale backs off; an overflow at
   // min_scale is an error (loss_scale_underflow).
   optim::loss_scale_config loss_scaling{};
+  // Compute type of the dense GEMMs under precision::configured (policies/precision.hpp); unset
+  // means the policy's own (fp32 for configured).
+  std::optional<dtype> precision;
 
   // Fields: accumulation {steps, mode, scale_before}, clip ("none" | "global_norm" | "per_tensor"),
   // max_norm, dropout_seed, on_nonfinite ("stop" | "skip"), max_skipped_steps, loss_scaling
-  // ({"type": "static", "scale": S} | {"type": "dynamic", ...} | a number).
+  // ({"type": "static", "scale": S} | {"type": "dynamic", ...} | a number), precision ("fp32" |
+  // "bf16" | "fp16").
   static trainer_options from_json(const json& j, const std::string& context = "trainer config") {
     json_fields r(j, context);
     trainer_options o;
@@ -143,6 +148,9 @@ struct trainer_options {
     o.max_skipped = r.get("max_skipped_steps", o.max_skipped, in_closed(0, 1e6));
     if (r.has("loss_scaling")) o.loss_scaling = optim::loss_scale_config(j.at("loss_scaling"));
     r.ignore({"loss_scaling"});
+    if (r.has("precision"))
+      o.precision = sparselm::precision::parse(r.get("precision", std::string("fp32"), one_of({"fp32", "bf16", "fp16"})),
+                                     context + ": field 'precision'");
     r.finish();
     return o;
   }
@@ -169,8 +177,8 @@ class trainer {
   static_assert(pipeline::policy<typename Policies::pipeline>, "trainer: Policies::pipeline is not a pipeline policy");
   static_assert(std::same_as<typename Policies::data_parallel, data_parallel::none>,
                 "trainer: only data_parallel::none is implemented in this trainer");
-  static_assert(std::same_as<typename Policies::precision, precision::fp32>,
-                "trainer: only precision::fp32 is implemented");
+  static_assert(precision::policy<typename Policies::precision>,
+                "trainer: Policies::precision is not a precision policy (policies/precision.hpp)");
   static_assert(optim::optimizer<typename Policies::optimizer>, "trainer: Policies::optimizer is not an optimiser");
   static_assert(trainable_model<Model>, "trainer: Model does not provide forward_backward/evaluate/params/grads");
 
@@ -190,9 +198,13 @@ class trainer {
   };
 
   trainer(Model& model, trainer_options o, optimizer_type opt, optim::schedule sched)
-      : model_(model), opt_(std::move(opt)), sched_(std::move(sched)), o_(o), scaler_(o.loss_scaling) {
+      : model_(model), opt_(std::move(opt)), sched_(std::move(sched)), o_(resolve(std::move(o))), scaler_(o_.loss_scaling) {
     opt_.attach(model_.layout());
   }
+
+  // The operand type of the dense GEMMs (the precision policy's, or the options' under
+  // precision::configured).
+  dtype compute() const noexcept { return *o_.precision; }
 
   Model& model() noexcept { return model_; }
   optimizer_type& optimizer() noexcept { return opt_; }
@@ -216,6 +228,7 @@ class trainer {
     ctx.step = step_;
     ctx.rng = counter_rng(o_.dropout_seed);
     ctx.need_dense_grad = hooks_.needs_dense_grad && hooks_.needs_dense_grad(step_ + 1);
+    ctx.compute = compute();
     scales_.resize(micro.size());
     m.loss_scale = scaler_.scale();
     for (std::size_t k = 0; k < micro.size(); ++k) {
@@ -276,6 +289,25 @@ class trainer {
   void set_step(std::size_t s) noexcept { step_ = s; }
 
  private:
+  // Fixes the compute type (a policy that names one refuses options naming another) and gives
+  // fp16 dynamic loss scaling (initial scale 2^16) when the options leave loss scaling off (static,
+  // scale 1); a configured static scale or dynamic scaler is kept.
+  static trainer_options resolve(trainer_options o) {
+    using P = typename Policies::precision;
+    if constexpr (P::compute.has_value()) {
+      SPARSELM_CHECK(!o.precision || *o.precision == *P::compute, "trainer: the precision policy computes in ",
+                     precision::name(*P::compute), " but the options ask for ", precision::name(*o.precision));
+      o.precision = *P::compute;
+    }
+    if (!o.precision) o.precision = dtype::f32;
+    if ((*o.precision == dtype::f16 || P::loss_scaling) && !o.loss_scaling.dynamic && o.loss_scaling.scale == 1.0f) {
+      o.loss_scaling = optim::loss_scale_config{};
+      o.loss_scaling.dynamic = true;
+      o.loss_scaling.scale = 65536.0f;
+    }
+    return o;
+  }
+
   Model& model_;
   optimizer_type opt_;
   optim::schedule sched_;
