@@ -11,6 +11,7 @@
 
 #include "../common/scratch.hpp"
 #include "../common/tiny_gpt.hpp"
+#include "sparselm/io/checkpoint.hpp"
 #include "sparselm/kernels/gemm_bf16.hpp"
 #include "sparselm/layers/linear.hpp"
 #include "sparselm/models/gpt.hpp"
@@ -189,4 +190,35 @@ TEST_CASE("precision: the trainer config's 'precision' field") {
     CHECK(std::string(e.what()).find("precision") != std::string::npos);
     CHECK(std::string(e.what()).find("fp8") != std::string::npos);
   }
+}
+
+TEST_CASE("precision: a training state saved under one precision resumes under another") {
+  const auto dir = test::fresh_dir("train", "precision_resume");
+  stream s(6);
+  gpt<> m(small());
+  m.init(2);
+  {
+    trainer<gpt<>> t(m, with_precision(dtype::bf16), optim::adamw<>(), constant_lr());
+    for (int k = 0; k < 3; ++k) t.train_step(s.micro(k));
+    io::save_training_state(dir / "bf16.safetensors", t, json::object());
+  }
+  // bf16 -> fp16: the fp16 run keeps its own initial dynamic scale (the bf16 run had none).
+  trainer<gpt<>> h(m, with_precision(dtype::f16), optim::adamw<>(), constant_lr());
+  io::load_training_state(dir / "bf16.safetensors", h);
+  CHECK(h.step() == 3);
+  CHECK(h.scaler().scale() == 65536.0f);
+  const auto st = h.train_step(s.micro(3));
+  CHECK(st.step == 4);
+  CHECK(std::isfinite(st.loss.mean_loss()));
+  io::save_training_state(dir / "fp16.safetensors", h, json::object());
+  // fp16 -> fp32: the dynamic scale is not carried into a run without scaling.
+  trainer<gpt<>> f(m, with_precision(dtype::f32), optim::adamw<>(), constant_lr());
+  io::load_training_state(dir / "fp16.safetensors", f);
+  CHECK(f.step() == 4);
+  CHECK(f.scaler().scale() == 1.0f);
+  CHECK(f.train_step(s.micro(4)).loss_scale == 1.0f);
+  // fp16 -> fp16: the dynamic scale and its counters are restored.
+  trainer<gpt<>> h2(m, with_precision(dtype::f16), optim::adamw<>(), constant_lr());
+  io::load_training_state(dir / "fp16.safetensors", h2);
+  CHECK(h2.scaler().state() == h.scaler().state());
 }

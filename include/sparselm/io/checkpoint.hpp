@@ -186,8 +186,9 @@ void load_model(const std::filesystem::path& path, Model& model, const load_opti
 // ---- training state -----------------------------------------------------------------------
 
 // Writes the optimiser slots ("optimizer.<slot>.<tensor>"), the trainer and optimiser step
-// counters, the loss scaler's state (a dynamic scale is restored on resume; a static one comes from
-// the config), the explored maps of a pattern updater ("explored.<weight>") and `run` (any JSON
+// counters, the loss scaler's state (a dynamic scale is restored on resume into a dynamic scaler;
+// a static one comes from the config, and a run resumed under fp16 after a run without dynamic
+// scaling starts from its configured initial scale), the explored maps of a pattern updater ("explored.<weight>") and `run` (any JSON
 // the caller needs to resume, e.g. the data sampler's state) to one safetensors file, atomically.
 template <class Trainer>
 void save_training_state(const std::filesystem::path& path, Trainer& t, const nlohmann::json& run,
@@ -254,7 +255,8 @@ nlohmann::json load_training_state(const std::filesystem::path& path, Trainer& t
   st.step = meta["optimizer_step"].get<std::size_t>();
   t.optimizer().restore(st);
   if constexpr (requires { t.scaler().restore(meta); })
-    if (meta.contains("loss_scaler") && t.scaler().is_dynamic()) t.scaler().restore(meta["loss_scaler"]);
+    if (meta.contains("loss_scaler") && t.scaler().is_dynamic() && meta["loss_scaler"].value("dynamic", true))
+      t.scaler().restore(meta["loss_scaler"]);
   if (updater) {
     for (auto& sw : detail::sparse_weights_of(model)) {
       const std::string name = "explored." + sw.name;

@@ -145,7 +145,9 @@ class loss_scaler {
   }
 
   // Checkpoint state: {"scale", "good_steps", "skipped_steps"}.
-  nlohmann::json state() const { return {{"scale", scale_}, {"good_steps", good_}, {"skipped_steps", skipped_}}; }
+  nlohmann::json state() const {
+    return {{"scale", scale_}, {"good_steps", good_}, {"skipped_steps", skipped_}, {"dynamic", cfg_.dynamic}};
+  }
   void restore(const nlohmann::json& j) {
     json_fields f(j, "loss scaler state");
     float s = scale_;
@@ -153,6 +155,7 @@ class loss_scaler {
     f.read("scale", s, greater_than(0));
     f.read("good_steps", good_);
     f.read("skipped_steps", skipped_);
+    f.ignore({"dynamic"});
     f.finish();
     scale_ = s;
   }
