@@ -106,7 +106,7 @@ TEST_CASE("sparse_lm config: block_sparse_attention round trip, defaults and err
   bad(json(true), "cfg: field 'block_sparse_attention' must be an object");
 }
 
-TEST_CASE("sparse_lm: block_sparse_attention (gradients by finite differences; density 1 is dense; fewer blocks change the loss)") {
+TEST_CASE("sparse_lm: block_sparse_attention (gradients by finite differences; density 1 runs dense; fewer blocks change the loss)") {
   json j = tiny_json();
   j["block_sparse_attention"] = json{{"block", 2}, {"density", 0.5}, {"seed", 3}};
   sparse_lm<float, block_sparse<4>> m(sparse_lm_config::from_json(j));
@@ -126,7 +126,11 @@ TEST_CASE("sparse_lm: block_sparse_attention (gradients by finite differences; d
     return x.evaluate(d.batch()).loss_sum;
   };
   const double dense_loss = loss_with(nullptr);
-  CHECK(loss_with(json{{"block", 2}, {"density", 1.0}}) == doctest::Approx(dense_loss).epsilon(1e-6));
+  // density 1 is ordinary causal attention: the model runs the dense kernel
+  CHECK(!sparse_lm<float, block_sparse<4>>(sparse_lm_config::from_json(
+             [&] { json k = tiny_json(); k["block_sparse_attention"] = json{{"density", 1.0}}; return k; }()))
+             .stack()[0].attn().block_pattern());
+  CHECK(loss_with(json{{"block", 2}, {"density", 1.0}}) == dense_loss);
   CHECK(std::abs(loss_with(json{{"block", 2}, {"density", 0.0}}) - dense_loss) > 1e-4);
 }
 

@@ -24,7 +24,8 @@
 //
 // Algorithm. Parallel over (b, h); per query block I with kept columns J_0 < ... < J_{n−1} = I:
 //   gather   Kg, Vg = the kept key / value blocks of the head, stacked (kv rows; the diagonal block
-//            is last and has the query block's m rows)
+//            is last and has the query block's m rows); when the kept blocks are one run of keys
+//            (density 1, the first rows) the products read qkv and write dqkv in place instead
 //   forward  S = s·Q_I·Kgᵀ (gemm NT) → row softmax over the visible kv − m + r + 1 columns, lse, dropout
 //            O_I = P·Vg (gemm NN)
 //   backward S, G = dO_I·Vgᵀ; Pd, dS as attention_backward (shared row code, kernels/attention.hpp)
@@ -138,6 +139,7 @@ struct bsa_tile_views {
   const_matrix_view<float> Q;
   std::size_t i0, m, kv;
   std::span<const bsa_segment> seg;
+  bool contiguous;  // the kept blocks are one run of keys [seg[0].j0, seg[0].j0 + kv): no gather needed
 };
 inline bsa_tile_views bsa_tile_of(const const_matrix_view<float>& qkv, const attention_shape& s,
                                   const block_causal_pattern& p, std::size_t b, std::size_t h, std::size_t I,
@@ -151,7 +153,8 @@ inline bsa_tile_views bsa_tile_of(const const_matrix_view<float>& qkv, const att
     seg.push_back({J * Bk, w, kv});
     kv += w;
   }
-  return {{qkv.row(b * s.seq + i0) + h * s.head_dim, m, s.head_dim, qkv.ld}, i0, m, kv, seg};
+  const bool contiguous = seg.back().j0 - seg.front().j0 == (seg.size() - 1) * Bk;
+  return {{qkv.row(b * s.seq + i0) + h * s.head_dim, m, s.head_dim, qkv.ld}, i0, m, kv, seg, contiguous};
 }
 
 // Copies the columns [col, col + D) of the segments' rows of sequence b into a (kv × D) tile.
@@ -205,6 +208,12 @@ void bsa_for_each_block(const const_matrix_view<float>& qkv, const attention_sha
     float* Vg = bsa_tile(T * D, 1);
     for (std::size_t I = 0; I * p.block() < len; ++I) {
       const auto tile = bsa_tile_of(qkv, s, p, b, h, I, len);
+      if (tile.contiguous) {  // views into qkv
+        const float* k0 = qkv.row(b * T + tile.seg[0].j0);
+        block(b, h, bh, tile, const_matrix_view<float>(k0 + HD + h * D, tile.kv, D, qkv.ld),
+              const_matrix_view<float>(k0 + 2 * HD + h * D, tile.kv, D, qkv.ld));
+        continue;
+      }
       bsa_gather(qkv, b * T, HD + h * D, D, tile.seg, Kg);
       bsa_gather(qkv, b * T, 2 * HD + h * D, D, tile.seg, Vg);
       block(b, h, bh, tile, const_matrix_view<float>(Kg, tile.kv, D, D), const_matrix_view<float>(Vg, tile.kv, D, D));
@@ -279,9 +288,15 @@ void block_sparse_attention_backward(const_matrix_view<float> dout, const_matrix
                                       lse[row], kv - m + r + 1, kv, dropping ? bits : nullptr, keep, scale);
         }
         const_matrix_view<float> Pd(S, m, kv, ld), dS(G, m, kv, ld);
-        gemm<Arch>(trans::t, trans::n, 1.0f, Pd, dO, 0.0f, matrix_view<float>(dVg, kv, D, D));
         gemm<Arch>(trans::n, trans::n, 1.0f, dS, K, 0.0f,
                    matrix_view<float>(dqkv.row(b * T + t.i0) + h * D, m, D, dqkv.ld));
+        if (t.contiguous) {  // accumulate straight into dqkv
+          float* g0 = dqkv.row(b * T + t.seg[0].j0);
+          gemm<Arch>(trans::t, trans::n, 1.0f, Pd, dO, 1.0f, matrix_view<float>(g0 + 2 * HD + h * D, kv, D, dqkv.ld));
+          gemm<Arch>(trans::t, trans::n, 1.0f, dS, t.Q, 1.0f, matrix_view<float>(g0 + HD + h * D, kv, D, dqkv.ld));
+          return;
+        }
+        gemm<Arch>(trans::t, trans::n, 1.0f, Pd, dO, 0.0f, matrix_view<float>(dVg, kv, D, D));
         gemm<Arch>(trans::t, trans::n, 1.0f, dS, t.Q, 0.0f, matrix_view<float>(dKg, kv, D, D));
         detail::bsa_scatter_add(dKg, t.seg, D, dqkv, b * T, HD + h * D);
         detail::bsa_scatter_add(dVg, t.seg, D, dqkv, b * T, 2 * HD + h * D);

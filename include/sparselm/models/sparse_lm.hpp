@@ -80,7 +80,7 @@ struct sparse_lm_config {
   lm_loss_options loss{true, 16};      // S1: weighted repeated-token loss, autoregression offset 16
   // "block_sparse_attention": {"block", "density", "seed"}: static block-sparse causal attention
   // (kernels/block_sparse_attention.hpp; one pattern, built for sequence_length, in every layer and
-  // head); absent: dense causal attention.
+  // head); absent or density 1: dense causal attention.
   std::optional<kernels::block_causal_options> block_sparse_attention;
 
   static sparse_lm_config from_json(const json& j, const std::string& context = "sparse_lm config") {
@@ -191,7 +191,9 @@ class sparse_lm : public transformer<factorised_embedding<T, Sparsity, Act>, pre
     SPARSELM_CHECK(cfg.block_size == Sparsity::block, "sparse_lm: config has block_size ", cfg.block_size,
                    " but the model type was compiled for ",
                    Sparsity::is_sparse ? "block size " + std::to_string(Sparsity::block) : std::string("dense (0)"));
-    if (cfg.block_sparse_attention)
+    // density 1 keeps every block: ordinary causal attention, run by the dense kernel (its 64-row
+    // query tiles are faster than 16-row blocks; the results agree to rounding).
+    if (cfg.block_sparse_attention && cfg.block_sparse_attention->density < 1.0)
       attn_pattern_ = std::make_shared<const kernels::block_causal_pattern>(*cfg.block_sparse_attention,
                                                                            cfg.sequence_length);
     this->plan_.sparsity = cfg.sparsity;
