@@ -8,7 +8,7 @@
 // dense kernel and the block kernel on the same inputs, their ratio, and the kept blocks as a
 // fraction of the causal blocks (T/16·(T/16 + 1)/2).
 //
-//   flock /tmp/sparselm-cpu.lock ./build/benchmarks/bench_attention
+//   ./build/benchmarks/bench_attention
 //   ./build/benchmarks/bench_attention --seq 256,1024 --dims 32,64 --density 0.25,1 --batch 1 --reps 7 --threads 2
 #include <algorithm>
 #include <chrono>
