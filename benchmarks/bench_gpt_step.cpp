@@ -1,6 +1,8 @@
 // End-to-end GPT training step (forward, backward, global-norm clip, AdamW): tokens/s, MFU against
 // the FMA peak measured in the same process, peak RSS. Prints one JSON line like the PyTorch peer
-// (benchmarks/peers/torch_gpt_step.py); benchmarks/compare_gpt_step.py runs both.
+// (benchmarks/peers/torch_gpt_step.py); benchmarks/compare_gpt_step.py runs both. --precision bf16
+// or fp16 trains with that compute type (trainer_options::precision); MFU stays against the fp32
+// FMA peak, and the line also gives the bf16 dot-product peak when the build has AVX512-BF16.
 //
 //   ./build/benchmarks/bench_gpt_step --config configs/gpt2-small.json --batch 8 --seq 128 --steps 5
 //
@@ -28,7 +30,7 @@ using namespace sparselm;
 
 template <class Model, class Recompute>
 void run(const std::string& config, std::size_t B, std::size_t T, std::size_t steps, std::size_t warmup, int threads,
-         double sparsity) {
+         double sparsity, dtype compute) {
   set_num_threads(threads);
   auto cfg = gpt_config::from_json(read_json_file(config), config);
   Model model(cfg, sparse_plan{sparsity});
@@ -36,6 +38,7 @@ void run(const std::string& config, std::size_t B, std::size_t T, std::size_t st
   trainer_options o;
   o.max_norm = 1.0f;
   o.dropout_seed = 7;
+  o.precision = compute;
   struct policies : default_policies {
     using recompute = Recompute;
   };
@@ -65,15 +68,16 @@ void run(const std::string& config, std::size_t B, std::size_t T, std::size_t st
                                  12.0 * double(cfg.n_layer) * double(cfg.n_embd) * double(T);
   const double tps = double(B * T) / med;
   const double peak = bench::measure_fma_peak_gflops(threads);
+  const double bf16_peak = bench::measure_bf16_dot_peak_gflops(threads);
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   std::printf(
-      "{\"impl\": \"sparselm\", \"sparsity\": %.3f, \"block\": %zu, \"batch\": %zu, \"seq\": %zu, \"threads\": %d, \"recompute\": %s, "
+      "{\"impl\": \"sparselm\", \"precision\": \"%s\", \"sparsity\": %.3f, \"block\": %zu, \"batch\": %zu, \"seq\": %zu, \"threads\": %d, \"recompute\": %s, "
       "\"step_seconds\": %.4f, \"tokens_per_second\": %.1f, \"model_gflops_per_s\": %.1f, \"fma_peak_gflops\": %.1f, "
-      "\"mfu\": %.4f, \"peak_rss_mb\": %.1f, \"loss\": %.4f}\n",
-      Model::sparsity::is_sparse ? sparsity : 0.0, Model::sparsity::block, B, T, threads,
+      "\"mfu\": %.4f, \"bf16_peak_gflops\": %.1f, \"peak_rss_mb\": %.1f, \"loss\": %.4f}\n",
+      std::string(precision::name(compute)).c_str(), Model::sparsity::is_sparse ? sparsity : 0.0, Model::sparsity::block, B, T, threads,
       std::string_view(Recompute::name) == "blocks" ? "true" : "false", med, tps, tps * flops_per_token / 1e9, peak,
-      tps * flops_per_token / 1e9 / peak, double(ru.ru_maxrss) / 1024.0, loss);
+      tps * flops_per_token / 1e9 / peak, bf16_peak, double(ru.ru_maxrss) / 1024.0, loss);
 }
 
 int main(int argc, char** argv) {
@@ -83,6 +87,7 @@ int main(int argc, char** argv) {
   bool recompute_blocks = false;
   std::size_t block = 0;
   double sparsity = 0.9;
+  std::string precision_name = "fp32";
   for (int i = 1; i < argc; ++i) {
     auto arg = [&](const char* name) { return std::strcmp(argv[i], name) == 0 && i + 1 < argc; };
     if (arg("--config")) config = argv[++i];
@@ -93,19 +98,21 @@ int main(int argc, char** argv) {
     else if (arg("--threads")) threads = std::stoi(argv[++i]);
     else if (arg("--block")) block = std::stoul(argv[++i]);
     else if (arg("--sparsity")) sparsity = std::stod(argv[++i]);
+    else if (arg("--precision")) precision_name = argv[++i];
     else if (std::strcmp(argv[i], "--recompute") == 0) recompute_blocks = true;
     else {
       std::fprintf(stderr,
                    "usage: %s [--config gpt.json] [--batch 8] [--seq 128] [--steps 5] [--warmup 1] [--threads 2] "
-                   "[--recompute] [--block 0|1|4|8|16] [--sparsity 0.9]\n",
+                   "[--recompute] [--block 0|1|4|8|16] [--sparsity 0.9] [--precision fp32|bf16|fp16]\n",
                    argv[0]);
       return 2;
     }
   }
   try {
+    const dtype compute = precision::parse(precision_name, "bench_gpt_step: --precision");
     registry::with_sparsity(block, [&]<class Sparsity>() {
       registry::with_recompute(recompute_blocks ? "blocks" : "none", [&]<class Recompute>() {
-        run<gpt<float, Sparsity>, Recompute>(config, B, T, steps, warmup, threads, sparsity);
+        run<gpt<float, Sparsity>, Recompute>(config, B, T, steps, warmup, threads, sparsity, compute);
       });
     });
   } catch (const std::exception& e) {

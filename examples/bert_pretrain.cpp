@@ -105,6 +105,8 @@ int main(int argc, char** argv) {
                                                            : "must be none, dynamic or a positive number, got '" + v + "'";
         })
         ->capture_default_str();
+    std::string precision = "fp32";
+    examples::add_precision_option(app, precision)->capture_default_str();
     app.add_option("--seed", o.seed, "Initialisation, data order and dropout")->capture_default_str();
     app.add_option("--threads", threads, "Threads (0: OpenMP default)")->check(CLI::Range(0, 1024));
     if (auto status = examples::parse(app, argc, argv)) return *status;
@@ -130,7 +132,8 @@ int main(int argc, char** argv) {
                 {"update_period", update_period},
                 {"seed", o.seed},
                 {"init_from", o.init_from.string()},
-                {"loss_scaling", loss_scaling}};
+                {"loss_scaling", loss_scaling},
+                {"precision", precision}};
     int rc = 0;
     registry::with_sparsity(block, [&]<class S>() {
       using model_t = bert<float, S>;
@@ -143,6 +146,7 @@ int main(int argc, char** argv) {
       trainer_options to;
       to.max_norm = float(max_norm);
       to.dropout_seed = o.seed + 1;
+      to.precision = sparselm::precision::parse(precision, "--precision");
       if (loss_scaling == "dynamic")
         to.loss_scaling = optim::loss_scale_config(json{{"type", "dynamic"}});
       else if (loss_scaling != "none")

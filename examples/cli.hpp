@@ -41,6 +41,23 @@ inline CLI::Validator at_most(std::uint64_t limit) {
                         "0.." + std::to_string(limit), "at_most");
 }
 
+// The compute precision flag: --precision fp32|bf16|fp16 (run config "trainer.precision";
+// policies/precision.hpp).
+inline CLI::Option* add_precision_option(CLI::App& app, std::string& v) {
+  return app
+      .add_option("--precision", v,
+                  "Compute type of the dense GEMMs: fp32, bf16 (AVX512-BF16 where the CPU has it) or fp16 "
+                  "(dynamic loss scaling); weights, gradients and optimiser state stay fp32")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+}
+inline CLI::Option* add_precision_option(CLI::Option_group& g, std::optional<std::string>& v) {
+  return g
+      .add_option("--precision", v,
+                  "Compute type of the dense GEMMs: fp32, bf16 (AVX512-BF16 where the CPU has it) or fp16 "
+                  "(dynamic loss scaling); trainer.precision")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+}
+
 // Adds the non-negative check to every unsigned option of `app` and its option groups.
 inline void refuse_negative_unsigned(CLI::App& app) {
   for (CLI::Option* o : app.get_options())

@@ -25,6 +25,7 @@ namespace examples {
 
 struct finetune_cli {
   std::string config;  // empty: the --init-from checkpoint's
+  std::string precision = "fp32";  // --precision: compute type of the dense GEMMs
   sparselm::finetune_job_options job;
   double lr = 5e-5, warmup_frac = 0.1, weight_decay = 0.01, max_norm = 1.0, epochs = 2.0;
   std::optional<double> dropout;
@@ -67,6 +68,7 @@ struct finetune_cli {
         ->capture_default_str();
     app.add_option("--checkpoint-every", job.checkpoint_every, "Checkpoint every this many steps (0: at the end)")
         ->capture_default_str();
+    add_precision_option(app, precision)->capture_default_str();
     app.add_option("--seed", job.seed, "Initialisation, data order and dropout")->capture_default_str();
     app.add_option("--threads", threads, "Threads (0: OpenMP default)")->check(CLI::Range(0, 1024));
   }
@@ -97,7 +99,7 @@ struct finetune_cli {
             {"warmup_frac", warmup_frac},  {"weight_decay", weight_decay}, {"max_norm", max_norm},
             {"seed", job.seed},            {"init_from", job.init_from.string()},
             {"optimizer", {{"type", "adamw"}, {"eps", 1e-6}, {"bias_correction", false}}},
-            {"schedule", "linear"}};
+            {"schedule", "linear"},        {"precision", precision}};
   }
 
   template <class Model>
@@ -105,6 +107,7 @@ struct finetune_cli {
     sparselm::trainer_options to;
     to.max_norm = float(max_norm);
     to.dropout_seed = job.seed + 1;
+    to.precision = sparselm::precision::parse(precision, "--precision");
     return sparselm::trainer<Model>(
         model, to,
         sparselm::optim::adamw<>(nlohmann::json{{"weight_decay", weight_decay}, {"eps", 1e-6}, {"bias_correction", false}}),

@@ -37,7 +37,7 @@ namespace {
 lm_job_options job_options;  // --resume, --overwrite, --no-verify
 
 struct cli_values {
-  std::optional<std::string> train, valid, out, optimizer, clip, recompute, order, allocation, regrow, init_from;
+  std::optional<std::string> train, valid, out, optimizer, clip, precision, recompute, order, allocation, regrow, init_from;
   std::optional<std::size_t> steps, batch_size, seq_len, accumulation, warmup_steps, eval_every, eval_batches, log_every,
       checkpoint_every, layers, heads, embd, vocab, positions, block_size, update_period;
   std::optional<double> max_lr, min_lr, weight_decay, max_norm, dropout, sparsity;
@@ -79,6 +79,7 @@ void apply_flags(json& j, const cli_values& c) {
   if (c.weight_decay) j["optimizer"]["weight_decay"] = *c.weight_decay;
   if (c.clip) j["trainer"]["clip"] = *c.clip;
   if (c.max_norm) j["trainer"]["max_norm"] = *c.max_norm;
+  if (c.precision) j["trainer"]["precision"] = *c.precision;
   if (c.accumulation) j["trainer"]["accumulation"]["steps"] = *c.accumulation;
   if (c.max_lr || c.min_lr || c.warmup_steps) {
     json& s = j["schedule"];
@@ -207,6 +208,7 @@ int main(int argc, char** argv) {
     o->add_option("--warmup-steps", c.warmup_steps, "Linear warm-up steps (schedule.warmup_steps)");
     o->add_option("--clip", c.clip, "Gradient clipping: global_norm, per_tensor or none");
     o->add_option("--max-norm", c.max_norm, "Clipping norm");
+    examples::add_precision_option(*o, c.precision);
     o->add_option("--recompute", c.recompute,
                   "Activation memory policy: none or blocks (recompute each block in backward)");
     auto* l = app.add_option_group("loop");

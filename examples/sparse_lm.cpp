@@ -38,7 +38,7 @@ struct cli_values {
   std::optional<double> sparsity, prune_ratio, phase_delay, period, peak_lr, min_lr, decay_power, max_norm, dropout;
   std::optional<std::size_t> block_size, update_period, zero_steps, layers, hidden, ff, heads, qkv, embedding, sequence,
       vocab, steps, batch_size, seq_len, accumulation, warmup_steps, cooldown_steps, autoregression_offset;
-  std::optional<std::string> regrow, pooling, prune_metric, optimizer, clip, dtype, allocation, train, valid, out;
+  std::optional<std::string> regrow, pooling, prune_metric, optimizer, clip, dtype, precision, allocation, train, valid, out;
   std::optional<bool> static_sparsity, weight_repeats;
   std::optional<std::uint64_t> seed;
   std::vector<std::string> sets;
@@ -91,6 +91,7 @@ void apply_flags(json& j, const cli_values& c) {
   }
   if (c.clip) j["trainer"]["clip"] = *c.clip;
   put(j["trainer"], "max_norm", c.max_norm);
+  put(j["trainer"], "precision", c.precision);
   if (c.accumulation) j["trainer"]["accumulation"]["steps"] = *c.accumulation;
   if (j["trainer"].empty()) j.erase("trainer");
   if (c.peak_lr || c.min_lr || c.decay_power || c.warmup_steps || c.cooldown_steps) {
@@ -152,7 +153,7 @@ int main(int argc, char** argv) {
     CLI::App app{
         "Train the S1 dynamic-sparse language model (block-sparse projections, RigL/random pattern updates,\n"
         "factorised embedding, weighted repeated-token loss) on token files written by encode_dataset.\n"
-        "Compute is fp32 only: --dtype accepts float32 and rejects anything else."};
+        "Weights are fp32 (--dtype float32); --precision bf16 or fp16 computes the dense GEMMs in 16 bits."};
     std::string config_path;
     cli_values c;
     int threads = 0;
@@ -180,7 +181,7 @@ int main(int argc, char** argv) {
         ->check(examples::at_most(limits::positions));
     g->add_option("--vocab", c.vocab, "Vocabulary size V (--source-vocab-length)")
         ->check(examples::at_most(limits::vocab));
-    g->add_option("--dtype", c.dtype, "Compute dtype: only float32 is implemented (float16 is rejected)");
+    g->add_option("--dtype", c.dtype, "Weight dtype: float32 (16-bit compute: --precision)");
     g->add_option("--dropout", c.dropout, "Embedding and residual dropout rate");
     g->add_option("--weight-repeats", c.weight_repeats, "Weighted repeated-token loss (true/false)");
     g->add_option("--autoregression-offset", c.autoregression_offset,
@@ -208,6 +209,7 @@ int main(int argc, char** argv) {
     o->add_option("--optimizer", c.optimizer, "adam (S1; eps 1e-2), adamw, sgd or lamb");
     o->add_option("--clip", c.clip, "Gradient clipping: per_tensor (S1), global_norm or none");
     o->add_option("--max-norm", c.max_norm, "Clipping norm");
+    examples::add_precision_option(*o, c.precision);
     o->add_option("--peak-lr", c.peak_lr, "S1 schedule (bert_power): peak learning rate");
     o->add_option("--min-lr", c.min_lr, "S1 schedule: minimum learning rate");
     o->add_option("--warmup-steps", c.warmup_steps, "S1 schedule: linear warm-up steps");

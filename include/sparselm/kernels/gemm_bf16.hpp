@@ -27,6 +27,7 @@
 // compute type a precision policy names.
 
 #include <cstddef>
+#include <string>
 
 #include "sparselm/core/dtype.hpp"
 #include "sparselm/core/error.hpp"
@@ -81,6 +82,20 @@ inline void gemm_as(dtype compute, trans ta, trans tb, float alpha, const_matrix
     case dtype::f16: return gemm_f16(ta, tb, alpha, A, B, beta, C, bias);
   }
   fail("gemm_as: unknown compute type ", int(compute));
+}
+
+// What a compute type runs on in this build, for a program's log: "fp32", "bf16 (AVX512-BF16
+// kernels)", "bf16 (portable path: ...)" or "fp16 (...)".
+inline std::string describe_compute(dtype d) {
+  switch (d) {
+    case dtype::f32: return "fp32";
+    case dtype::bf16:
+      return gemm_bf16_native ? "bf16 (dense GEMMs on AVX512-BF16 dot products, fp32 accumulation)"
+                              : "bf16 (portable path: this build has no AVX512-BF16, so the dense GEMMs multiply "
+                                "bf16-rounded operands at the fp32 rate)";
+    case dtype::f16: return "fp16 (dense GEMM operands rounded to IEEE half, fp32 arithmetic; dynamic loss scaling)";
+  }
+  return "?";
 }
 
 }  // namespace sparselm::kernels

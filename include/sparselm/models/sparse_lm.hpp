@@ -76,7 +76,7 @@ struct sparse_lm_config {
   bool projection_bias = false;        // logit bias, initialised to log(1/V)
   bool embedding_gelu = false;         // GELU after the embedding up-projection
   std::string activation = "gelu_new"; // "gelu_new" (tanh approximation) or "gelu" (erf)
-  std::string dtype = "float32";       // compute dtype; only float32 is implemented
+  std::string dtype = "float32";       // weight dtype: float32 (compute precision: trainer.precision)
   lm_loss_options loss{true, 16};      // S1: weighted repeated-token loss, autoregression offset 16
   // "block_sparse_attention": {"block", "density", "seed"}: static block-sparse causal attention
   // (kernels/block_sparse_attention.hpp; one pattern, built for sequence_length, in every layer and
@@ -111,7 +111,8 @@ struct sparse_lm_config {
     c.activation = r.get("activation", c.activation, one_of({"gelu_new", "gelu"}));
     c.dtype = r.get("dtype", c.dtype, [](const std::string& d) {
       return d == "float32" ? std::string()
-                            : "must be float32, got '" + d + "': only fp32 compute is implemented for the sparse LM";
+                            : "must be float32 (the stored weights), got '" + d +
+                                  "': bf16 or fp16 compute is the trainer's precision (trainer.precision, --precision)";
     });
     if (r.has("loss")) c.loss = lm_loss_options::from_json(r.object("loss"), context + " loss");
     if (r.has("block_sparse_attention"))

@@ -26,6 +26,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sparselm/kernels/gemm_bf16.hpp"
+#include "sparselm/policies/precision.hpp"
 #include "sparselm/core/rng.hpp"
 #include "sparselm/data/bert_examples.hpp"
 #include "sparselm/io/checkpoint.hpp"
@@ -116,7 +118,9 @@ class bert_job {
                {"parameters", model.num_parameters()},
                {"train_examples", train.size()},
                {"seq_len", train.info().seq_len},
+               {"precision", precision::name(t.compute())},
                {"resumed_from", t.step()}});
+    if (t.compute() != dtype::f32) say(std::string("bert_pretrain") + ": precision " + kernels::describe_compute(t.compute()));
 
     const std::size_t B = o_.batch_size, T = train.info().seq_len;
     std::vector<std::size_t> order, pick(B);

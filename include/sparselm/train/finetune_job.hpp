@@ -30,6 +30,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sparselm/kernels/gemm_bf16.hpp"
+#include "sparselm/policies/precision.hpp"
 #include "sparselm/core/rng.hpp"
 #include "sparselm/io/checkpoint.hpp"
 #include "sparselm/io/huggingface.hpp"
@@ -94,7 +96,9 @@ class finetune_job {
                {"config", o_.config},
                {"parameters", model.num_parameters()},
                {"train_examples", task.size()},
+               {"precision", precision::name(t.compute())},
                {"resumed_from", t.step()}});
+    if (t.compute() != dtype::f32) say(std::string(prog) + ": precision " + kernels::describe_compute(t.compute()));
 
     const std::size_t B = o_.batch_size, N = task.size();
     std::vector<std::size_t> order, pick(B);

@@ -37,6 +37,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sparselm/kernels/gemm_bf16.hpp"
+#include "sparselm/policies/precision.hpp"
 #include "sparselm/core/checked.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/data/lm_batches.hpp"
@@ -205,6 +207,7 @@ class lm_job {
                                {"train_tokens", train_file.size()},
                                {"train_windows", sampler.windows_per_epoch()},
                                {"threads", num_threads()},
+                               {"precision", precision::name(t.compute())},
                                {"resumed_from", resumed_from}};
     if (valid_file) run_line["unigram_perplexity"] = unigram;
     add_sparsity_totals(model, run_line);
@@ -215,6 +218,7 @@ class lm_job {
                     model.num_parameters(), (unsigned long long)train_file.size(),
                     (unsigned long long)sampler.windows_per_epoch(), rc_.seq_len);
       say(buf);
+      if (t.compute() != dtype::f32) say(program_ + ": precision " + kernels::describe_compute(t.compute()));
       if (valid_file) {
         std::snprintf(buf, sizeof buf, "%s: unigram baseline perplexity on the validation split: %.1f", program_.c_str(),
                       unigram);
@@ -249,7 +253,9 @@ class lm_job {
                               {"train_seconds", r.train_seconds},
                               {"tokens", r.tokens},
                               {"tokens_per_s", r.train_seconds > 0 ? double(r.tokens) / r.train_seconds : 0.0},
-                              {"samples_per_s", r.train_seconds > 0 ? double(r.samples) / r.train_seconds : 0.0}};
+                              {"samples_per_s", r.train_seconds > 0 ? double(r.samples) / r.train_seconds : 0.0},
+                              {"precision", precision::name(t.compute())}};
+    if (t.scaler().is_dynamic()) summary["loss_scale"] = {{"scale", t.scaler().scale()}, {"skipped_steps", t.scaler().skipped_steps()}};
     if (valid && r.last_eval.count) {
       summary["valid"] = loss_json(r.last_eval);
       summary["unigram_perplexity"] = unigram;

@@ -110,6 +110,17 @@ inline void gemm_copy(float* __restrict dst, const S* __restrict src, std::size_
     x1.store_unaligned(dst + i + W);
   }
   for (; i + W <= n; i += W) gemm_load<Arch, S, Round>(src + i).store_unaligned(dst + i);
+  if constexpr (std::is_same_v<S, float> && Round != gemm_round::none) {
+    // A rounded tail (e.g. the 14 rows of a k-major A micro-panel) through one padded vector:
+    // the scalar half conversion costs ~20 times a vector one.
+    if (i < n) {
+      alignas(64) float t[W] = {};
+      std::copy(src + i, src + n, t);
+      gemm_load<Arch, S, Round>(t).store_aligned(t);
+      std::copy(t, t + (n - i), dst + i);
+    }
+    return;
+  }
   for (; i < n; ++i) dst[i] = gemm_to_float<S, Round>(src[i]);
 }
 
