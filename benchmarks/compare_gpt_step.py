@@ -6,6 +6,7 @@ measured in the same run, and peak RSS of both processes.
 
     /usr/bin/python3 benchmarks/compare_gpt_step.py                      # GPT-2 small, 8x128 and 4x64
     /usr/bin/python3 benchmarks/compare_gpt_step.py --shapes 4x64 --steps 3
+    /usr/bin/python3 benchmarks/compare_gpt_step.py --shapes 8x128 --precision bf16   # both in bf16
 """
 import argparse
 import json
@@ -29,6 +30,8 @@ def main():
     ap.add_argument("--steps", type=int, default=5, help="timed steps (median reported)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--build", default=os.path.join(root, "build"))
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="both: our --precision, PyTorch's bf16 autocast")
     ap.add_argument("--extra", default="", help="extra flags for bench_gpt_step (e.g. --recompute)")
     args = ap.parse_args()
     ours_bin = os.path.join(args.build, "benchmarks", "bench_gpt_step")
@@ -38,22 +41,27 @@ def main():
     for shape in args.shapes.split(","):
         b, t = (int(x) for x in shape.lower().split("x"))
         common = ["--config", args.config, "--batch", str(b), "--seq", str(t), "--steps", str(args.steps),
-                  "--threads", str(args.threads)]
+                  "--threads", str(args.threads), "--precision", args.precision]
         ours = run([ours_bin] + common + args.extra.split())
         theirs = run(["/usr/bin/python3", os.path.join(here, "peers", "torch_gpt_step.py")] + common)
         rows.append((shape, ours, theirs))
         print(f"# {shape}: ours {ours['tokens_per_second']:.1f} tok/s, pytorch {theirs['tokens_per_second']:.1f} tok/s",
               file=sys.stderr)
-    print(f"model {os.path.basename(args.config)}, fp32, AdamW + global-norm clipping, {args.threads} threads, "
+    print(f"model {os.path.basename(args.config)}, {args.precision}, AdamW + global-norm clipping, {args.threads} threads, "
           f"median of {args.steps} steps")
     print()
-    print("| batch x seq | sparselm tok/s | PyTorch tok/s | ratio | sparselm MFU | FMA peak GFLOP/s | "
+    bf16 = args.precision == "bf16"
+    peak_col = "bf16 dot peak GFLOP/s" if bf16 else "FMA peak GFLOP/s"
+    print(f"| batch x seq | sparselm tok/s | PyTorch tok/s | ratio | sparselm MFU | {peak_col} | "
           "sparselm RSS MB | PyTorch RSS MB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for shape, o, p in rows:
+        # In bf16 the MFU is against the bf16 dot-product peak of the same run.
+        peak = o["bf16_peak_gflops"] if bf16 else o["fma_peak_gflops"]
+        mfu = o["model_gflops_per_s"] / peak if peak else float("nan")
         print(f"| {shape} | {o['tokens_per_second']:.1f} | {p['tokens_per_second']:.1f} | "
-              f"{o['tokens_per_second'] / p['tokens_per_second']:.2f}x | {100 * o['mfu']:.1f} % | "
-              f"{o['fma_peak_gflops']:.0f} | {o['peak_rss_mb']:.0f} | {p['peak_rss_mb']:.0f} |")
+              f"{o['tokens_per_second'] / p['tokens_per_second']:.2f}x | {100 * mfu:.1f} % | "
+              f"{peak:.0f} | {o['peak_rss_mb']:.0f} | {p['peak_rss_mb']:.0f} |")
 
 
 if __name__ == "__main__":
