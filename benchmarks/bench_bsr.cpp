@@ -2,7 +2,7 @@
 // (GEMM NN + NT + TN) on the shapes of the dense GEMM benchmark, M = 4096 tokens.
 //
 //   build/benchmarks/bench_bsr [--threads 2,1] [--sparsity 0.9,0.8] [--blocks 16,8,4,1] [--reps 5]
-//                              [--shapes 768x768,768x3072,3072x768,768x2304] [--m 4096] [--no-blas]
+//                              [--shapes 768x768,768x3072,3072x768,768x2304] [--m 4096] [--no-blas] [--bf16]
 //
 // Prints per thread count a markdown table: median times (ms) of the sparse step and its three
 // kernels; the dense step with our own kernels::gemm (the baseline, measured in the same run) and
@@ -10,6 +10,10 @@
 // "effective GFLOP/s" = sparse FLOPs / sparse time, also as a share of the machine's FMA peak (a
 // register-only probe); and the time of dense_grad_pooled (sum pooling, the RigL score, run on
 // pattern-update steps only). Then a table of the dense baselines, per GEMM.
+//
+// --bf16 adds per thread count a table of the bf16 block-sparse kernels (kernels/bsr_bf16.hpp, best
+// path: AVX512-BF16 when the build has it) beside the fp32 ones of the same run, for B = 4, 8, 16:
+// median times of each kernel and of the step, and fp32 time / bf16 time.
 
 #include <cblas.h>
 
@@ -29,6 +33,7 @@
 #include "sparselm/core/simd.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/kernels/bsr.hpp"
+#include "sparselm/kernels/bsr_bf16.hpp"
 #include "sparselm/kernels/gemm.hpp"
 #include "sparselm/sparse/block_pattern.hpp"
 
@@ -88,6 +93,7 @@ struct options {
   std::size_t M = 4096;
   int reps = 5;
   bool blas = true;
+  bool bf16 = false;
 };
 
 template <class T>
@@ -126,9 +132,10 @@ options parse(int argc, char** argv) {
     else if (k == "--m") o.M = std::stoul(next());
     else if (k == "--reps") o.reps = std::stoi(next());
     else if (k == "--no-blas") o.blas = false;
+    else if (k == "--bf16") o.bf16 = true;
     else {
       std::fprintf(stderr, "usage: bench_bsr [--threads 2,1] [--sparsity 0.9,0.8] [--blocks 16,8,4,1] [--reps 5]\n"
-                           "                 [--shapes 768x768,...] [--m 4096] [--no-blas]\n");
+                           "                 [--shapes 768x768,...] [--m 4096] [--no-blas] [--bf16]\n");
       std::exit(2);
     }
   }
@@ -139,15 +146,23 @@ struct sparse_times {
   double fwd, bwd_data, bwd_weights, step;
 };
 
-template <std::size_t B>
+// Bf16: the bf16 kernels (kernels/bsr_bf16.hpp; weight gradient: the fp32 kernel until a bf16 one
+// exists) on the same operands.
+template <std::size_t B, bool Bf16 = false>
 sparse_times time_sparse(const sparse::block_pattern& p, const std::vector<float>& X, const std::vector<float>& dY,
                          std::vector<float>& Y, std::vector<float>& dX, const std::vector<float>& values,
                          std::vector<float>& dvalues, const std::vector<float>& bias, std::size_t M, int reps) {
   const std::size_t in = p.in(), out = p.out();
   const_matrix_view<float> x{X.data(), M, in}, dy{dY.data(), M, out};
   matrix_view<float> y{Y.data(), M, out}, dx{dX.data(), M, in};
-  auto fwd = [&] { kernels::bsr_matmul<B>(x, p, values.data(), 0.0f, y, bias.data()); };
-  auto bwd_d = [&] { kernels::bsr_matmul_t<B>(dy, p, values.data(), 0.0f, dx); };
+  auto fwd = [&] {
+    if constexpr (Bf16) kernels::bsr_matmul_bf16<B>(x, p, values.data(), 0.0f, y, bias.data());
+    else kernels::bsr_matmul<B>(x, p, values.data(), 0.0f, y, bias.data());
+  };
+  auto bwd_d = [&] {
+    if constexpr (Bf16) kernels::bsr_matmul_t_bf16<B>(dy, p, values.data(), 0.0f, dx);
+    else kernels::bsr_matmul_t<B>(dy, p, values.data(), 0.0f, dx);
+  };
   auto bwd_w = [&] { kernels::bsr_weight_grad<B>(x, dy, p, dvalues.data()); };
   sparse_times t{};
   t.fwd = median_time(reps, fwd);
@@ -161,17 +176,30 @@ sparse_times time_sparse(const sparse::block_pattern& p, const std::vector<float
   return t;
 }
 
-sparse_times time_sparse_b(std::size_t B, const sparse::block_pattern& p, const std::vector<float>& X,
+sparse_times time_sparse_b(bool bf16, std::size_t B, const sparse::block_pattern& p, const std::vector<float>& X,
                            const std::vector<float>& dY, std::vector<float>& Y, std::vector<float>& dX,
                            const std::vector<float>& values, std::vector<float>& dvalues, const std::vector<float>& bias,
                            std::size_t M, int reps) {
   switch (B) {
     case 1: return time_sparse<1>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
-    case 4: return time_sparse<4>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
-    case 8: return time_sparse<8>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
-    case 16: return time_sparse<16>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
+    case 4:
+      return bf16 ? time_sparse<4, true>(p, X, dY, Y, dX, values, dvalues, bias, M, reps)
+                  : time_sparse<4>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
+    case 8:
+      return bf16 ? time_sparse<8, true>(p, X, dY, Y, dX, values, dvalues, bias, M, reps)
+                  : time_sparse<8>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
+    case 16:
+      return bf16 ? time_sparse<16, true>(p, X, dY, Y, dX, values, dvalues, bias, M, reps)
+                  : time_sparse<16>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
     default: std::fprintf(stderr, "bench_bsr: block size %zu is not one of 1, 4, 8, 16\n", B); std::exit(2);
   }
+}
+
+// "| fp32 | bf16 | ratio |" cells of one kernel.
+std::string ratio_cells(double fp32, double bf16) {
+  char c[96];
+  std::snprintf(c, sizeof c, " %.2f | %.2f | %.2f |", fp32 * 1e3, bf16 * 1e3, fp32 / bf16);
+  return c;
 }
 
 void time_pooled(std::size_t B, const std::vector<float>& X, const std::vector<float>& dY, std::size_t M,
@@ -209,7 +237,7 @@ int main(int argc, char** argv) {
                 "speed-up vs gemm |%s effective GFLOP/s | %% of peak | dense_grad_pooled ms |\n",
                 o.blas ? " OpenBLAS step ms | speed-up vs OpenBLAS |" : "");
     std::printf("|---|---|---|---|---|---|---|---|---|%s---|---|---|\n", o.blas ? "---|---|" : "");
-    std::vector<std::string> dense_rows;
+    std::vector<std::string> dense_rows, bf16_rows;
     for (const auto& sh : o.shapes) {
       const auto X = rand_vec(M * sh.in), dY = rand_vec(M * sh.out), bias = rand_vec(sh.out);
       std::vector<float> Y(M * sh.out), dX(M * sh.in);
@@ -264,7 +292,7 @@ int main(int argc, char** argv) {
           const auto p = random_pattern(B, sh.in, sh.out, s, 7);
           const auto values = rand_vec(p.nnz() * B * B);
           std::vector<float> dvalues(p.nnz() * B * B);
-          const auto t = time_sparse_b(B, p, X, dY, Y, dX, values, dvalues, bias, M, o.reps);
+          const auto t = time_sparse_b(false, B, p, X, dY, Y, dX, values, dvalues, bias, M, o.reps);
           const double flops = 3.0 * 2.0 * double(M) * double(p.nnz() * B * B);
           const double gf = flops / t.step * 1e-9;
           std::printf("| %zux%zu | %.2f | %zu | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |", sh.in, sh.out, s, B,
@@ -272,6 +300,13 @@ int main(int argc, char** argv) {
           if (o.blas) std::printf(" %.2f | %.2f |", t_blas * 1e3, t_blas / t.step);
           std::printf(" %.0f | %.0f | %.1f |\n", gf, 100.0 * gf / peak, t_pool * 1e3);
           std::fflush(stdout);
+          if (o.bf16 && B != 1) {
+            const auto b = time_sparse_b(true, B, p, X, dY, Y, dX, values, dvalues, bias, M, o.reps);
+            char head[64];
+            std::snprintf(head, sizeof head, "| %zux%zu | %.2f | %zu |", sh.in, sh.out, s, B);
+            bf16_rows.push_back(std::string(head) + ratio_cells(t.fwd, b.fwd) + ratio_cells(t.bwd_data, b.bwd_data) +
+                                ratio_cells(t.bwd_weights, b.bwd_weights) + ratio_cells(t.step, b.step) + "\n");
+          }
         }
       }
     }
@@ -280,6 +315,14 @@ int main(int argc, char** argv) {
                 T, T > 1 ? "s" : "", o.blas ? " OpenBLAS step ms | OpenBLAS GFLOP/s | % of peak |" : "",
                 o.blas ? "---|---|---|" : "");
     for (const auto& r : dense_rows) std::printf("%s", r.c_str());
+    if (o.bf16) {
+      std::printf("\nbf16 block-sparse kernels (%s) against fp32, %d thread%s (ms; ratio = fp32 / bf16):\n\n"
+                  "| in x out | sparsity | B | fp32 fwd | bf16 fwd | ratio | fp32 bwd-data | bf16 bwd-data | ratio | "
+                  "fp32 bwd-w | bf16 bwd-w | ratio | fp32 step | bf16 step | ratio |\n"
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+                  kernels::bsr_bf16_native ? "AVX512-BF16" : "portable path", T, T > 1 ? "s" : "");
+      for (const auto& r : bf16_rows) std::printf("%s", r.c_str());
+    }
     std::fflush(stdout);
   }
   return 0;

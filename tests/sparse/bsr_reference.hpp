@@ -1,16 +1,54 @@
 #pragma once
-// Naive references for the block-sparse kernels: densify W and loop, in double precision.
+// Naive references for the block-sparse kernels: densify W and loop, in double precision; test patterns.
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "sparselm/kernels/bsr.hpp"
 #include "sparselm/sparse/block_pattern.hpp"
 
 namespace sparselm::test {
+
+// Test patterns: random, or with block column / row 0 left empty (when there is another).
+enum class layout { random, skip_first_col, skip_first_row };
+
+// A finalized pattern of `n` distinct blocks on a rows_b x cols_b grid, in shuffled slot order.
+inline sparse::block_pattern make_pattern(std::size_t B, std::size_t rows_b, std::size_t cols_b, std::size_t n,
+                                          std::uint32_t seed, layout lay = layout::random) {
+  std::vector<std::uint32_t> cells;
+  for (std::uint32_t i = 0; i < rows_b; ++i)
+    for (std::uint32_t j = 0; j < cols_b; ++j) {
+      if (lay == layout::skip_first_col && j == 0 && cols_b > 1) continue;
+      if (lay == layout::skip_first_row && i == 0 && rows_b > 1) continue;
+      cells.push_back(i * std::uint32_t(cols_b) + j);
+    }
+  std::mt19937 rng(seed);
+  std::shuffle(cells.begin(), cells.end(), rng);
+  cells.resize(std::min(n, cells.size()));
+  sparse::block_pattern p;
+  p.block = B;
+  p.rows_b = rows_b;
+  p.cols_b = cols_b;
+  for (auto c : cells) {
+    p.row.push_back(c / std::uint32_t(cols_b));
+    p.col.push_back(c % std::uint32_t(cols_b));
+  }
+  p.finalize("test pattern");
+  return p;
+}
+
+// n uniform values in [-1, 1).
+inline std::vector<float> random_vec(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
 
 // Dense (in x out) row-major copy of a block-sparse weight.
 inline std::vector<float> densify(const sparse::block_pattern& p, const float* values) {

@@ -34,40 +34,10 @@ using portable_arch = xsimd::sse2;
 using avx2_arch = xsimd::fma3<xsimd::avx2>;
 #endif
 
-enum class layout { random, skip_first_col, skip_first_row };
+using test::layout;
+using test::make_pattern;
+using test::random_vec;
 
-// A finalized pattern of `n` distinct blocks on a rows_b x cols_b grid, in shuffled slot order.
-sparse::block_pattern make_pattern(std::size_t B, std::size_t rows_b, std::size_t cols_b, std::size_t n,
-                                   std::uint32_t seed, layout lay = layout::random) {
-  std::vector<std::uint32_t> cells;
-  for (std::uint32_t i = 0; i < rows_b; ++i)
-    for (std::uint32_t j = 0; j < cols_b; ++j) {
-      if (lay == layout::skip_first_col && j == 0 && cols_b > 1) continue;
-      if (lay == layout::skip_first_row && i == 0 && rows_b > 1) continue;
-      cells.push_back(i * std::uint32_t(cols_b) + j);
-    }
-  std::mt19937 rng(seed);
-  std::shuffle(cells.begin(), cells.end(), rng);
-  cells.resize(std::min(n, cells.size()));
-  sparse::block_pattern p;
-  p.block = B;
-  p.rows_b = rows_b;
-  p.cols_b = cols_b;
-  for (auto c : cells) {
-    p.row.push_back(c / std::uint32_t(cols_b));
-    p.col.push_back(c % std::uint32_t(cols_b));
-  }
-  p.finalize("test pattern");
-  return p;
-}
-
-std::vector<float> random_vec(std::size_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
 
 // |got - want| <= tol * (1 + |want|) elementwise over a (rows x cols) matrix with leading dimensions.
 void check_close(const float* got, std::size_t ldg, const float* want, std::size_t ldw, std::size_t rows,

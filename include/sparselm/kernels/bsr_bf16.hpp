@@ -1,0 +1,105 @@
+#pragma once
+// bf16 block-sparse products: the products of kernels/bsr.hpp with the block values and the
+// activation operands rounded to bf16 (nearest even, NaN kept) and fp32 accumulation.
+//
+//   bsr_matmul_bf16    Y (M, out) = beta*Y + bf16(X) · bf16(W) [+ bias]        forward
+//   bsr_matmul_t_bf16  dX (M, in) = beta*dX + bf16(dY) · bf16(W)ᵀ              backward, data
+//
+// Arguments, layouts, checks, beta == 0 not reading the output, threads and determinism are those
+// of bsr_matmul / bsr_matmul_t; B is 4, 8 or 16 (operands are paired along K inside a block). The
+// products of bf16 values are exact in fp32, so results differ from fp32 arithmetic on the
+// rounded operands only in the order of the fp32 additions.
+//
+// Paths (bsr_bf16_path):
+//   native   - AVX512-BF16 (vdpbf16ps, detail/bsr_bf16.hpp); needs a build for a CPU that has it
+//              (bsr_bf16_native) and an AVX-512 Arch.
+//   portable - any CPU: the operands are rounded to bf16 values held in float and the fp32 kernels
+//              multiply them (fp32 speed).
+//   best     - native when available, else portable.
+
+#include <cstddef>
+
+#include "sparselm/core/error.hpp"
+#include "sparselm/core/simd.hpp"
+#include "sparselm/core/view.hpp"
+#include "sparselm/kernels/bsr.hpp"
+#include "sparselm/kernels/detail/bsr_bf16.hpp"
+#include "sparselm/sparse/block_pattern.hpp"
+
+namespace sparselm::kernels {
+
+enum class bsr_bf16_path { best, native, portable };
+
+// True when this program was compiled with AVX512-BF16 (and AVX-512 BW/VL): the native path exists
+// for AVX-512 architectures.
+inline constexpr bool bsr_bf16_native = SPARSELM_GEMM_BF16_NATIVE != 0;
+
+namespace detail {
+
+// Whether a call runs the native path; throws when `native` is asked for and not available.
+template <class Arch>
+bool bsr_bf16_use_native(const char* kernel, bsr_bf16_path path) {
+  constexpr bool available = bsr_bf16_native && arch_is_avx512<Arch>;
+  SPARSELM_CHECK(path == bsr_bf16_path::best || path == bsr_bf16_path::native || path == bsr_bf16_path::portable,
+                 kernel, ": unknown path code ", int(path));
+  SPARSELM_CHECK(path != bsr_bf16_path::native || available, kernel,
+                 ": path native needs AVX512-BF16 and an AVX-512 architecture (compile with -march=native on a CPU "
+                 "that has it); this build has only the portable path");
+  return available && path != bsr_bf16_path::portable;
+}
+
+// C = beta*C + A · S [+ bias] on the chosen path (TransV as in bsr_product).
+template <std::size_t B, bool TransV, class Arch>
+void bsr_product_bf16_path(bool native, const float* A, std::size_t lda, std::size_t M, std::size_t K,
+                           const bsr_lists& L, const float* V, float beta, float* C, std::size_t ldc,
+                           const float* bias) {
+#if SPARSELM_GEMM_BF16_NATIVE
+  if constexpr (arch_is_avx512<Arch>) {
+    if (native) return bsr_product_bf16<B, TransV, Arch>(A, lda, M, K, L, V, beta, C, ldc, bias);
+  }
+#endif
+  (void)native;
+  bsr_product_bf16_portable<B, TransV, Arch>(A, lda, M, K, L, V, beta, C, ldc, bias);
+}
+
+}  // namespace detail
+
+// Y (M, out) = beta*Y + bf16(X) (M, in) · bf16(W) [+ bias (out)].
+template <std::size_t B, class Arch = native_arch>
+void bsr_matmul_bf16(const_matrix_view<float> X, const sparse::block_pattern& p, const float* values, float beta,
+                     matrix_view<float> Y, const float* bias = nullptr, bsr_bf16_path path = bsr_bf16_path::best) {
+  static_assert(B == 4 || B == 8 || B == 16, "bsr_matmul_bf16<B>: B must be 4, 8 or 16");
+  constexpr const char* k = "bsr_matmul_bf16";
+  check_view(X, "bsr_matmul_bf16: X");
+  check_view(const_matrix_view<float>(Y), "bsr_matmul_bf16: Y");
+  detail::check_pattern<B>(k, p, values);
+  detail::check_multiple<B>(k, "X columns (in)", X.cols);
+  detail::check_multiple<B>(k, "Y columns (out)", Y.cols);
+  SPARSELM_CHECK(X.cols == p.in() && Y.cols == p.out() && Y.rows == X.rows, k, ": shapes do not match: X ",
+                 shape_string(X), ", ", detail::pattern_string(p), ", Y ", shape_string(Y));
+  const bool native = detail::bsr_bf16_use_native<Arch>(k, path);
+  const detail::bsr_lists L{p.col_ptr.data(), p.col_slots.data(), p.row.data(), p.cols_b};
+  detail::bsr_product_bf16_path<B, false, Arch>(native, X.data, X.ld, X.rows, X.cols, L, values, beta, Y.data, Y.ld,
+                                                bias);
+}
+
+// dX (M, in) = beta*dX + bf16(dY) (M, out) · bf16(W)ᵀ.
+template <std::size_t B, class Arch = native_arch>
+void bsr_matmul_t_bf16(const_matrix_view<float> dY, const sparse::block_pattern& p, const float* values, float beta,
+                       matrix_view<float> dX, bsr_bf16_path path = bsr_bf16_path::best) {
+  static_assert(B == 4 || B == 8 || B == 16, "bsr_matmul_t_bf16<B>: B must be 4, 8 or 16");
+  constexpr const char* k = "bsr_matmul_t_bf16";
+  check_view(dY, "bsr_matmul_t_bf16: dY");
+  check_view(const_matrix_view<float>(dX), "bsr_matmul_t_bf16: dX");
+  detail::check_pattern<B>(k, p, values);
+  detail::check_multiple<B>(k, "dY columns (out)", dY.cols);
+  detail::check_multiple<B>(k, "dX columns (in)", dX.cols);
+  SPARSELM_CHECK(dY.cols == p.out() && dX.cols == p.in() && dX.rows == dY.rows, k, ": shapes do not match: dY ",
+                 shape_string(dY), ", ", detail::pattern_string(p), ", dX ", shape_string(dX));
+  const bool native = detail::bsr_bf16_use_native<Arch>(k, path);
+  const detail::bsr_lists L{p.row_ptr.data(), p.row_slots.data(), p.col.data(), p.rows_b};
+  detail::bsr_product_bf16_path<B, true, Arch>(native, dY.data, dY.ld, dY.rows, dY.cols, L, values, beta, dX.data,
+                                               dX.ld, nullptr);
+}
+
+}  // namespace sparselm::kernels

@@ -1,0 +1,250 @@
+#pragma once
+// bf16 block-sparse products (kernels/bsr_bf16.hpp): the fp32 products of bsr_matmul.hpp with the
+// operands rounded to bf16 (nearest even, NaN kept) and fp32 accumulation.
+//
+// Native path (AVX512-BF16): vdpbf16ps adds the two products of a bf16 pair into one fp32 lane, so
+// both operands are packed as 32-bit words of two bf16 values adjacent in K (low half: the even k).
+// B is even, so a k-pair never straddles two blocks. Per call:
+//  * the blocks, in walking order, become B/2 x B words: word (p, c) = (S(2p, c), S(2p+1, c)),
+//    S the block as multiplied (K index first; W_sᵀ for the data gradient). The same layout serves
+//    both micro-kernels: a row of B words to load (lanes along N) or one word to broadcast (lanes
+//    along M). Converted once per call (nnz*B*B values, small beside the product) instead of
+//    keeping a packed copy with the caller: the weights change every step, and a second copy
+//    would have to be kept in sync by the optimizer.
+//  * per M panel of MR rows the activation is rounded and packed k-pair-major (K/2 x MR words,
+//    zero rows up to MR): each row is converted to its pairs, then the words are transposed.
+// The micro-kernels and the driver follow the fp32 ones (tiling from bsr_tiling): B = 16 keeps an
+// MR x 16 tile in registers (one block row pair loaded, MR words broadcast per k-pair); B = 8 and 4
+// run lanes along M (NV panel vectors times one broadcast block word per column) into a
+// column-major chunk that unpack_transpose writes back with beta and bias.
+//
+// Portable path: the operands are rounded to bf16 values held in float (gemm_copy with
+// gemm_round::bf16) and the fp32 kernels multiply them.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "sparselm/core/threads.hpp"
+#include "sparselm/kernels/detail/bsr_matmul.hpp"
+#include "sparselm/kernels/detail/bsr_util.hpp"
+#include "sparselm/kernels/detail/bsr_wgrad.hpp"
+#include "sparselm/kernels/detail/gemm_bf16_kernel.hpp"
+#include "sparselm/kernels/detail/gemm_pack.hpp"
+#include "sparselm/sparse/block_pattern.hpp"
+
+namespace sparselm::kernels::detail {
+
+// ---- portable path -------------------------------------------------------------------------------
+
+// rows x cols of src (leading dimension ld) rounded to bf16 values, held in float, contiguous
+// (leading dimension cols), in thread-local buffer `which` (grow-only).
+template <class Arch>
+const float* bf16_rounded(const float* src, std::size_t ld, std::size_t rows, std::size_t cols, int which) {
+  thread_local std::vector<float> bufs[2];
+  std::vector<float>& b = bufs[which];
+  if (b.size() < rows * cols) b.resize(rows * cols);
+  float* d = b.data();
+  parallel_for(
+      0, rows, [&](std::size_t r) { gemm_copy<Arch, float, gemm_round::bf16>(d + r * cols, src + r * ld, cols); }, 16);
+  return d;
+}
+
+template <std::size_t B, bool TransV, class Arch>
+void bsr_product_bf16_portable(const float* A, std::size_t lda, std::size_t M, std::size_t K, const bsr_lists& L,
+                               const float* V, float beta, float* C, std::size_t ldc, const float* bias) {
+  if (M == 0 || L.n_out_blocks == 0) return;
+  const float* Ar = bf16_rounded<Arch>(A, lda, M, K, 0);
+  const float* Vr = bf16_rounded<Arch>(V, B * B, L.ptr[L.n_out_blocks], B * B, 1);
+  bsr_product<B, TransV, Arch>(Ar, K, M, K, L, Vr, beta, C, ldc, bias);
+}
+
+#if SPARSELM_GEMM_BF16_NATIVE
+
+// ---- native path: packing ------------------------------------------------------------------------
+
+// One block as B/2 x B words: dst[p*B + c] = (S(2p, c), S(2p+1, c)), S(k, c) = V[k*B + c], or
+// V[c*B + k] with TransV.
+template <std::size_t B, bool TransV, class Arch>
+inline void pack_block_bf16(const float* V, std::uint32_t* dst) {
+  alignas(64) float t[B * B];
+  const float* s = V;
+  if constexpr (TransV) {
+    pack_transpose<Arch>(V, B, B, B, B, t, B);
+    s = t;
+  }
+  for (std::size_t p = 0; p < B / 2; ++p)
+    _mm512_mask_storeu_epi32(dst + p * B, lanes_mask(B),
+                             gemm_bf16_pairs(gemm_bf16_load16(s + 2 * p * B, B), gemm_bf16_load16(s + (2 * p + 1) * B, B)));
+}
+
+struct packed_blocks_bf16 {
+  const std::uint32_t* words;  // B*B/2 per block, in walking order
+  const std::uint32_t* kb;
+};
+
+template <std::size_t B, bool TransV, class Arch>
+packed_blocks_bf16 pack_blocks_bf16(const bsr_lists& L, const float* V) {
+  const std::size_t nnz = L.ptr[L.n_out_blocks];
+  auto* wp = reinterpret_cast<std::uint32_t*>(bsr_scratch(nnz * B * B / 2, 3));
+  thread_local std::vector<std::uint32_t> kb;
+  kb.resize(std::max(kb.size(), nnz));
+  std::uint32_t* kbp = kb.data();
+  parallel_for(
+      0, nnz,
+      [&](std::size_t t) {
+        const std::uint32_t s = L.slots[t];
+        kbp[t] = L.kblk[s];
+        pack_block_bf16<B, TransV, Arch>(V + std::size_t(s) * B * B, wp + t * B * B / 2);
+      },
+      256);
+  return {wp, kbp};
+}
+
+// The panel of `rows` rows of A (K even) as K/2 x MR words, k-pair-major: P[p*MR + r] =
+// (A(r, 2p), A(r, 2p+1)), zero for rows <= r < MR. T is scratch for rows x K/2 words.
+template <std::size_t MR, class Arch>
+inline void pack_panel_bf16(const float* A, std::size_t lda, std::size_t rows, std::size_t K, std::uint32_t* T,
+                            std::uint32_t* P) {
+  const std::size_t KP = K / 2;
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t k = 0; k < K; k += 32)
+      _mm512_mask_storeu_epi32(T + r * KP + k / 2, lanes_mask(std::min<std::size_t>(32, K - k) / 2),
+                               gemm_bf16_row32(A + r * lda + k, K - k));
+  // A word transpose: the float transpose moves the 32-bit words unchanged.
+  pack_transpose<Arch>(reinterpret_cast<const float*>(T), KP, rows, MR, KP, reinterpret_cast<float*>(P), MR);
+}
+
+// ---- native path: micro-kernels -------------------------------------------------------------------
+
+// C rows [0, MR) x B columns (at C) = beta*C + panel · (sum over the n blocks) [+ bias]; rows >=
+// mvalid are computed but not stored. Block t (words V + t*B*B/2) multiplies the panel's pairs
+// kb[t]*B/2 .. +B/2 (B/2*MR words at P + kb[t]*B/2*MR).
+template <std::size_t B, std::size_t MR>
+inline void tile_bf16_n(const std::uint32_t* P, std::size_t n, const std::uint32_t* kb, const std::uint32_t* V,
+                        float* C, std::size_t ldc, std::size_t mvalid, float beta, const float* bias) {
+  constexpr std::size_t KP = B / 2, NB = B / 16;
+  __m512 acc[MR][NB];
+#pragma GCC unroll 32
+  for (std::size_t r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (std::size_t v = 0; v < NB; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (std::size_t t = 0; t < n; ++t) {
+    const std::uint32_t* a = P + std::size_t(kb[t]) * KP * MR;
+    const std::uint32_t* w = V + t * KP * B;
+    const std::uint32_t* an = P + std::size_t(kb[t + 1 < n ? t + 1 : t]) * KP * MR;
+    for (std::size_t p = 0; p < KP; ++p) {
+      prefetch_span<MR>(reinterpret_cast<const float*>(an + p * MR));
+      __m512bh wv[NB];
+#pragma GCC unroll 4
+      for (std::size_t v = 0; v < NB; ++v) wv[v] = (__m512bh)_mm512_loadu_si512(w + p * B + v * 16);
+#pragma GCC unroll 32
+      for (std::size_t r = 0; r < MR; ++r) {
+        const __m512bh x = (__m512bh)_mm512_set1_epi32(int(a[p * MR + r]));
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < NB; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], x, wv[v]);
+      }
+    }
+  }
+  const __m512 vbeta = _mm512_set1_ps(beta);
+#pragma GCC unroll 32
+  for (std::size_t r = 0; r < MR; ++r) {
+    if (r >= mvalid) break;
+    float* c = C + r * ldc;
+#pragma GCC unroll 4
+    for (std::size_t v = 0; v < NB; ++v) {
+      __m512 o = acc[r][v];
+      if (bias) o = _mm512_add_ps(o, _mm512_loadu_ps(bias + v * 16));
+      if (beta != 0.0f) o = _mm512_fmadd_ps(vbeta, _mm512_loadu_ps(c + v * 16), o);
+      _mm512_storeu_ps(c + v * 16, o);
+    }
+  }
+}
+
+// Tile of MR = NV*16 rows x B columns from the packed panel; the result goes to Ct (B x MR floats,
+// column-major). Blocks as in tile_bf16_n.
+template <std::size_t B, std::size_t NV>
+inline void tile_bf16_m(const std::uint32_t* P, std::size_t n, const std::uint32_t* kb, const std::uint32_t* V,
+                        float* Ct) {
+  constexpr std::size_t KP = B / 2, MR = NV * 16;
+  __m512 acc[B][NV];
+#pragma GCC unroll 16
+  for (std::size_t c = 0; c < B; ++c)
+#pragma GCC unroll 8
+    for (std::size_t v = 0; v < NV; ++v) acc[c][v] = _mm512_setzero_ps();
+  for (std::size_t t = 0; t < n; ++t) {
+    const std::uint32_t* p = P + std::size_t(kb[t]) * KP * MR;
+    const std::uint32_t* w = V + t * KP * B;
+    const std::uint32_t* pn = P + std::size_t(kb[t + 1 < n ? t + 1 : t]) * KP * MR;
+#pragma GCC unroll 2
+    for (std::size_t q = 0; q < KP; ++q) {
+      prefetch_span<MR>(reinterpret_cast<const float*>(pn + q * MR));
+      __m512bh x[NV];
+#pragma GCC unroll 8
+      for (std::size_t v = 0; v < NV; ++v) x[v] = (__m512bh)_mm512_load_si512(p + q * MR + v * 16);
+#pragma GCC unroll 16
+      for (std::size_t c = 0; c < B; ++c) {
+        const __m512bh wb = (__m512bh)_mm512_set1_epi32(int(w[q * B + c]));
+#pragma GCC unroll 8
+        for (std::size_t v = 0; v < NV; ++v) acc[c][v] = _mm512_dpbf16_ps(acc[c][v], x[v], wb);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (std::size_t c = 0; c < B; ++c)
+#pragma GCC unroll 8
+    for (std::size_t v = 0; v < NV; ++v) _mm512_store_ps(Ct + c * MR + v * 16, acc[c][v]);
+}
+
+// ---- native path: driver --------------------------------------------------------------------------
+
+// C (M x N, N = n_out_blocks*B) = beta*C + bf16(A) (M x K) · bf16(S) [+ bias], S from the lists and
+// V (TransV as in pack_blocks). Work split as in bsr_product: M panels, and output block column
+// groups when there are few panels for the threads.
+template <std::size_t B, bool TransV, class Arch>
+void bsr_product_bf16(const float* A, std::size_t lda, std::size_t M, std::size_t K, const bsr_lists& L,
+                      const float* V, float beta, float* C, std::size_t ldc, const float* bias) {
+  static_assert(arch_is_avx512<Arch> && B % 2 == 0);
+  using T = bsr_tiling<B, Arch>;
+  constexpr std::size_t MR = T::MR;
+  const std::size_t KP = K / 2;
+  if (M == 0 || L.n_out_blocks == 0) return;
+  const packed_blocks_bf16 pb = pack_blocks_bf16<B, TransV, Arch>(L, V);
+  const int nt = team_size();
+  const std::size_t npan = (M + MR - 1) / MR;
+  const std::size_t ngrp =
+      npan >= 4 * std::size_t(nt) ? 1 : std::min(L.n_out_blocks, (4 * std::size_t(nt) + npan - 1) / npan);
+  parallel_for(0, npan * ngrp, [&](std::size_t item) {
+    const std::size_t q = item / ngrp, g = item % ngrp;
+    const std::size_t m0 = q * MR, mv = std::min(MR, M - m0);
+    const std::size_t j0 = g * L.n_out_blocks / ngrp, j1 = (g + 1) * L.n_out_blocks / ngrp;
+    if (j0 == j1) return;
+    float* Cp = C + m0 * ldc;
+    auto* P = reinterpret_cast<std::uint32_t*>(bsr_scratch(KP * MR, 0));
+    pack_panel_bf16<MR, Arch>(A + m0 * lda, lda, mv, K, reinterpret_cast<std::uint32_t*>(bsr_scratch(KP * MR, 2)), P);
+    if constexpr (T::lanes_n) {
+      for (std::size_t j = j0; j < j1; ++j) {
+        const std::size_t t0 = L.ptr[j];
+        tile_bf16_n<B, MR>(P, L.ptr[j + 1] - t0, pb.kb + t0, pb.words + t0 * B * B / 2, Cp + j * B, ldc, mv, beta,
+                           bias ? bias + j * B : nullptr);
+      }
+    } else {
+      constexpr std::size_t JC = std::max<std::size_t>(1, 128 / B);
+      float* Ct = bsr_scratch(JC * B * MR, 1);
+      for (std::size_t jc = j0; jc < j1; jc += JC) {
+        const std::size_t je = std::min(j1, jc + JC);
+        for (std::size_t j = jc; j < je; ++j) {
+          const std::size_t t0 = L.ptr[j];
+          tile_bf16_m<B, T::NV>(P, L.ptr[j + 1] - t0, pb.kb + t0, pb.words + t0 * B * B / 2, Ct + (j - jc) * B * MR);
+        }
+        unpack_transpose<Arch>(Ct, MR, mv, (je - jc) * B, Cp + jc * B, ldc, beta, bias ? bias + jc * B : nullptr);
+      }
+    }
+  });
+}
+
+#endif  // SPARSELM_GEMM_BF16_NATIVE
+
+}  // namespace sparselm::kernels::detail
