@@ -146,8 +146,7 @@ struct sparse_times {
   double fwd, bwd_data, bwd_weights, step;
 };
 
-// Bf16: the bf16 kernels (kernels/bsr_bf16.hpp; weight gradient: the fp32 kernel until a bf16 one
-// exists) on the same operands.
+// Bf16: the bf16 kernels (kernels/bsr_bf16.hpp) on the same operands.
 template <std::size_t B, bool Bf16 = false>
 sparse_times time_sparse(const sparse::block_pattern& p, const std::vector<float>& X, const std::vector<float>& dY,
                          std::vector<float>& Y, std::vector<float>& dX, const std::vector<float>& values,
@@ -163,7 +162,10 @@ sparse_times time_sparse(const sparse::block_pattern& p, const std::vector<float
     if constexpr (Bf16) kernels::bsr_matmul_t_bf16<B>(dy, p, values.data(), 0.0f, dx);
     else kernels::bsr_matmul_t<B>(dy, p, values.data(), 0.0f, dx);
   };
-  auto bwd_w = [&] { kernels::bsr_weight_grad<B>(x, dy, p, dvalues.data()); };
+  auto bwd_w = [&] {
+    if constexpr (Bf16) kernels::bsr_weight_grad_bf16<B>(x, dy, p, dvalues.data());
+    else kernels::bsr_weight_grad<B>(x, dy, p, dvalues.data());
+  };
   sparse_times t{};
   t.fwd = median_time(reps, fwd);
   t.bwd_data = median_time(reps, bwd_d);

@@ -1,8 +1,8 @@
 // bf16 block-sparse kernels (kernels/bsr_bf16.hpp) against a naive double reference on the
 // bf16-rounded operands: every element within (2K + 4) * eps32 * (sum |a*b| + |bias| + |beta*C0|),
-// the fp32 summation bound (the products of bf16 values are exact in fp32). Native and portable
-// paths, 1 and 2 threads, B = 16, 8, 4, empty block rows and columns, odd and small M, K not a
-// multiple of 32, NaN propagation.
+// the fp32 summation bound (the products of bf16 values are exact in fp32). Forward, data and
+// weight gradients; native and portable paths, 1 and 2 threads, B = 16, 8, 4, empty block rows and
+// columns, odd and small M, K not a multiple of 32, NaN propagation.
 
 #include <doctest/doctest.h>
 
@@ -70,6 +70,27 @@ expected reference(bool trans, const float* A, std::size_t lda, std::size_t rows
   return e;
 }
 
+// dvalues0 + Xᵀ·dY on the active blocks (slot order) on the rounded operands.
+expected reference_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd, std::size_t M,
+                         const sparse::block_pattern& p, const std::vector<float>& dv0) {
+  const std::size_t B = p.block;
+  expected e{std::vector<double>(dv0.size(), 0.0), std::vector<double>(dv0.size(), 0.0), 1, dv0.size(), 0};
+  for (std::size_t s = 0; s < p.nnz(); ++s)
+    for (std::size_t a = 0; a < B; ++a)
+      for (std::size_t c = 0; c < B; ++c) {
+        double sum = 0, mag = 0;
+        for (std::size_t m = 0; m < M; ++m) {
+          const double x = r16(X[m * ldx + p.row[s] * B + a]) * r16(dY[m * ldd + p.col[s] * B + c]);
+          sum += x;
+          mag += std::fabs(x);
+        }
+        const std::size_t i = s * B * B + a * B + c;
+        e.want[i] = sum + dv0[i];
+        e.bound[i] = (2.0 * double(M) + 4.0) * eps32 * (mag + std::fabs(dv0[i])) + 1e-30;
+      }
+  return e;
+}
+
 // Every element within its bound; NaN exactly where the reference is NaN.
 void check_result(const float* got, const expected& e, const std::string& what) {
   std::size_t bad = 0;
@@ -100,9 +121,8 @@ struct shape {
   std::size_t M, rows_b, cols_b;
 };
 
-// Forward and data gradient on one pattern, every path, beta 0 / 1 / 0.5, with and without bias.
-// nan_at >= 0 puts a NaN into X and dY at that element index (of the unpadded matrices) and one
-// into the block values.
+// Forward and data gradient on one pattern, every path, beta 0 / 1 / 0.5, with and without bias;
+// the weight gradient. with_nan puts a NaN into X, dY and the block values.
 template <std::size_t B, class Arch = native_arch>
 void check_products(const shape& sh, std::size_t nblocks, layout lay, std::uint32_t seed, bool with_nan = false) {
   const auto p = make_pattern(B, sh.rows_b, sh.cols_b, nblocks, seed, lay);
@@ -162,6 +182,27 @@ void check_products(const shape& sh, std::size_t nblocks, layout lay, std::uint3
         }
       }
   }
+  // Weight gradient (accumulates).
+  if (p.nnz() == 0) return;
+  const auto dv0 = random_vec(p.nnz() * B * B, seed + 7);
+  std::vector<float> first_dv;
+  for (bsr_bf16_path path : paths()) {
+    if (path == bsr_bf16_path::native && !kernels::detail::arch_is_avx512<Arch>) continue;
+    INFO("path ", std::string(path_name(path)));
+    auto dv = dv0;
+    kernels::bsr_weight_grad_bf16<B, Arch>({X.data(), M, in, ldx}, {dY.data(), M, out, ldy}, p, dv.data(), path);
+    auto e = reference_wgrad(X.data(), ldx, dY.data(), ldy, M, p, dv0);
+    check_result(dv.data(), e, "bsr_weight_grad_bf16");
+    if (first_dv.empty()) {
+      first_dv = dv;
+      continue;
+    }
+    for (std::size_t i = 0; i < e.want.size(); ++i) {
+      e.want[i] = first_dv[i];
+      e.bound[i] *= 2.0;
+    }
+    check_result(dv.data(), e, "bsr_weight_grad_bf16 native vs portable");
+  }
 }
 
 template <std::size_t B>
@@ -179,6 +220,8 @@ void check_all_products() {
   check_products<B>({37, 4, 5}, 8, layout::skip_first_row, 8);
   // A deep K (not a multiple of 32 for B = 16), several column groups.
   check_products<B>({61, 1040 / B, 48 / B}, (1040 / B) * (48 / B) / 4, layout::random, 12);
+  // The weight gradient over several chunks of rows per thread, odd rows per thread.
+  check_products<B>({1101, 2, 3}, 4, layout::random, 14);
   // The portable path on a narrower SIMD architecture.
   check_products<B, xsimd::sse2>({33, 3, 5}, 6, layout::random, 13);
 }
@@ -194,13 +237,13 @@ void run_threads(void (*f)()) {
 
 }  // namespace
 
-TEST_CASE("bsr_matmul_bf16 and bsr_matmul_t_bf16 match the rounded double reference, B = 16") {
+TEST_CASE("bf16 block-sparse forward, data and weight gradients match the rounded double reference, B = 16") {
   run_threads(&check_all_products<16>);
 }
-TEST_CASE("bsr_matmul_bf16 and bsr_matmul_t_bf16 match the rounded double reference, B = 8") {
+TEST_CASE("bf16 block-sparse forward, data and weight gradients match the rounded double reference, B = 8") {
   run_threads(&check_all_products<8>);
 }
-TEST_CASE("bsr_matmul_bf16 and bsr_matmul_t_bf16 match the rounded double reference, B = 4") {
+TEST_CASE("bf16 block-sparse forward, data and weight gradients match the rounded double reference, B = 4") {
   run_threads(&check_all_products<4>);
 }
 
@@ -236,6 +279,9 @@ TEST_CASE("bf16 block-sparse products check their arguments") {
                     doctest::Contains("shapes do not match"));
   CHECK_THROWS_WITH(kernels::bsr_matmul_t_bf16<8>({Y.data(), 5, 24}, p, nullptr, 0.0f, {X.data(), 5, 16}),
                     doctest::Contains("null values"));
+  std::vector<float> dv(p.nnz() * 64);
+  CHECK_THROWS_WITH(kernels::bsr_weight_grad_bf16<8>({X.data(), 5, 16}, {Y.data(), 4, 24}, p, dv.data()),
+                    doctest::Contains("bsr_weight_grad_bf16: shapes do not match"));
   CHECK_THROWS_WITH(kernels::bsr_matmul_bf16<8>({X.data(), 5, 16}, p, values.data(), 0.0f, {Y.data(), 5, 24}, nullptr,
                                                 bsr_bf16_path(7)),
                     doctest::Contains("unknown path"));

@@ -2,13 +2,15 @@
 // bf16 block-sparse products: the products of kernels/bsr.hpp with the block values and the
 // activation operands rounded to bf16 (nearest even, NaN kept) and fp32 accumulation.
 //
-//   bsr_matmul_bf16    Y (M, out) = beta*Y + bf16(X) · bf16(W) [+ bias]        forward
-//   bsr_matmul_t_bf16  dX (M, in) = beta*dX + bf16(dY) · bf16(W)ᵀ              backward, data
+//   bsr_matmul_bf16       Y (M, out) = beta*Y + bf16(X) · bf16(W) [+ bias]      forward
+//   bsr_matmul_t_bf16     dX (M, in) = beta*dX + bf16(dY) · bf16(W)ᵀ            backward, data
+//   bsr_weight_grad_bf16  dvalues (nnz*B*B) += bf16(X)ᵀ · bf16(dY), active blocks  backward, weights
 //
 // Arguments, layouts, checks, beta == 0 not reading the output, threads and determinism are those
-// of bsr_matmul / bsr_matmul_t; B is 4, 8 or 16 (operands are paired along K inside a block). The
-// products of bf16 values are exact in fp32, so results differ from fp32 arithmetic on the
-// rounded operands only in the order of the fp32 additions.
+// of bsr_matmul / bsr_matmul_t / bsr_weight_grad. B is 4, 8 or 16: the products pair their
+// operands along K inside a block, the weight gradient along M. The products of bf16 values are
+// exact in fp32, so results differ from fp32 arithmetic on the rounded operands only in the order
+// of the fp32 additions.
 //
 // Paths (bsr_bf16_path):
 //   native   - AVX512-BF16 (vdpbf16ps, detail/bsr_bf16.hpp); needs a build for a CPU that has it
@@ -100,6 +102,29 @@ void bsr_matmul_t_bf16(const_matrix_view<float> dY, const sparse::block_pattern&
   const detail::bsr_lists L{p.row_ptr.data(), p.row_slots.data(), p.col.data(), p.rows_b};
   detail::bsr_product_bf16_path<B, true, Arch>(native, dY.data, dY.ld, dY.rows, dY.cols, L, values, beta, dX.data,
                                                dX.ld, nullptr);
+}
+
+// dvalues (nnz*B*B, slot order) += bf16(X)ᵀ · bf16(dY) on the active blocks. X (M, in), dY (M, out).
+template <std::size_t B, class Arch = native_arch>
+void bsr_weight_grad_bf16(const_matrix_view<float> X, const_matrix_view<float> dY, const sparse::block_pattern& p,
+                          float* dvalues, bsr_bf16_path path = bsr_bf16_path::best) {
+  static_assert(B == 4 || B == 8 || B == 16, "bsr_weight_grad_bf16<B>: B must be 4, 8 or 16");
+  constexpr const char* k = "bsr_weight_grad_bf16";
+  check_view(X, "bsr_weight_grad_bf16: X");
+  check_view(dY, "bsr_weight_grad_bf16: dY");
+  detail::check_pattern<B>(k, p, dvalues);
+  detail::check_multiple<B>(k, "X columns (in)", X.cols);
+  detail::check_multiple<B>(k, "dY columns (out)", dY.cols);
+  SPARSELM_CHECK(X.cols == p.in() && dY.cols == p.out() && X.rows == dY.rows, k, ": shapes do not match: X ",
+                 shape_string(X), ", dY ", shape_string(dY), ", ", detail::pattern_string(p));
+  const bool native = detail::bsr_bf16_use_native<Arch>(k, path);
+#if SPARSELM_GEMM_BF16_NATIVE
+  if constexpr (detail::arch_is_avx512<Arch>) {
+    if (native) return detail::bsr_wgrad_bf16<B, Arch>(X.data, X.ld, dY.data, dY.ld, X.rows, p, dvalues);
+  }
+#endif
+  (void)native;
+  detail::bsr_wgrad_bf16_portable<B, Arch>(X.data, X.ld, dY.data, dY.ld, X.rows, p, dvalues);
 }
 
 }  // namespace sparselm::kernels

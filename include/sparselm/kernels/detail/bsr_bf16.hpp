@@ -18,6 +18,15 @@
 // run lanes along M (NV panel vectors times one broadcast block word per column) into a
 // column-major chunk that unpack_transpose writes back with beta and bias.
 //
+// Weight gradient (native): dvalues += Xᵀ·dY on the active blocks with X and dY paired along M
+// (rows 2q and 2q+1 of a chunk; an odd chunk gets a zero row). The driver is bsr_wgrad's (threads
+// split M into partial gradients summed in thread order; chunks of rows copied into per-block-column
+// strips, here of words: strip word (q, a) = (X(2q, a), X(2q+1, a))), with vdpbf16ps micro-kernels:
+// B = 16 keeps the 16 x 16 block in 16 registers (lanes along the block columns, one dY strip row
+// loaded and 16 X words broadcast per pair); B = 8 and 4 use the block lanes of wgrad_block_lanes
+// (16/B block rows per vector, the X words permuted once per pair and shared by U slots of a block
+// row, whose dY words are broadcast).
+//
 // Portable path: the operands are rounded to bf16 values held in float (gemm_copy with
 // gemm_round::bf16) and the fp32 kernels multiply them.
 
@@ -59,6 +68,15 @@ void bsr_product_bf16_portable(const float* A, std::size_t lda, std::size_t M, s
   const float* Ar = bf16_rounded<Arch>(A, lda, M, K, 0);
   const float* Vr = bf16_rounded<Arch>(V, B * B, L.ptr[L.n_out_blocks], B * B, 1);
   bsr_product<B, TransV, Arch>(Ar, K, M, K, L, Vr, beta, C, ldc, bias);
+}
+
+template <std::size_t B, class Arch>
+void bsr_wgrad_bf16_portable(const float* X, std::size_t ldx, const float* dY, std::size_t ldd, std::size_t M,
+                             const sparse::block_pattern& p, float* dvalues) {
+  if (M == 0 || p.nnz() == 0) return;
+  const float* Xr = bf16_rounded<Arch>(X, ldx, M, p.in(), 0);
+  const float* dYr = bf16_rounded<Arch>(dY, ldd, M, p.out(), 1);
+  bsr_wgrad<B, Arch>(Xr, p.in(), dYr, p.out(), M, p, dvalues);
 }
 
 #if SPARSELM_GEMM_BF16_NATIVE
@@ -240,6 +258,144 @@ void bsr_product_bf16(const float* A, std::size_t lda, std::size_t M, std::size_
           tile_bf16_m<B, T::NV>(P, L.ptr[j + 1] - t0, pb.kb + t0, pb.words + t0 * B * B / 2, Ct + (j - jc) * B * MR);
         }
         unpack_transpose<Arch>(Ct, MR, mv, (je - jc) * B, Cp + jc * B, ldc, beta, bias ? bias + jc * B : nullptr);
+      }
+    }
+  });
+}
+
+// ---- native path: weight gradient ---------------------------------------------------------------
+
+// Strips of `rows` rows of src (cols columns, a multiple of B): for every block column b, the
+// words dst[b*ss + q*B + a] = (src(2q, bB+a), src(2q+1, bB+a)), q < ceil(rows/2) (a missing odd
+// row reads as zero); ss = strip_stride<B>(ceil(rows/2)).
+template <std::size_t B>
+inline void pack_strips_bf16(const float* src, std::size_t lds, std::size_t rows, std::size_t cols,
+                             std::uint32_t* dst) {
+  const std::size_t np = (rows + 1) / 2, ss = strip_stride<B>(np);
+  for (std::size_t q = 0; q < np; ++q) {
+    const float* r0 = src + 2 * q * lds;
+    const bool odd = 2 * q + 1 < rows;
+    for (std::size_t c = 0; c < cols; c += 16) {
+      const std::size_t n = std::min<std::size_t>(16, cols - c);
+      const __m512i w = gemm_bf16_pairs(gemm_bf16_load16(r0 + c, n),
+                                        odd ? gemm_bf16_load16(r0 + lds + c, n) : _mm256_setzero_si256());
+      // Lanes [g*B, g*B + B) belong to block column c/B + g.
+      for (std::size_t g = 0; g * B < n; ++g)
+        _mm512_mask_storeu_epi32(dst + (c / B + g) * ss + q * B - g * B, __mmask16(((1u << B) - 1u) << (g * B)), w);
+    }
+  }
+}
+
+// dv (16 x 16, += ) = strip(X)ᵀ · strip(dY) over np pairs of rows.
+inline void wgrad_bf16_block16(const std::uint32_t* xs, const std::uint32_t* ds, std::size_t np, float* dv) {
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (std::size_t a = 0; a < 16; ++a) acc[a] = _mm512_loadu_ps(dv + a * 16);
+  for (std::size_t q = 0; q < np; ++q, xs += 16, ds += 16) {
+    const __m512bh d = (__m512bh)_mm512_loadu_si512(ds);
+#pragma GCC unroll 16
+    for (std::size_t a = 0; a < 16; ++a) acc[a] = _mm512_dpbf16_ps(acc[a], (__m512bh)_mm512_set1_epi32(int(xs[a])), d);
+  }
+#pragma GCC unroll 16
+  for (std::size_t a = 0; a < 16; ++a) _mm512_storeu_ps(dv + a * 16, acc[a]);
+}
+
+// U slots of one block row (B = 4 or 8): X strip xs, dY strips ds + off[u], outputs dvs[u]
+// (B x B, += ), over np pairs of rows. Vector q of a block holds block rows qR .. qR+R-1 (R = 16/B),
+// lane (r, c) at r*B + c.
+template <std::size_t B, std::size_t U>
+inline void wgrad_bf16_lanes(const std::uint32_t* xs, const std::uint32_t* ds, const std::size_t* off,
+                             std::size_t np, float* const* dvs) {
+  static_assert(B == 4 || B == 8);
+  constexpr std::size_t R = 16 / B, Q = B / R;
+  __m512i idx[Q];
+  for (std::size_t q = 0; q < Q; ++q) {
+    alignas(64) std::int32_t l[16];
+    for (std::size_t e = 0; e < 16; ++e) l[e] = std::int32_t(q * R + e / B);
+    idx[q] = _mm512_load_si512(l);
+  }
+  __m512 acc[U][Q];
+#pragma GCC unroll 16
+  for (std::size_t u = 0; u < U; ++u)
+#pragma GCC unroll 4
+    for (std::size_t q = 0; q < Q; ++q) acc[u][q] = _mm512_loadu_ps(dvs[u] + q * 16);
+  for (std::size_t m = 0; m < np; ++m, xs += B, ds += B) {
+    __m512i xrow;
+    if constexpr (B == 4)
+      xrow = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xs)));
+    else
+      xrow = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs)));
+    __m512bh xq[Q];
+#pragma GCC unroll 4
+    for (std::size_t q = 0; q < Q; ++q) xq[q] = (__m512bh)_mm512_permutexvar_epi32(idx[q], xrow);
+#pragma GCC unroll 16
+    for (std::size_t u = 0; u < U; ++u) {
+      __m512i d;
+      if constexpr (B == 4)
+        d = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ds + off[u])));
+      else
+        d = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ds + off[u])));
+#pragma GCC unroll 4
+      for (std::size_t q = 0; q < Q; ++q) acc[u][q] = _mm512_dpbf16_ps(acc[u][q], xq[q], (__m512bh)d);
+    }
+  }
+#pragma GCC unroll 16
+  for (std::size_t u = 0; u < U; ++u)
+#pragma GCC unroll 4
+    for (std::size_t q = 0; q < Q; ++q) _mm512_storeu_ps(dvs[u] + q * 16, acc[u][q]);
+}
+
+// dvalues (slot order) += bf16(X)ᵀ · bf16(dY) on the active blocks, B = 4, 8 or 16.
+template <std::size_t B, class Arch>
+void bsr_wgrad_bf16(const float* X, std::size_t ldx, const float* dY, std::size_t ldd, std::size_t M,
+                    const sparse::block_pattern& p, float* dvalues) {
+  static_assert(B == 4 || B == 8 || B == 16);
+  const std::size_t nnz = p.nnz(), in = p.in(), out = p.out();
+  if (M == 0 || nnz == 0) return;
+  const int nt = int(std::min<std::size_t>(std::size_t(team_size()), std::max<std::size_t>(1, M / 64)));
+  float* const partial = bsr_scratch(std::size_t(nt) * nnz * B * B, 3);
+  // Rows per chunk: the fp32 kernel's bytes of strips (a word holds two rows).
+  const std::size_t mc = 2 * wgrad_chunk(in, out, 32, 256, 16);
+  run_team(nt, [&](int t, int T) {
+    const std::size_t mb = M * std::size_t(t) / std::size_t(T), me = M * std::size_t(t + 1) / std::size_t(T);
+    float* const dv = partial + std::size_t(t) * nnz * B * B;
+    std::memset(dv, 0, nnz * B * B * sizeof(float));
+    if constexpr (B != 16) std::memset(bsr_scratch((B == 4 ? 8 : 4) * B * B, 2), 0, (B == 4 ? 8 : 4) * B * B * sizeof(float));
+    auto* Xs = reinterpret_cast<std::uint32_t*>(bsr_scratch(strip_stride<B>(mc / 2) * (in / B), 0));
+    auto* dYs = reinterpret_cast<std::uint32_t*>(bsr_scratch(strip_stride<B>(mc / 2) * (out / B), 1));
+    for (std::size_t m0 = mb; m0 < me; m0 += mc) {
+      const std::size_t mv = std::min(mc, me - m0), np = (mv + 1) / 2, strip = strip_stride<B>(np);
+      pack_strips_bf16<B>(X + m0 * ldx, ldx, mv, in, Xs);
+      pack_strips_bf16<B>(dY + m0 * ldd, ldd, mv, out, dYs);
+      if constexpr (B == 16) {
+        for (std::size_t q = 0; q < nnz; ++q) {
+          const std::uint32_t s = p.row_slots[q];
+          wgrad_bf16_block16(Xs + p.row[s] * strip, dYs + p.col[s] * strip, np, dv + q * B * B);
+        }
+      } else {
+        // Runs of U slots of one block row; a short run repeats its last column into a dummy block.
+        constexpr std::size_t U = B == 4 ? 8 : 4;
+        float* dummy = bsr_scratch(U * B * B, 2);  // zeroed below, before the chunks
+        for_row_groups<U>(p, 0, nnz, [&](std::size_t i, std::size_t q, std::size_t n) {
+          std::size_t off[U];
+          float* dvs[U];
+          for (std::size_t u = 0; u < U; ++u) {
+            off[u] = std::size_t(p.col[p.row_slots[q + std::min(u, n - 1)]]) * strip;
+            dvs[u] = u < n ? dv + (q + u) * B * B : dummy + u * B * B;
+          }
+          wgrad_bf16_lanes<B, U>(Xs + i * strip, dYs, off, np, dvs);
+        });
+      }
+    }
+    // dvalues += the partial gradients in thread order; positions split across threads.
+    team_barrier(T);
+    const std::size_t qb = nnz * std::size_t(t) / std::size_t(T), qe = nnz * std::size_t(t + 1) / std::size_t(T);
+    for (std::size_t q = qb; q < qe; ++q) {
+      float* o = dvalues + std::size_t(p.row_slots[q]) * B * B;
+      for (std::size_t e = 0; e < B * B; ++e) {
+        float g = partial[q * B * B + e];
+        for (int u = 1; u < T; ++u) g += partial[(std::size_t(u) * nnz + q) * B * B + e];
+        o[e] += g;
       }
     }
   });
