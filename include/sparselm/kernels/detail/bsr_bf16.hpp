@@ -12,7 +12,7 @@
 //    keeping a packed copy with the caller: the weights change every step, and a second copy
 //    would have to be kept in sync by the optimizer.
 //  * per M panel of MR rows the activation is rounded and packed k-pair-major (K/2 x MR words,
-//    zero rows up to MR): each row is converted to its pairs, then the words are transposed.
+//    zero rows up to MR): rows converted to their pairs, the words transposed in registers.
 // The micro-kernels and the driver follow the fp32 ones (tiling from bsr_tiling): B = 16 keeps an
 // MR x 16 tile (MR = 28) in registers (one block row pair loaded, MR words broadcast per k-pair); B = 8 and 4
 // run lanes along M (NV panel vectors times one broadcast block word per column) into a
@@ -143,19 +143,26 @@ packed_blocks_bf16 pack_blocks_bf16(const bsr_lists& L, const float* V) {
 }
 
 // The panel of `rows` rows of A (K even) as K/2 x MR words, k-pair-major: P[p*MR + r] =
-// (A(r, 2p), A(r, 2p+1)), zero for rows <= r < MR. T is scratch for rows x K/2 words.
-template <std::size_t MR, class Arch>
-inline void pack_panel_bf16(const float* A, std::size_t lda, std::size_t rows, std::size_t K, std::uint32_t* T,
-                            std::uint32_t* P) {
-  const std::size_t KP = K / 2;
-  for (std::size_t r = 0; r < rows; ++r)
+// (A(r, 2p), A(r, 2p+1)), zero for rows <= r < MR. 16 rows x 32 columns at a time: each row
+// converted is its 16 pairs, and a 16 x 16 transpose of the words (as floats: unchanged bits)
+// gives 16 pairs of the 16 rows.
+template <std::size_t MR>
+inline void pack_panel_bf16(const float* A, std::size_t lda, std::size_t rows, std::size_t K, std::uint32_t* P) {
+  for (std::size_t r0 = 0; r0 < MR; r0 += 16) {
+    const std::size_t nr = rows > r0 ? std::min<std::size_t>(16, rows - r0) : 0, ns = std::min<std::size_t>(16, MR - r0);
     for (std::size_t k = 0; k < K; k += 32) {
-      const __m512i w = gemm_bf16_row32(A + r * lda + k, K - k);
-      if (k + 32 <= K) _mm512_storeu_si512(T + r * KP + k / 2, w);
-      else _mm512_mask_storeu_epi32(T + r * KP + k / 2, lanes_mask((K - k) / 2), w);
+      __m512 v[16];
+      for (std::size_t i = 0; i < 16; ++i)
+        v[i] = i < nr ? _mm512_castsi512_ps(gemm_bf16_row32(A + (r0 + i) * lda + k, K - k)) : _mm512_setzero_ps();
+      transpose16(v);
+      const std::size_t np = std::min<std::size_t>(16, (K - k) / 2);
+      float* d = reinterpret_cast<float*>(P + (k / 2) * MR + r0);
+      for (std::size_t i = 0; i < np; ++i) {
+        if (ns == 16) _mm512_storeu_ps(d + i * MR, v[i]);
+        else _mm512_mask_storeu_ps(d + i * MR, lanes_mask(ns), v[i]);
+      }
     }
-  // A word transpose: the float transpose moves the 32-bit words unchanged.
-  pack_transpose<Arch>(reinterpret_cast<const float*>(T), KP, rows, MR, KP, reinterpret_cast<float*>(P), MR);
+  }
 }
 
 // ---- native path: micro-kernels -------------------------------------------------------------------
@@ -265,7 +272,7 @@ void bsr_product_bf16(const float* A, std::size_t lda, std::size_t M, std::size_
     if (j0 == j1) return;
     float* Cp = C + m0 * ldc;
     auto* P = reinterpret_cast<std::uint32_t*>(bsr_scratch(KP * MR, 0));
-    pack_panel_bf16<MR, Arch>(A + m0 * lda, lda, mv, K, reinterpret_cast<std::uint32_t*>(bsr_scratch(KP * MR, 2)), P);
+    pack_panel_bf16<MR>(A + m0 * lda, lda, mv, K, P);
     if constexpr (T::lanes_n) {
       for (std::size_t j = j0; j < j1; ++j) {
         const std::size_t t0 = L.ptr[j];
