@@ -148,12 +148,21 @@ packed_blocks_bf16 pack_blocks_bf16(const bsr_lists& L, const float* V) {
 // gives 16 pairs of the 16 rows.
 template <std::size_t MR>
 inline void pack_panel_bf16(const float* A, std::size_t lda, std::size_t rows, std::size_t K, std::uint32_t* P) {
+  constexpr std::size_t PF = 256;  // software prefetch distance along the rows (floats)
   for (std::size_t r0 = 0; r0 < MR; r0 += 16) {
     const std::size_t nr = rows > r0 ? std::min<std::size_t>(16, rows - r0) : 0, ns = std::min<std::size_t>(16, MR - r0);
     for (std::size_t k = 0; k < K; k += 32) {
       __m512 v[16];
-      for (std::size_t i = 0; i < 16; ++i)
-        v[i] = i < nr ? _mm512_castsi512_ps(gemm_bf16_row32(A + (r0 + i) * lda + k, K - k)) : _mm512_setzero_ps();
+      for (std::size_t i = 0; i < 16; ++i) {
+        if (i >= nr) {
+          v[i] = _mm512_setzero_ps();
+          continue;
+        }
+        const float* a = A + (r0 + i) * lda + k;
+        __builtin_prefetch(a + PF, 0, 3);
+        __builtin_prefetch(a + PF + 16, 0, 3);
+        v[i] = _mm512_castsi512_ps(gemm_bf16_row32(a, K - k));
+      }
       transpose16(v);
       const std::size_t np = std::min<std::size_t>(16, (K - k) / 2);
       float* d = reinterpret_cast<float*>(P + (k / 2) * MR + r0);
@@ -305,6 +314,7 @@ inline void pack_strips_bf16(const float* src, std::size_t lds, std::size_t rows
   // Groups of QG pairs: 2*QG sequential read streams, and QG*B words written contiguously per
   // strip (as pack_strips; one pair at a time measured slower, its loads waiting on memory).
   constexpr std::size_t QG = 4;
+  constexpr std::size_t PF = 256;  // software prefetch distance along the rows (floats)
   const std::size_t np = (rows + 1) / 2, ss = strip_stride<B>(np);
   for (std::size_t q0 = 0; q0 < np; q0 += QG) {
     const std::size_t q1 = std::min(np, q0 + QG);
@@ -312,6 +322,8 @@ inline void pack_strips_bf16(const float* src, std::size_t lds, std::size_t rows
       const std::size_t n = std::min<std::size_t>(16, cols - c);
       for (std::size_t q = q0; q < q1; ++q) {
         const float* r0 = src + 2 * q * lds + c;
+        __builtin_prefetch(r0 + PF, 0, 3);
+        if (2 * q + 1 < rows) __builtin_prefetch(r0 + lds + PF, 0, 3);
         const __m512i w = gemm_bf16_pairs(gemm_bf16_load16(r0, n),
                                           2 * q + 1 < rows ? gemm_bf16_load16(r0 + lds, n) : _mm256_setzero_si256());
         // Words [g*B, g*B + B) belong to block column c/B + g.
