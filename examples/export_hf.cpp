@@ -18,6 +18,7 @@
 #include "cli.hpp"
 #include "sparselm/core/program.hpp"
 #include "sparselm/io/huggingface.hpp"
+#include "sparselm/io/pretrained.hpp"
 #include "sparselm/models/bert.hpp"
 #include "sparselm/train/registry.hpp"
 

@@ -29,6 +29,7 @@
 #include "sparselm/data/gpt2_bpe.hpp"
 #include "sparselm/io/checkpoint.hpp"
 #include "sparselm/io/huggingface.hpp"
+#include "sparselm/io/pretrained.hpp"
 #include "sparselm/models/generation.hpp"
 #include "sparselm/train/registry.hpp"
 

@@ -23,6 +23,7 @@
 #include "sparselm/core/program.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/io/huggingface.hpp"
+#include "sparselm/io/pretrained.hpp"
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/train/dynamic_sparsity.hpp"
 #include "sparselm/train/lm_job.hpp"

@@ -18,6 +18,7 @@
 #include "sparselm/interop/xtensor.hpp"
 #include "sparselm/io/checkpoint.hpp"
 #include "sparselm/io/huggingface.hpp"
+#include "sparselm/io/pretrained.hpp"
 #include "sparselm/models/bert.hpp"
 #include "sparselm/models/bert_finetune.hpp"
 #include "sparselm/models/generation.hpp"

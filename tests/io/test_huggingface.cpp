@@ -18,6 +18,7 @@
 #include "../common/errors.hpp"
 #include "../common/parity.hpp"
 #include "sparselm/io/huggingface.hpp"
+#include "sparselm/io/pretrained.hpp"
 #include "sparselm/models/bert.hpp"
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/sparse/sparsity.hpp"

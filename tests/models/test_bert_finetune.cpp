@@ -15,6 +15,7 @@
 #include "../common/errors.hpp"
 #include "../common/tiny_bert.hpp"
 #include "sparselm/io/huggingface.hpp"
+#include "sparselm/io/pretrained.hpp"
 #include "sparselm/models/bert.hpp"
 #include "sparselm/models/bert_finetune.hpp"
 #include "sparselm/testing/layer_check.hpp"

@@ -32,6 +32,7 @@
 #include "sparselm/data/bert_examples.hpp"
 #include "sparselm/io/checkpoint.hpp"
 #include "sparselm/io/huggingface.hpp"
+#include "sparselm/io/pretrained.hpp"
 #include "sparselm/models/bert_heads.hpp"
 #include "sparselm/train/lm_job.hpp"
 #include "sparselm/train/lm_training.hpp"

@@ -35,6 +35,7 @@
 #include "sparselm/core/rng.hpp"
 #include "sparselm/io/checkpoint.hpp"
 #include "sparselm/io/huggingface.hpp"
+#include "sparselm/io/pretrained.hpp"
 #include "sparselm/train/lm_job.hpp"
 #include "sparselm/train/lm_training.hpp"
 #include "sparselm/train/metrics.hpp"
