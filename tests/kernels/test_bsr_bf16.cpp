@@ -208,7 +208,9 @@ void check_products(const shape& sh, std::size_t nblocks, layout lay, std::uint3
 template <std::size_t B>
 void check_all_products() {
   // K = rows_b * B and N = cols_b * B, mostly not multiples of 32; M odd and small to several panels.
-  const shape shapes[] = {{1, 1, 1}, {2, 1, 3}, {7, 3, 1}, {33, 3, 5}, {129, 5, 2}, {50, 6, 4}, {300, 3, 7}};
+  // K = 0 or N = 0 (no blocks: the output is beta*C [+ bias]).
+  const shape shapes[] = {{5, 0, 2}, {5, 2, 0}, {1, 1, 1}, {2, 1, 3}, {7, 3, 1}, {33, 3, 5}, {129, 5, 2}, {50, 6, 4},
+                          {300, 3, 7}};
   std::uint32_t seed = 100;
   for (const auto& sh : shapes) {
     const std::size_t n = sh.rows_b * sh.cols_b;
