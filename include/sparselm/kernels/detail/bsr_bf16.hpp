@@ -13,10 +13,11 @@
 //    would have to be kept in sync by the optimizer.
 //  * per M panel of MR rows the activation is rounded and packed k-pair-major (K/2 x MR words,
 //    zero rows up to MR): rows converted to their pairs, the words transposed in registers.
+//    The rows are prefetched 1 KiB ahead (the conversions otherwise wait on memory).
 // The micro-kernels and the driver follow the fp32 ones (tiling from bsr_tiling): B = 16 keeps an
-// MR x 16 tile (MR = 28) in registers (one block row pair loaded, MR words broadcast per k-pair); B = 8 and 4
-// run lanes along M (NV panel vectors times one broadcast block word per column) into a
-// column-major chunk that unpack_transpose writes back with beta and bias.
+// MR x 16 tile (MR = 28) in registers (one block row pair loaded, MR words broadcast per k-pair);
+// B = 8 and 4 run lanes along M (NV panel vectors times one broadcast block word per column) into
+// a column-major chunk that unpack_transpose writes back with beta and bias.
 //
 // Weight gradient (native): dvalues += Xᵀ·dY on the active blocks with X and dY paired along M
 // (rows 2q and 2q+1 of a chunk; an odd chunk gets a zero row). The driver is bsr_wgrad's (threads
@@ -90,7 +91,8 @@ inline void store_words(std::uint32_t* dst, __m512i w, std::size_t g) noexcept {
   if constexpr (B == 16) {
     _mm512_storeu_si512(dst, w);
   } else if constexpr (B == 8) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), g == 0 ? _mm512_castsi512_si256(w) : _mm512_extracti64x4_epi64(w, 1));
+    const __m256i h = g == 0 ? _mm512_castsi512_si256(w) : _mm512_extracti64x4_epi64(w, 1);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), h);
   } else {
     static_assert(B == 4);
     __m128i q;
@@ -150,7 +152,8 @@ template <std::size_t MR>
 inline void pack_panel_bf16(const float* A, std::size_t lda, std::size_t rows, std::size_t K, std::uint32_t* P) {
   constexpr std::size_t PF = 256;  // software prefetch distance along the rows (floats)
   for (std::size_t r0 = 0; r0 < MR; r0 += 16) {
-    const std::size_t nr = rows > r0 ? std::min<std::size_t>(16, rows - r0) : 0, ns = std::min<std::size_t>(16, MR - r0);
+    const std::size_t nr = rows > r0 ? std::min<std::size_t>(16, rows - r0) : 0;
+    const std::size_t ns = std::min<std::size_t>(16, MR - r0);
     for (std::size_t k = 0; k < K; k += 32) {
       __m512 v[16];
       for (std::size_t i = 0; i < 16; ++i) {
@@ -403,11 +406,15 @@ void bsr_wgrad_bf16(const float* X, std::size_t ldx, const float* dY, std::size_
   float* const partial = bsr_scratch(std::size_t(nt) * nnz * B * B, 3);
   // Rows per chunk: the fp32 kernel's bytes of strips (a word holds two rows).
   const std::size_t mc = 2 * wgrad_chunk(in, out, 32, 256, 16);
+  constexpr std::size_t U = B == 4 ? 8 : 4;
   run_team(nt, [&](int t, int T) {
     const std::size_t mb = M * std::size_t(t) / std::size_t(T), me = M * std::size_t(t + 1) / std::size_t(T);
     float* const dv = partial + std::size_t(t) * nnz * B * B;
     std::memset(dv, 0, nnz * B * B * sizeof(float));
-    if constexpr (B != 16) std::memset(bsr_scratch((B == 4 ? 8 : 4) * B * B, 2), 0, (B == 4 ? 8 : 4) * B * B * sizeof(float));
+    // B = 4 and 8: runs of U slots of one block row; a short run repeats its last column into a
+    // dummy block.
+    float* const dummy = B == 16 ? nullptr : bsr_scratch(U * B * B, 2);
+    if constexpr (B != 16) std::memset(dummy, 0, U * B * B * sizeof(float));
     auto* Xs = reinterpret_cast<std::uint32_t*>(bsr_scratch(strip_stride<B>(mc / 2) * (in / B), 0));
     auto* dYs = reinterpret_cast<std::uint32_t*>(bsr_scratch(strip_stride<B>(mc / 2) * (out / B), 1));
     for (std::size_t m0 = mb; m0 < me; m0 += mc) {
@@ -420,9 +427,6 @@ void bsr_wgrad_bf16(const float* X, std::size_t ldx, const float* dY, std::size_
           wgrad_bf16_block16(Xs + p.row[s] * strip, dYs + p.col[s] * strip, np, dv + q * B * B);
         }
       } else {
-        // Runs of U slots of one block row; a short run repeats its last column into a dummy block.
-        constexpr std::size_t U = B == 4 ? 8 : 4;
-        float* dummy = bsr_scratch(U * B * B, 2);  // zeroed below, before the chunks
         for_row_groups<U>(p, 0, nnz, [&](std::size_t i, std::size_t q, std::size_t n) {
           std::size_t off[U];
           float* dvs[U];
