@@ -229,7 +229,11 @@ void block_sparse_attention_forward(const_matrix_view<float> qkv, matrix_view<fl
   constexpr const char* fn = "block_sparse_attention_forward";
   detail::check_attention(fn, s, qkv, out.rows, out.cols, lse.size(), lengths);
   check_view(const_matrix_view<float>(out), "block_sparse_attention_forward: out");
-  const auto [T, D, HD, Bk, ld, words, dropping, keep] = detail::bsa_sizes_of<Arch>(fn, s, pattern, drop);
+  // Plain variables, not a structured binding: clang before 16 cannot capture those in lambdas.
+  const detail::bsa_sizes z = detail::bsa_sizes_of<Arch>(fn, s, pattern, drop);
+  const std::size_t T = z.T, D = z.D, Bk = z.Bk, ld = z.ld, words = z.words;
+  const bool dropping = z.dropping;
+  const auto keep = z.keep;
   if (s.batch * s.heads * T == 0) return;
   detail::bsa_for_each_block(
       qkv, s, pattern, lengths,
@@ -262,7 +266,11 @@ void block_sparse_attention_backward(const_matrix_view<float> dout, const_matrix
                                      std::span<const std::int32_t> lengths, const attention_dropout& drop) {
   constexpr const char* fn = "block_sparse_attention_backward";
   detail::check_attention_backward(fn, s, dout, qkv, out, lse, dqkv, lengths);
-  const auto [T, D, HD, Bk, ld, words, dropping, keep] = detail::bsa_sizes_of<Arch>(fn, s, pattern, drop);
+  // Plain variables, not a structured binding: clang before 16 cannot capture those in lambdas.
+  const detail::bsa_sizes z = detail::bsa_sizes_of<Arch>(fn, s, pattern, drop);
+  const std::size_t T = z.T, D = z.D, HD = z.HD, Bk = z.Bk, ld = z.ld, words = z.words;
+  const bool dropping = z.dropping;
+  const auto keep = z.keep;
   if (s.batch * s.heads * T == 0) return;
   detail::bsa_for_each_block(
       qkv, s, pattern, lengths,
