@@ -521,3 +521,286 @@ TEST_CASE("optimiser configs read JSON and reject bad fields by name") {
     CHECK_THROWS_WITH_AS(b.make(), doctest::Contains(b.message), error);
   }
 }
+
+// ---- sharded optimiser state (ZeRO stage 1) ----------------------------------------------------
+
+namespace {
+
+template <class S>
+bool bitwise_equal_slots(const arena<S>& a, const arena<S>& b) {
+  auto x = std::as_bytes(a.all()), y = std::as_bytes(b.all());
+  return x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin());
+}
+
+// Full-layout slot arenas named like `like`'s slots, zeroed, and a state pointing at them.
+template <class S>
+struct full_state {
+  std::vector<arena<S>> arenas;
+  optim::optimizer_state<S> st;
+  full_state(const optim::optimizer_state<S>& like, std::shared_ptr<const arena_layout> layout) {
+    arenas.reserve(like.slots.size());
+    for (auto& s : like.slots) {
+      arenas.emplace_back(layout);
+      st.slots.push_back({s.name, &arenas.back()});
+    }
+  }
+};
+
+// The allgather of the params after a step: every replica's owned elements copied to the others.
+template <class Opt>
+void gather_params(std::vector<model>& reps, const std::vector<Opt>& opts) {
+  for (std::size_t r = 0; r < reps.size(); ++r) {
+    auto e = opts[r].owned_elements();
+    auto from = reps[r].params.all();
+    for (std::size_t q = 0; q < reps.size(); ++q)
+      if (q != r) std::copy(from.begin() + e.first, from.begin() + e.last, reps[q].params.all().begin() + e.first);
+  }
+}
+
+// P shards of an optimiser (each attached with its range of partition_tensors, each on its own
+// replica of the params, the params gathered after every step) against one unsharded optimiser:
+// params, exported state, gathered slot bytes and a resume from the full state are bit-identical.
+template <class Opt>
+void check_sharded_matches(const typename Opt::config_type& cfg) {
+  using S = typename Opt::slot_type;
+  for (std::size_t parts : {1, 2, 3}) {
+    CAPTURE(parts);
+    model ref;
+    Opt whole(cfg);
+    whole.attach(ref.layout);
+    std::vector<model> reps(parts);
+    std::vector<Opt> shards;
+    for (std::size_t r = 0; r < parts; ++r) shards.emplace_back(cfg);
+    const auto ranges = optim::partition_tensors(*ref.layout, parts);
+    std::size_t largest = 0;
+    for (const auto& t : *ref.layout) largest = std::max(largest, (t.size + 15) / 16 * 16);
+    for (std::size_t r = 0; r < parts; ++r) {
+      shards[r].attach(reps[r].layout, ranges[r]);
+      CHECK(shards[r].owned() == ranges[r]);
+      CHECK(shards[r].sharded() == (parts > 1));
+      auto st = shards[r].state();
+      for (std::size_t k = 0; k < st.slots.size(); ++k) {
+        // memory: only the owned slice is allocated
+        CHECK(shards[r].owned_slot_bytes(k).size() == shards[r].owned_elements().size() * sizeof(S));
+        CHECK(shards[r].owned_slot_bytes(k).size() < (ref.layout->total() / parts + largest) * sizeof(S));
+      }
+    }
+    auto run = [&](std::size_t from, std::size_t to) {
+      for (std::size_t t = from; t <= to; ++t) {
+        ref.fill_grads(t);
+        whole.step(ref.params, ref.grads, lr_at(t), 0.5f);
+        for (std::size_t r = 0; r < parts; ++r) {
+          reps[r].fill_grads(t);
+          arena<float> before = reps[r].params.clone();
+          shards[r].step(reps[r].params, reps[r].grads, lr_at(t), 0.5f);
+          for (std::size_t i = 0; i < ref.layout->count(); ++i)  // only the owned tensors moved
+            if (!ranges[r].contains(i)) {
+              CAPTURE(i);
+              CHECK(std::equal(before[i].begin(), before[i].end(), reps[r].params[i].begin()));
+            }
+        }
+        gather_params(reps, shards);
+        for (std::size_t r = 0; r < parts; ++r) CHECK(bitwise_equal(reps[r].params, ref.params));
+      }
+    };
+    run(1, 3);
+    for (auto& o : shards) CHECK(o.step_count() == 3);
+
+    // export every shard into one full-layout state; gather the slot bytes into another
+    auto want = whole.state();
+    full_state<S> exported(want, ref.layout), gathered(want, ref.layout);
+    for (std::size_t r = 0; r < parts; ++r) {
+      shards[r].export_owned(exported.st);
+      auto e = shards[r].owned_elements();
+      for (std::size_t k = 0; k < gathered.arenas.size(); ++k) {
+        auto src = shards[r].owned_slot_bytes(k);
+        auto dst = std::as_writable_bytes(gathered.arenas[k].all()).subspan(e.first * sizeof(S), e.size() * sizeof(S));
+        REQUIRE(src.size() == dst.size());
+        std::copy(src.begin(), src.end(), dst.begin());
+      }
+    }
+    CHECK(exported.st.step == 3);
+    for (std::size_t k = 0; k < want.slots.size(); ++k) {
+      CAPTURE(want.slots[k].name);
+      CHECK(bitwise_equal_slots(exported.arenas[k], *want.slots[k].slots));
+      CHECK(bitwise_equal_slots(gathered.arenas[k], *want.slots[k].slots));
+    }
+
+    // resume: fresh shards restored from the full state (a checkpoint of the unsharded run) and
+    // from their own sub-layout states, continued with the unsharded optimiser
+    for (bool from_full : {true, false}) {
+      CAPTURE(from_full);
+      const std::size_t done = whole.step_count();
+      std::vector<Opt> resumed;
+      for (std::size_t r = 0; r < parts; ++r) {
+        resumed.emplace_back(cfg);
+        resumed[r].attach(reps[r].layout, ranges[r]);
+        if (from_full) {
+          resumed[r].restore(exported.st);
+        } else {
+          auto own = shards[r].state();
+          std::vector<arena<S>> copies;
+          for (auto& s : own.slots) copies.push_back(s.slots->clone());
+          optim::optimizer_state<S> st;
+          for (std::size_t k = 0; k < copies.size(); ++k) st.slots.push_back({own.slots[k].name, &copies[k]});
+          st.step = own.step;
+          resumed[r].restore(st);
+        }
+        CHECK(resumed[r].step_count() == done);
+      }
+      shards = std::move(resumed);
+      run(done + 1, done + 2);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("sharded optimisers (P = 1, 2, 3) match the unsharded one bit for bit", Opt, optim::adamw<>,
+                   optim::adamw<bf16>, optim::adam<>, optim::adam<bf16>, optim::sgd<>, optim::sgd<bf16>, optim::lamb<>,
+                   optim::lamb<bf16>, optim::adamw<half>, optim::lamb<half>) {
+  check_sharded_matches<Opt>(typename Opt::config_type{});
+}
+
+TEST_CASE("sharded sgd without momentum (no slots) and with nesterov matches the unsharded one") {
+  optim::sgd_config plain;
+  plain.momentum = 0;
+  plain.weight_decay = 0.01;
+  check_sharded_matches<optim::sgd<>>(plain);
+  optim::sgd_config nesterov;
+  nesterov.nesterov = true;
+  check_sharded_matches<optim::sgd<bf16>>(nesterov);
+}
+
+TEST_CASE("sharded reset_slots: outside the owned range a no-op, inside the sub-layout tensor") {
+  model md;
+  optim::adamw<> opt;
+  const optim::tensor_range owned{1, 5};  // h.0.b .. big
+  opt.attach(md.layout, owned);
+  for (std::size_t t = 1; t <= 2; ++t) {
+    md.fill_grads(t);
+    opt.step(md.params, md.grads, lr_at(t));
+  }
+  auto st = opt.state();
+  CHECK(st.slot("m").layout().count() == 4);
+  CHECK(st.slot("m").layout()[0].name == "h.0.b");
+  auto before = st.slot("m").clone();
+  opt.reset_slots(md.w, 0, 703);
+  opt.reset_slots(md.zeros, 3, 10);
+  CHECK(bitwise_equal(st.slot("m"), before));
+  opt.reset_slots(md.big, 100, 50);
+  auto big = st.slot("m")[md.big - owned.begin];
+  for (std::size_t j = 0; j < big.size(); ++j) {
+    if (j >= 100 && j < 150) {
+      CHECK(big[j] == 0.0f);
+      CHECK(st.slot("v")[md.big - owned.begin][j] == 0.0f);
+    } else {
+      CHECK(big[j] == before[md.big - owned.begin][j]);
+    }
+  }
+  // ranges are still checked against the full tensor, owned or not
+  CHECK_THROWS_WITH_AS(opt.reset_slots(md.w, 700, 4), doctest::Contains("outside tensor 'h.0.w' of 703 elements"),
+                       error);
+  CHECK_THROWS_WITH_AS(opt.reset_slots(99, 0, 1), doctest::Contains("tensor index 99 out of range"), error);
+}
+
+TEST_CASE("sharded optimisers: owned elements, errors") {
+  model md;
+  const auto& l = *md.layout;
+  optim::lamb<> opt;
+  CHECK_THROWS_WITH_AS(opt.owned_elements(), doctest::Contains("lamb: owned_elements() before attach()"), error);
+  CHECK_THROWS_WITH_AS(opt.attach(md.layout, {2, 7}), doctest::Contains("owned tensor range [2, 7) is outside"), error);
+  CHECK_THROWS_WITH_AS(opt.attach(md.layout, {3, 2}), doctest::Contains("is outside the layout"), error);
+  opt.attach(md.layout, {2, 4});
+  CHECK(opt.sharded());
+  CHECK(opt.owned_elements() == optim::element_range{l[2].offset, l[4].offset});
+  CHECK(opt.owned_elements().size() == 32 + 64);  // ln.g (21, padded to 32) and frozen.w
+  CHECK_THROWS_WITH_AS(opt.owned_slot_bytes(2), doctest::Contains("slot 2 out of range (2 slots)"), error);
+
+  // the tail range ends at total(), an empty range owns nothing and steps nothing
+  opt.attach(md.layout, {5, 6});
+  CHECK(opt.owned_elements() == optim::element_range{l[5].offset, l.total()});
+  optim::adamw<> none;
+  none.attach(md.layout, {6, 6});
+  CHECK(none.sharded());
+  CHECK(none.owned_elements().size() == 0);
+  CHECK(none.owned_slot_bytes(0).empty());
+  arena<float> w0 = md.params.clone();
+  md.fill_grads(1);
+  none.step(md.params, md.grads, 0.1f);
+  CHECK(bitwise_equal(md.params, w0));
+  CHECK(none.step_count() == 1);
+  auto own = none.state();
+  none.restore(own);
+
+  // a sharded optimiser attached to the full range is not sharded
+  optim::adamw<> all;
+  all.attach(md.layout, {0, l.count()});
+  CHECK_FALSE(all.sharded());
+  CHECK(all.owned_elements() == optim::element_range{0, l.total()});
+
+  // restore / export_owned check layouts and slot names
+  optim::adamw<> part;
+  part.attach(md.layout, {1, 3});
+  auto l2 = std::make_shared<arena_layout>();
+  l2->add("x", {3});
+  arena<float> m2(l2), v2(l2);
+  optim::optimizer_state<float> bad{{{"m", &m2}, {"v", &v2}}, 1};
+  CHECK_THROWS_WITH_AS(part.restore(bad),
+                       doctest::Contains("slot 'm' does not follow the attached parameter layout (nor the owned"),
+                       error);
+  CHECK_THROWS_WITH_AS(part.export_owned(bad), doctest::Contains("export_owned: slot 'm' does not follow"), error);
+  auto sub = part.state();  // sub-layout arenas are not full-layout ones
+  CHECK_THROWS_WITH_AS(part.export_owned(sub), doctest::Contains("does not follow the attached parameter layout"),
+                       error);
+  arena<float> x(md.layout);
+  optim::optimizer_state<float> extra{{{"m", &x}, {"v", &x}, {"w", &x}}, 0};
+  CHECK_THROWS_WITH_AS(part.export_owned(extra), doctest::Contains("export_owned: unexpected slot 'w'"), error);
+  CHECK_THROWS_WITH_AS(part.restore(extra), doctest::Contains("restore: unexpected slot 'w'"), error);
+}
+
+TEST_CASE("partition_tensors: contiguous, covering, balanced by padded size") {
+  counter_rng rng(11);
+  for (std::size_t trial = 0; trial < 40; ++trial) {
+    arena_layout l;
+    const std::size_t n = 1 + std::size_t(rng.uniform(trial, 0) * 30);
+    for (std::size_t i = 0; i < n; ++i) {
+      // mostly small tensors, a few large ones
+      float u = rng.uniform(trial, i + 1);
+      std::size_t size = 1 + std::size_t(u * u * u * 50000);
+      l.add(std::string("t").append(std::to_string(i)), {size});
+    }
+    std::size_t largest = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      largest = std::max(largest, (i + 1 < n ? l[i + 1].offset : l.total()) - l[i].offset);
+    for (std::size_t parts = 1; parts <= 12; ++parts) {
+      CAPTURE(trial);
+      CAPTURE(n);
+      CAPTURE(parts);
+      auto r = optim::partition_tensors(l, parts);
+      REQUIRE(r.size() == parts);
+      CHECK(r.front().begin == 0);
+      CHECK(r.back().end == n);
+      std::size_t covered = 0;
+      for (std::size_t k = 0; k < parts; ++k) {
+        CHECK(r[k].begin <= r[k].end);
+        if (k > 0) CHECK(r[k].begin == r[k - 1].end);
+        CHECK((r[k].empty() ? n < parts : true));
+        const std::size_t elems = optim::flat_elements(l, r[k]).size();
+        CHECK(elems <= l.total() / parts + largest);
+        covered += elems;
+      }
+      CHECK(covered == l.total());
+      if (n < parts)
+        for (std::size_t k = 0; k < parts; ++k) CHECK(r[k].size() == (k < n ? 1u : 0u));
+    }
+  }
+  // equal tensors split evenly
+  arena_layout even;
+  for (int i = 0; i < 12; ++i) even.add(std::string("e").append(std::to_string(i)), {64});
+  for (std::size_t parts : {1, 2, 3, 4, 6, 12})
+    for (auto& r : optim::partition_tensors(even, parts)) CHECK(r.size() == 12 / parts);
+  CHECK(optim::partition_tensors(arena_layout{}, 3) == std::vector<optim::tensor_range>(3));
+  CHECK_THROWS_WITH_AS(optim::partition_tensors(even, 0), doctest::Contains("parts must be in [1, 1048576], got 0"),
+                       error);
+}

@@ -16,6 +16,9 @@
 //   sparselm::optim::adamw<> opt(nlohmann::json{{"weight_decay", 0.01}, {"eps", 1e-6}});
 //   opt.attach(layout);
 //   opt.step(params, grads, lr);                 // or step(params, grads, lr, grad_scale)
+//
+// Data parallel with sharded slots: opt.attach(layout, partition_tensors(*layout, P)[rank])
+// keeps m, v for that rank's tensors only and updates only their params (optim/shard.hpp).
 
 #include <cstddef>
 #include <memory>
@@ -147,6 +150,6 @@ using adamw = basic_adam<S, adamw_config>;
 template <storage_type S = float>
 using adam = basic_adam<S, adam_config>;
 
-static_assert(optimizer<adamw<>> && optimizer<adam<bf16>>);
+static_assert(sharded_optimizer<adamw<>> && sharded_optimizer<adam<bf16>>);
 
 }  // namespace sparselm::optim

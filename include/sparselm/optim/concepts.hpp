@@ -18,11 +18,17 @@
 //   for (auto& s : st.slots) read(s.name, *s.slots);
 //   st.step = saved_step;
 //   opt.restore(st);                            // load in place
+//
+// Sharded optimiser state (optim/shard.hpp, the sharded_optimizer concept): attach(layout, range)
+// keeps slots for a contiguous range of tensors only, so P data-parallel replicas each hold 1/P
+// of the slots; owned_slot_bytes / owned_elements locate the slice in full-layout arenas,
+// restore() takes full-layout slots too, and export_owned() writes the slice into them.
 
 #include <concepts>
 #include <cstddef>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +36,7 @@
 #include "sparselm/core/arena.hpp"
 #include "sparselm/core/dtype.hpp"
 #include "sparselm/core/error.hpp"
+#include "sparselm/optim/shard.hpp"
 
 namespace sparselm::optim {
 
@@ -76,6 +83,20 @@ concept optimizer = std::constructible_from<O, const typename O::config_type&> &
   o.restore(st);
   { co.step_count() } -> std::same_as<std::size_t>;
   { co.config() } -> std::convertible_to<const typename O::config_type&>;
+};
+
+// An optimiser that can keep the slots of a tensor range only (ZeRO stage 1; the built-in
+// optimisers all are).
+template <class O>
+concept sharded_optimizer = optimizer<O> &&
+    requires(O& o, const O& co, std::shared_ptr<const arena_layout> layout, tensor_range r, std::size_t k,
+             optimizer_state<typename O::slot_type>& full) {
+  o.attach(layout, r);
+  { co.owned() } -> std::same_as<tensor_range>;
+  { co.sharded() } -> std::same_as<bool>;
+  { co.owned_elements() } -> std::same_as<element_range>;
+  { o.owned_slot_bytes(k) } -> std::same_as<std::span<std::byte>>;
+  co.export_owned(full);
 };
 
 }  // namespace sparselm::optim

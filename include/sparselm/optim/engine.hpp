@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -34,6 +35,7 @@
 #include "sparselm/core/simd.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/optim/concepts.hpp"
+#include "sparselm/optim/shard.hpp"
 
 namespace sparselm::optim::detail {
 
@@ -260,6 +262,13 @@ void with_slots(std::size_t n, const std::array<S*, N>& base, Body&& body) {
 
 // Base of the optimisers: owns the layout, the segment plan, up to N slot arenas and the step
 // counter, and implements attach / reset_slots / state / restore for them.
+//
+// Sharding (optim/shard.hpp): attached with a tensor_range, the optimiser keeps slots for the
+// tensors of that range only, over a sub-layout of them (same names, shapes and flags, in
+// order; its offsets are the full layout's minus the range's first offset, since offsets are
+// aligned per tensor). step() still takes the full params and grads but updates only the owned
+// tensors; state() returns the sub-layout arenas; restore() also takes full-layout slots and
+// copies the owned slice; export_owned() writes the owned slice into full-layout slots.
 template <storage_type S, std::size_t N>
 class slot_optimizer {
  public:
@@ -268,9 +277,23 @@ class slot_optimizer {
   // Allocates zeroed slots over `layout` and resets the step counter.
   void attach(std::shared_ptr<const arena_layout> layout) {
     SPARSELM_CHECK(layout != nullptr, who_, ": attach() needs a layout, got null");
+    const std::size_t n = layout->count();
+    attach(std::move(layout), tensor_range{0, n});
+  }
+
+  // As attach(layout), with slots for the tensors of `owned` only: step() updates only their
+  // params, reset_slots() of other tensors does nothing.
+  void attach(std::shared_ptr<const arena_layout> layout, tensor_range owned) {
+    SPARSELM_CHECK(layout != nullptr, who_, ": attach() needs a layout, got null");
+    SPARSELM_CHECK(owned.begin <= owned.end && owned.end <= layout->count(), who_, ": attach: owned tensor range [",
+                   owned.begin, ", ", owned.end, ") is outside the layout (", layout->count(), " tensors)");
     layout_ = std::move(layout);
+    owned_ = owned;
+    elements_ = flat_elements(*layout_, owned_);
+    slot_layout_ = sharded() ? sub_layout(*layout_, owned_, elements_.first) : layout_;
     segments_ = split_segments(*layout_);
-    for (std::size_t k = 0; k < N; ++k) slots_[k] = k < active_ ? arena<S>(layout_) : arena<S>();
+    std::erase_if(segments_, [&](const segment& sg) { return !owned_.contains(sg.tensor); });
+    for (std::size_t k = 0; k < N; ++k) slots_[k] = k < active_ ? arena<S>(slot_layout_) : arena<S>();
     step_ = 0;
   }
 
@@ -280,7 +303,27 @@ class slot_optimizer {
     return *layout_;
   }
 
-  // Zeroes every slot of elements [offset, offset + count) of `tensor`.
+  // The tensors whose slots this optimiser keeps (all of them unless attached with a range),
+  // and whether that is fewer than all.
+  tensor_range owned() const noexcept { return owned_; }
+  bool sharded() const noexcept { return layout_ != nullptr && owned_.size() != layout_->count(); }
+
+  // The owned tensors' flat elements in the full layout, [first, last): the slice of the params
+  // (and of full-layout slots) this optimiser is responsible for. Empty for an empty range.
+  element_range owned_elements() const {
+    require_attached("owned_elements()");
+    return elements_;
+  }
+
+  // Slot k's owned bytes: owned_elements().size() values of S, laid out as elements
+  // [first, last) of a full-layout slot arena (for gathering the shards into full arenas).
+  std::span<std::byte> owned_slot_bytes(std::size_t k) { return std::as_writable_bytes(slots_[checked_slot(k)].all()); }
+  std::span<const std::byte> owned_slot_bytes(std::size_t k) const {
+    return std::as_bytes(slots_[checked_slot(k)].all());
+  }
+
+  // Zeroes every slot of elements [offset, offset + count) of `tensor` (full-layout index); a
+  // tensor outside the owned range has no slots here, and nothing happens.
   void reset_slots(std::size_t tensor, std::size_t offset, std::size_t count) {
     require_attached("reset_slots()");
     SPARSELM_CHECK(tensor < layout_->count(), who_, ": reset_slots: tensor index ", tensor, " out of range (",
@@ -288,11 +331,13 @@ class slot_optimizer {
     const auto& t = (*layout_)[tensor];
     SPARSELM_CHECK(offset <= t.size && count <= t.size - offset, who_, ": reset_slots: range [", offset, ", ",
                    offset + count, ") is outside tensor '", t.name, "' of ", t.size, " elements");
+    if (!owned_.contains(tensor)) return;
     for (std::size_t k = 0; k < active_; ++k)
-      std::memset(static_cast<void*>(slots_[k][tensor].data() + offset), 0, count * sizeof(S));
+      std::memset(static_cast<void*>(slots_[k][tensor - owned_.begin].data() + offset), 0, count * sizeof(S));
   }
 
-  // The slot arenas by name (mutable) and the step counter.
+  // The slot arenas by name (mutable) and the step counter. Sharded: arenas over the owned
+  // tensors' sub-layout.
   optimizer_state<S> state() {
     require_attached("state()");
     optimizer_state<S> st;
@@ -301,28 +346,44 @@ class slot_optimizer {
     return st;
   }
 
-  // Takes slots (by name, same layout) and the step counter from `st`. Slots that already are
-  // this optimiser's arenas are not copied, so a loader can fill state() in place.
+  // Takes slots (by name) and the step counter from `st`. Each slot follows the layout of
+  // state() (copied whole) or, when sharded, the full layout (the owned slice is copied, e.g.
+  // from a checkpoint of the unsharded run). Slots that already are this optimiser's arenas are
+  // not copied, so a loader can fill state() in place.
   void restore(const optimizer_state<S>& st) {
     require_attached("restore()");
+    check_slot_names(st, "restore");
     for (std::size_t k = 0; k < active_; ++k) {
-      arena<S>* src = nullptr;
-      for (auto& s : st.slots)
-        if (s.name == names_[k]) src = s.slots;
-      SPARSELM_CHECK(src != nullptr, who_, ": restore: the state has no slot '", names_[k], "'");
-      if (src == &slots_[k]) continue;
-      SPARSELM_CHECK(!src->empty() && src->layout().same_as(*layout_), who_, ": restore: slot '", names_[k],
-                     "' does not follow the attached parameter layout");
-      auto from = src->all();
+      arena<S>* src = find_slot(st, k, "restore");
       auto to = slots_[k].all();
-      std::memcpy(static_cast<void*>(to.data()), from.data(), to.size() * sizeof(S));
-    }
-    for (auto& s : st.slots) {
-      bool known = false;
-      for (std::size_t k = 0; k < active_; ++k) known = known || s.name == names_[k];
-      SPARSELM_CHECK(known, who_, ": restore: unexpected slot '", s.name, "'");
+      if (src == &slots_[k] || to.empty()) continue;  // (an empty range has no memory to copy to)
+      if (follows(*src, *slot_layout_)) {
+        std::memcpy(static_cast<void*>(to.data()), src->all().data(), to.size() * sizeof(S));
+      } else {
+        SPARSELM_CHECK(follows(*src, *layout_), who_, ": restore: slot '", names_[k],
+                       "' does not follow the attached parameter layout",
+                       sharded() ? " (nor the owned tensors' sub-layout)" : "");
+        std::memcpy(static_cast<void*>(to.data()), src->all().data() + elements_.first, to.size() * sizeof(S));
+      }
     }
     step_ = st.step;
+  }
+
+  // Copies the owned slice of every slot into the same-named full-layout arenas of `full`
+  // (supplied by the caller) and sets full.step; the rest of those arenas is left as it is, so
+  // exporting every shard of a partition into one state assembles the unsharded state.
+  void export_owned(optimizer_state<S>& full) const {
+    require_attached("export_owned()");
+    check_slot_names(full, "export_owned");
+    for (std::size_t k = 0; k < active_; ++k) {
+      arena<S>* dst = find_slot(full, k, "export_owned");
+      SPARSELM_CHECK(follows(*dst, *layout_), who_, ": export_owned: slot '", names_[k],
+                     "' does not follow the attached parameter layout");
+      auto from = slots_[k].all();
+      if (dst == &slots_[k] || from.empty()) continue;
+      std::memcpy(static_cast<void*>(dst->all().data() + elements_.first), from.data(), from.size() * sizeof(S));
+    }
+    full.step = step_;
   }
 
   std::size_t step_count() const noexcept { return step_; }
@@ -348,20 +409,68 @@ class slot_optimizer {
     SPARSELM_CHECK(std::isfinite(grad_scale), who_, ": step: grad_scale must be finite, got ", grad_scale);
   }
 
-  // Pointers to every slot at flat element offset `at`.
+  // Pointers to every slot at flat element offset `at` of the full layout (an owned element).
   std::array<S*, N> slot_ptrs(std::size_t at) noexcept {
     std::array<S*, N> p{};
-    for (std::size_t k = 0; k < active_; ++k) p[k] = slots_[k].all().data() + at;
+    for (std::size_t k = 0; k < active_; ++k) p[k] = slots_[k].all().data() + (at - elements_.first);
     return p;
   }
 
   std::string_view who_;
   std::array<const char*, N> names_;
   std::size_t active_ = N;
-  std::shared_ptr<const arena_layout> layout_;
-  std::vector<segment> segments_;
+  std::shared_ptr<const arena_layout> layout_;       // params and grads
+  std::shared_ptr<const arena_layout> slot_layout_;  // the slots: layout_ itself, or the owned sub-layout
+  tensor_range owned_;
+  element_range elements_;         // owned_ in layout_'s flat elements
+  std::vector<segment> segments_;  // owned tensors only
   std::array<arena<S>, N> slots_;
   std::size_t step_ = 0;
+
+ private:
+  // The tensors of `r` (names, shapes, flags, order) as a layout of their own; its offsets are
+  // the full ones minus `base` (the first tensor's offset), which the slot copies rely on.
+  std::shared_ptr<const arena_layout> sub_layout(const arena_layout& full, tensor_range r, std::size_t base) const {
+    auto sub = std::make_shared<arena_layout>();
+    for (std::size_t i = r.begin; i < r.end; ++i) {
+      const auto& t = full[i];
+      const std::size_t j = sub->add(t.name, t.shape, t.flags);
+      SPARSELM_CHECK((*sub)[j].offset == t.offset - base, who_, ": attach: tensor '", t.name,
+                     "' would not keep its offset relative to the owned range");
+    }
+    SPARSELM_CHECK(sub->total() == flat_elements(full, r).size(), who_, ": attach: the owned sub-layout has ",
+                   sub->total(), " elements, the owned slice ", flat_elements(full, r).size());
+    return sub;
+  }
+
+  // An arena following `layout` (an empty layout allocates nothing, so an empty arena matches it).
+  static bool follows(const arena<S>& a, const arena_layout& layout) {
+    return (!a.empty() || layout.total() == 0) && a.layout_ptr() != nullptr && a.layout().same_as(layout);
+  }
+
+  std::size_t checked_slot(std::size_t k) const {
+    require_attached("owned_slot_bytes()");
+    SPARSELM_CHECK(k < active_, who_, ": owned_slot_bytes: slot ", k, " out of range (", active_, " slots)");
+    return k;
+  }
+
+  // Throws if `st` names a slot this optimiser does not have.
+  void check_slot_names(const optimizer_state<S>& st, const char* what) const {
+    for (auto& s : st.slots) {
+      bool known = false;
+      for (std::size_t k = 0; k < active_; ++k) known = known || s.name == names_[k];
+      SPARSELM_CHECK(known, who_, ": ", what, ": unexpected slot '", s.name, "'");
+    }
+  }
+
+  // The arena of slot k in `st`; throws if there is none.
+  arena<S>* find_slot(const optimizer_state<S>& st, std::size_t k, const char* what) const {
+    arena<S>* found = nullptr;
+    for (auto& s : st.slots)
+      if (s.name == names_[k]) found = s.slots;
+    SPARSELM_CHECK(found != nullptr, who_, ": ", what, ": the state has no slot '", names_[k], "'");
+    return found;
+  }
 };
 
 // Bias-correction factors for step t: 1/(1 − β1^t) and 1/sqrt(1 − β2^t) (both 1 when off).

@@ -12,6 +12,9 @@
 // segment order, so r does not depend on the thread count) and already finishes param_no_trust
 // tensors; the second recomputes u from the stored moments and applies r. u is computed from
 // the moments as stored (rounded to S) in both passes, so they agree exactly.
+//
+// Sharded (attach(layout, range), optim/shard.hpp): ranges are whole tensors, so each tensor's
+// norms and trust ratio are computed by the one replica that owns it, exactly as unsharded.
 
 #include <cmath>
 #include <cstddef>
@@ -52,7 +55,8 @@ class lamb : public detail::slot_optimizer<S, 2> {
 
   const lamb_config& config() const noexcept { return cfg_; }
 
-  // Trust ratio of every tensor at the last step (1 for frozen / no-trust tensors), for logging.
+  // Trust ratio of every tensor at the last step (1 for frozen / no-trust tensors and, when
+  // sharded, for tensors outside the owned range), for logging.
   const std::vector<float>& trust_ratios() const noexcept { return ratio_; }
 
   // One update; gradients are multiplied by `grad_scale` first.
@@ -152,6 +156,6 @@ class lamb : public detail::slot_optimizer<S, 2> {
   std::vector<float> ratio_;
 };
 
-static_assert(optimizer<lamb<>> && optimizer<lamb<bf16>>);
+static_assert(sharded_optimizer<lamb<>> && sharded_optimizer<lamb<bf16>>);
 
 }  // namespace sparselm::optim

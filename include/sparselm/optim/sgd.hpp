@@ -9,6 +9,7 @@
 //   w −= lr·(nesterov ? d + μ·b : b)
 //
 // param_frozen tensors and their slots are never touched. The slot is stored as S.
+// attach(layout, range) keeps the slot of a tensor range only (sharded, optim/shard.hpp).
 
 #include <cstddef>
 #include <nlohmann/json.hpp>
@@ -114,6 +115,6 @@ class sgd : public detail::slot_optimizer<S, 1> {
   sgd_config cfg_;
 };
 
-static_assert(optimizer<sgd<>> && optimizer<sgd<half>>);
+static_assert(sharded_optimizer<sgd<>> && sharded_optimizer<sgd<half>>);
 
 }  // namespace sparselm::optim
