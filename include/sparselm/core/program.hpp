@@ -67,15 +67,26 @@ inline std::string describe(std::exception_ptr e, int* status) {
   }
 }
 
-inline void report(const std::string& what) {
+// Called with the exit status after an error is reported (e.g. parallel/mpi.hpp aborts the other
+// ranks of an MPI job); null when nothing else must happen.
+using error_hook_fn = void (*)(int status);
+inline error_hook_fn& error_hook() {
+  static error_hook_fn hook = nullptr;
+  return hook;
+}
+
+inline void report(const std::string& what, int status = 1) {
   std::fprintf(stderr, "%s: error: %s\n", program_name(), what.c_str());
   std::fflush(stderr);
+  std::fflush(stdout);
+  if (auto hook = error_hook()) hook(status);
 }
 
 [[noreturn]] inline void on_terminate() noexcept {
   int status = 1;
   if (auto e = std::current_exception()) {
-    report(describe(e, &status));
+    const std::string what = describe(e, &status);
+    report(what, status);
   } else {
     report("internal error: std::terminate called without an exception");
   }
@@ -93,7 +104,8 @@ int run_program(const char* name, Body&& body) noexcept {
     return body();
   } catch (...) {
     int status = 1;
-    detail::report(detail::describe(std::current_exception(), &status));
+    const std::string what = detail::describe(std::current_exception(), &status);
+    detail::report(what, status);
     return status;
   }
 }

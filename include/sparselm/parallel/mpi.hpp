@@ -1,0 +1,250 @@
+#pragma once
+// Data-parallel replicas over MPI (OpenMPI from Debian): the replica_group of
+// parallel/replica_group.hpp on MPI_COMM_WORLD. Only this header includes <mpi.h>; link MPI
+// (CMake: find_package(MPI COMPONENTS CXX), target MPI::MPI_CXX) in the programs that include it.
+//
+//   int main(int argc, char** argv) {
+//     return sparselm::run_program("gpt_train", [&] {
+//       sparselm::parallel::mpi_environment env(argc, argv);   // MPI only when started by mpirun
+//       sparselm::parallel::replica_group& group = env.group(); // MPI ranks, or the single process
+//       ...
+//     });
+//   }
+//
+//   mpirun -np 2 ./gpt_train --config ... --threads 1       (as root: --allow-run-as-root)
+//
+// mpi_environment initialises MPI (thread level "funneled": only the thread that calls the trainer
+// talks to MPI; OpenMP workers never do) when the process was started by an MPI launcher (its
+// environment names a world size), and leaves it alone otherwise, so a plain `./gpt_train` needs
+// no MPI runtime. An error on one rank ends the whole job: run_program reports it, then
+// MPI_Abort stops the other ranks (they may be waiting in a collective that would never finish);
+// checkpoints are written atomically, so the last one stays intact.
+//
+// Non-blocking sums use MPI_Iallreduce; MPI advances them inside MPI calls, so progress() (an
+// MPI_Testall) is called between pieces of backward to keep them moving.
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sparselm/core/error.hpp"
+#include "sparselm/core/program.hpp"
+#include "sparselm/core/threads.hpp"
+#include "sparselm/parallel/replica_group.hpp"
+
+namespace sparselm::parallel {
+
+namespace detail {
+inline std::string mpi_error_string(int code) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(buf, std::size_t(len));
+}
+inline void mpi_check(int code, const char* what) {
+  if (code != MPI_SUCCESS) fail("MPI: ", what, " failed: ", mpi_error_string(code));
+}
+// MPI counts are int: long ranges go in pieces of at most this many elements.
+inline constexpr std::size_t mpi_chunk = std::size_t(1) << 30;
+
+inline MPI_Op op_of(reduce_op op) { return op == reduce_op::max ? MPI_MAX : MPI_SUM; }
+}  // namespace detail
+
+// Whether this process was started by an MPI launcher (mpirun / mpiexec of OpenMPI or MPICH, or
+// a Slurm/PMI launch): its environment names the job's size.
+inline bool launched_by_mpi() noexcept {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+// The ranks of MPI_COMM_WORLD as a replica_group.
+class mpi_group final : public replica_group {
+ public:
+  explicit mpi_group(MPI_Comm comm = MPI_COMM_WORLD) : comm_(comm) {
+    int r = 0, s = 1;
+    detail::mpi_check(MPI_Comm_rank(comm_, &r), "MPI_Comm_rank");
+    detail::mpi_check(MPI_Comm_size(comm_, &s), "MPI_Comm_size");
+    rank_ = std::size_t(r);
+    size_ = std::size_t(s);
+    // Errors come back as codes (reported with their text) instead of aborting inside MPI.
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    detail::mpi_check(MPI_Type_contiguous(int(gather_unit), MPI_BYTE, &unit_), "MPI_Type_contiguous");
+    detail::mpi_check(MPI_Type_commit(&unit_), "MPI_Type_commit");
+  }
+  ~mpi_group() override {
+    // Sums still in flight: finish them, unless an error unwinds the program (a peer may never
+    // take part again; the error hook then aborts the job, and MPI, which advances only inside its
+    // own calls, writes nothing more).
+    if (!requests_.empty() && std::uncaught_exceptions() == 0)
+      MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+    MPI_Type_free(&unit_);
+  }
+
+  std::size_t rank() const noexcept override { return rank_; }
+  std::size_t size() const noexcept override { return size_; }
+  std::string describe() const override {
+    int len = 0;
+    char name[MPI_MAX_PROCESSOR_NAME];
+    MPI_Get_processor_name(name, &len);
+    return "MPI, " + std::to_string(size_) + " ranks (rank " + std::to_string(rank_) + " on " +
+           std::string(name, std::size_t(len)) + ")";
+  }
+
+  void all_reduce(std::span<float> x, reduce_op op) override { reduce(x.data(), x.size(), MPI_FLOAT, op); }
+  void all_reduce(std::span<double> x, reduce_op op) override { reduce(x.data(), x.size(), MPI_DOUBLE, op); }
+
+  void broadcast(std::span<float> x) override {
+    for (std::size_t at = 0; at < x.size(); at += detail::mpi_chunk)
+      detail::mpi_check(MPI_Bcast(x.data() + at, int(std::min(detail::mpi_chunk, x.size() - at)), MPI_FLOAT, 0, comm_),
+                        "MPI_Bcast");
+  }
+  void broadcast(std::string& s) override {
+    std::uint64_t n = s.size();
+    detail::mpi_check(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, comm_), "MPI_Bcast");
+    SPARSELM_CHECK(n < detail::mpi_chunk, "MPI: broadcast of a ", n, "-byte string");
+    s.resize(std::size_t(n));
+    detail::mpi_check(MPI_Bcast(s.data(), int(n), MPI_CHAR, 0, comm_), "MPI_Bcast");
+  }
+  bool any(bool flag) override {
+    int in = flag ? 1 : 0, out = 0;
+    detail::mpi_check(MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LOR, comm_), "MPI_Allreduce");
+    return out != 0;
+  }
+  void all_gather(std::uint64_t value, std::span<std::uint64_t> out) override {
+    SPARSELM_CHECK(out.size() == size_, "MPI: all_gather into ", out.size(), " values for ", size_, " ranks");
+    detail::mpi_check(MPI_Allgather(&value, 1, MPI_UINT64_T, out.data(), 1, MPI_UINT64_T, comm_), "MPI_Allgather");
+  }
+  void barrier() override { detail::mpi_check(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+  void all_gather_bytes(std::span<std::byte> x, std::span<const std::size_t> bounds) override {
+    std::vector<int> counts, displs;
+    gather_layout(x.size(), bounds, counts, displs);
+    detail::mpi_check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x.data(), counts.data(), displs.data(), unit_,
+                                     comm_),
+                      "MPI_Allgatherv");
+  }
+  void gather_bytes(std::span<const std::byte> mine, std::span<std::byte> all,
+                    std::span<const std::size_t> bounds) override {
+    std::vector<int> counts, displs;
+    gather_layout(rank_ == 0 ? all.size() : bounds.back(), bounds, counts, displs);
+    SPARSELM_CHECK(mine.size() == bounds[rank_ + 1] - bounds[rank_], "MPI: rank ", rank_, " gathers ", mine.size(),
+                   " bytes into a range of ", bounds[rank_ + 1] - bounds[rank_]);
+    int rc;
+    if (rank_ == 0) {
+      if (!mine.empty() && mine.data() != all.data()) std::memcpy(all.data(), mine.data(), mine.size());
+      rc = MPI_Gatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all.data(), counts.data(), displs.data(), unit_, 0, comm_);
+    } else {
+      rc = MPI_Gatherv(mine.data(), counts[rank_], unit_, nullptr, nullptr, nullptr, unit_, 0, comm_);
+    }
+    detail::mpi_check(rc, "MPI_Gatherv");
+  }
+
+  void start_sum(std::span<float> x) override {
+    for (std::size_t at = 0; at < x.size(); at += detail::mpi_chunk) {
+      requests_.emplace_back();
+      detail::mpi_check(MPI_Iallreduce(MPI_IN_PLACE, x.data() + at, int(std::min(detail::mpi_chunk, x.size() - at)),
+                                       MPI_FLOAT, MPI_SUM, comm_, &requests_.back()),
+                        "MPI_Iallreduce");
+    }
+  }
+  void progress() override {
+    if (requests_.empty()) return;
+    int done = 0;
+    detail::mpi_check(MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE),
+                      "MPI_Testall");
+    if (done) requests_.clear();
+  }
+  void wait() override {
+    if (requests_.empty()) return;
+    const int rc = MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+    requests_.clear();
+    detail::mpi_check(rc, "MPI_Waitall");
+  }
+
+ private:
+  void reduce(void* p, std::size_t n, MPI_Datatype t, reduce_op op) {
+    int bytes = 0;
+    MPI_Type_size(t, &bytes);
+    for (std::size_t at = 0; at < n; at += detail::mpi_chunk)
+      detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(p) + at * std::size_t(bytes),
+                                      int(std::min(detail::mpi_chunk, n - at)), t, detail::op_of(op), comm_),
+                        "MPI_Allreduce");
+  }
+
+  // Counts and displacements, in gather units, of every rank's bytes for the *gatherv calls.
+  void gather_layout(std::size_t bytes, std::span<const std::size_t> bounds, std::vector<int>& counts,
+                     std::vector<int>& displs) const {
+    SPARSELM_CHECK(bounds.size() == size_ + 1 && bounds.back() <= bytes, "MPI: gather bounds for ", bounds.size(),
+                   " offsets over ", bytes, " bytes (", size_, " ranks)");
+    counts.resize(size_);
+    displs.resize(size_);
+    for (std::size_t r = 0; r < size_; ++r) {
+      SPARSELM_CHECK(bounds[r] <= bounds[r + 1] && bounds[r] % gather_unit == 0 && bounds[r + 1] % gather_unit == 0 &&
+                         bounds[r + 1] / gather_unit <= std::size_t(std::numeric_limits<int>::max()),
+                     "MPI: gather range of rank ", r, " [", bounds[r], ", ", bounds[r + 1], ") is not in whole units of ",
+                     gather_unit, " bytes below 2^31 units");
+      counts[r] = int((bounds[r + 1] - bounds[r]) / gather_unit);
+      displs[r] = int(bounds[r] / gather_unit);
+    }
+  }
+
+  MPI_Comm comm_;
+  MPI_Datatype unit_ = MPI_DATATYPE_NULL;
+  std::size_t rank_ = 0, size_ = 1;
+  std::vector<MPI_Request> requests_;
+};
+
+// MPI for the life of a program (see the header comment); group() is the MPI ranks when launched by
+// mpirun, the single process otherwise.
+class mpi_environment {
+ public:
+  mpi_environment(int& argc, char**& argv) {
+    if (!launched_by_mpi()) return;
+    int provided = 0;
+    detail::mpi_check(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    initialised_ = true;
+    mpi_ = std::make_unique<mpi_group>();
+    // After an error is reported, stop every rank (the others may wait in a collective for ever).
+    if (mpi_->size() > 1) sparselm::detail::error_hook() = [](int status) { MPI_Abort(MPI_COMM_WORLD, status); };
+    // Ranks sharing a host share its cores: without OMP_NUM_THREADS each takes its share (a
+    // program's --threads still overrides this).
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!local) local = std::getenv("MPI_LOCALNRANKS");
+    const int local_ranks = local ? std::atoi(local) : 1;
+    if (local_ranks > 1 && !std::getenv("OMP_NUM_THREADS"))
+      set_num_threads(std::max(1, num_threads() / local_ranks));
+    SPARSELM_CHECK(provided >= MPI_THREAD_FUNNELED, "MPI: the library gives thread level ", provided,
+                   ", the trainer needs MPI_THREAD_FUNNELED (OpenMP workers beside one MPI thread)");
+  }
+  ~mpi_environment() {
+    if (!initialised_) return;
+    // Unwinding from an error: run_program reports it and the error hook aborts the job;
+    // MPI_Finalize would wait for ranks that never arrive.
+    if (std::uncaught_exceptions() > 0) return;
+    mpi_.reset();
+    MPI_Finalize();
+    sparselm::detail::error_hook() = nullptr;
+  }
+  mpi_environment(const mpi_environment&) = delete;
+  mpi_environment& operator=(const mpi_environment&) = delete;
+
+  bool distributed() const noexcept { return mpi_ && mpi_->size() > 1; }
+  replica_group& group() noexcept { return mpi_ ? static_cast<replica_group&>(*mpi_) : single_; }
+
+ private:
+  bool initialised_ = false;
+  std::unique_ptr<mpi_group> mpi_;
+  single_replica single_;
+};
+
+}  // namespace sparselm::parallel
