@@ -195,7 +195,11 @@ void save_training_state(const std::filesystem::path& path, Trainer& t, const nl
                          const sparse::pattern_updater* updater = nullptr) {
   auto& model = t.model();
   const arena_layout& layout = *model.layout();
-  auto st = t.optimizer().state();
+  // the whole state (a sharded trainer's gathered one: trainer::gather_optimizer_state)
+  auto st = [&] {
+    if constexpr (requires { t.checkpoint_state(); }) return t.checkpoint_state();
+    else return t.optimizer().state();
+  }();
   using S = typename Trainer::optimizer_type::slot_type;
   safetensors_writer w;
   for (auto& s : st.slots)
@@ -235,7 +239,12 @@ nlohmann::json load_training_state(const std::filesystem::path& path, Trainer& t
   for (const char* k : {"step", "optimizer_step"})
     SPARSELM_CHECK(meta.contains(k) && meta[k].is_number_unsigned(), path.string(), ": training state has no '", k,
                    "'");
-  auto st = t.optimizer().state();
+  // read into the optimiser's own slots, or (sharded) into whole-layout ones of which restore()
+  // keeps this replica's part
+  auto st = [&] {
+    if constexpr (requires { t.loadable_state(); }) return t.loadable_state();
+    else return t.optimizer().state();
+  }();
   using S = typename Trainer::optimizer_type::slot_type;
   std::size_t expected = 0;
   for (auto& s : st.slots)
@@ -254,6 +263,7 @@ nlohmann::json load_training_state(const std::filesystem::path& path, Trainer& t
                  " (saved with a different optimiser?)");
   st.step = meta["optimizer_step"].get<std::size_t>();
   t.optimizer().restore(st);
+  if constexpr (requires { t.release_gathered_state(); }) t.release_gathered_state();
   if constexpr (requires { t.scaler().restore(meta); })
     if (meta.contains("loss_scaler") && t.scaler().is_dynamic() && meta["loss_scaler"].value("dynamic", true))
       t.scaler().restore(meta["loss_scaler"]);

@@ -8,6 +8,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -89,6 +90,9 @@ struct step_context {
   std::span<const std::int32_t> lengths; // padding masks: valid length of each sequence (size B)
   bool need_dense_grad = false;          // sparse layers: compute pooled dense gradients (RigL update step)
   dtype compute = dtype::f32;            // operand type of the dense GEMMs (precision policy, kernels::gemm_as)
+  // Data parallelism: a model calls (*grads_ready)(begin, end) once per step for each flat range of
+  // the gradient arena as soon as backward has finished it (null: nobody listens).
+  const std::function<void(std::size_t, std::size_t)>* grads_ready = nullptr;
 
   std::span<const float> p(std::size_t i) const { return (*params)[i]; }
   std::span<float> g(std::size_t i) const { return (*grads)[i]; }

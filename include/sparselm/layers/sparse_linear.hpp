@@ -128,6 +128,7 @@ class linear<T, block_sparse<B>> {
     w.values = params[w_.index];
     w.tensor = w_.index;
     w.pooled_grad = state_->pooled;
+    w.pooled_by_max = state_->pooling == kernels::block_pooling::max;
     return w;
   }
 

@@ -19,6 +19,7 @@
 //              logits(s, xL, out, cache), loss_normaliser(batch)
 // and each is visitable (layers/visit.hpp), so init, parameter lists and sparse weights are derived.
 
+#include <algorithm>
 #include <memory>
 #include <span>
 #include <string>
@@ -103,6 +104,13 @@ class transformer {
     if (emb_c_.size() < slots) emb_c_.resize(slots);
     loss_stats st;
     const std::uint64_t first = ctx.micro;
+    // Data parallelism: a part's gradient range is final after its last micro-batch's backward.
+    const bool report = ctx.grads_ready && !grad_ranges_.empty();
+    if (report) backward_done_.assign(stack_.size() + 2, 0);
+    auto finished = [&](std::size_t part) {  // 0: embedding, 1 + l: block l, L + 1: head
+      if (report && ++backward_done_[part] == micro.size())
+        (*ctx.grads_ready)(grad_ranges_[part].first, grad_ranges_[part].second);
+    };
     for (const auto& step : Pipeline::schedule(stack_.size(), micro.size())) {
       const Batch& b = micro[step.micro];
       ctx.micro = first + step.micro;
@@ -111,19 +119,24 @@ class transformer {
       const bool fwd = step.dir == pipeline::direction::forward;
       switch (step.what) {
         case pipeline::part::embedding:
-          if (fwd)
+          if (fwd) {
             embed_forward(s, b, stack_.input(slot, N), emb_c_[slot]);
-          else
+          } else {
             embed_backward(s, b, stack_.grad(slot, N), emb_c_[slot]);
+            finished(0);
+          }
           break;
         case pipeline::part::block:
-          if (fwd)
+          if (fwd) {
             Recompute::forward(stack_, s, step.index, slot);
-          else
+          } else {
             Recompute::backward(stack_, s, step.index, slot);
+            finished(1 + step.index);
+          }
           break;
         case pipeline::part::head:
           st += head_.forward_backward(s, stack_.output(slot, N), b, scales[step.micro], stack_.grad(slot, N), head_c_);
+          finished(stack_.size() + 1);
           break;
       }
     }
@@ -187,6 +200,7 @@ class transformer {
     layout_ = std::move(layout);
     params_ = arena<float>(layout_);
     grads_ = arena<float>(layout_);
+    grad_ranges_ = part_ranges();
   }
 
   // The model's name, vocabulary and longest sequence (with its config field, for errors).
@@ -237,6 +251,43 @@ class transformer {
     return s;
   }
 
+  // The flat gradient range each part finishes: the embedding [0, block 0), block l up to block
+  // l + 1, the head from the end of the last block; the ranges tile the arena. A tensor the head
+  // shares with the embedding (tied weights) lies in the embedding's range, whose backward comes
+  // last. Empty when the layout does not follow that order (the gradients are then combined
+  // after the whole backward).
+  std::vector<std::pair<std::size_t, std::size_t>> part_ranges() const {
+    const arena_layout& L = *layout_;
+    auto span_of = [&](const auto& part) {
+      std::size_t lo = L.total(), hi = 0;
+      for (const auto& p : parameters_of(part)) {
+        lo = std::min(lo, L[p.index].offset);
+        hi = std::max(hi, L[p.index].offset + L[p.index].size);
+      }
+      return std::pair{lo, hi};
+    };
+    const std::size_t n = stack_.size();
+    if (n == 0) return {};
+    std::vector<std::pair<std::size_t, std::size_t>> r(n + 2);
+    std::vector<std::pair<std::size_t, std::size_t>> used(n);
+    for (std::size_t l = 0; l < n; ++l) used[l] = span_of(stack_[l]);
+    for (std::size_t l = 0; l < n; ++l) {
+      r[1 + l] = {used[l].first, l + 1 < n ? used[l + 1].first : used[l].second};
+      if (used[l].first > used[l].second || r[1 + l].second < used[l].second) return {};
+    }
+    r[0] = {0, used[0].first};
+    r[n + 1] = {used[n - 1].second, L.total()};
+    if (span_of(emb_).second > r[0].second) return {};
+    for (const auto& p : parameters_of(head_)) {
+      const std::size_t lo = L[p.index].offset, hi = lo + L[p.index].size;
+      const bool in_emb = hi <= r[0].second, in_head = lo >= r[n + 1].first;
+      if (!in_emb && !in_head) return {};
+    }
+    return r;
+  }
+
+  std::vector<std::pair<std::size_t, std::size_t>> grad_ranges_;
+  std::vector<std::size_t> backward_done_;
   std::string name_ = "model", max_seq_field_ = "the maximum sequence length";
   std::size_t vocab_ = 0, max_seq_ = 0;
   std::shared_ptr<const arena_layout> layout_;

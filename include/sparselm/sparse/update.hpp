@@ -81,7 +81,8 @@ struct sparse_weight {
   block_pattern* pattern = nullptr;
   std::span<float> values;               // (nnz, B, B), the arena tensor
   std::size_t tensor = 0;                // arena index: regrow stream and reset_slots target
-  std::span<const float> pooled_grad{};  // (rows_b, cols_b) block scores; rigl only
+  std::span<float> pooled_grad{};        // (rows_b, cols_b) block scores; rigl only
+  bool pooled_by_max = false;            // the scores are maxima (summed scores otherwise)
 };
 
 struct weight_update_stats {

@@ -40,6 +40,9 @@
 #include "sparselm/optim/concepts.hpp"
 #include "sparselm/optim/loss_scaling.hpp"
 #include "sparselm/optim/schedules.hpp"
+#include "sparselm/optim/shard.hpp"
+#include "sparselm/io/crc32c.hpp"
+#include "sparselm/parallel/replica_group.hpp"
 #include "sparselm/policies/data_parallel.hpp"
 #include "sparselm/policies/pipeline.hpp"
 #include "sparselm/policies/precision.hpp"
@@ -78,6 +81,23 @@ double loss_normaliser(const Model& m, const Batch& b) {
     return b.weight_sum();
 }
 }  // namespace detail
+
+// Sums loss statistics over the replicas of a data-parallel run, in place (every rank gets the sum).
+inline void sum_over_replicas(parallel::replica_group& g, loss_stats& st) {
+  if (g.size() == 1) return;
+  double v[8] = {st.loss_sum,       st.weight_sum,   st.ce_sum,
+                 double(st.correct), double(st.count), st.aux_loss_sum,
+                 double(st.aux_correct), double(st.aux_count)};
+  g.all_reduce(std::span<double>(v));
+  st.loss_sum = v[0];
+  st.weight_sum = v[1];
+  st.ce_sum = v[2];
+  st.correct = std::size_t(v[3]);
+  st.count = std::size_t(v[4]);
+  st.aux_loss_sum = v[5];
+  st.aux_correct = std::size_t(v[6]);
+  st.aux_count = std::size_t(v[7]);
+}
 
 enum class clip_mode { none, global_norm, per_tensor };
 
@@ -128,11 +148,15 @@ struct trainer_options {
   // Compute type of the dense GEMMs under precision::configured (policies/precision.hpp); unset
   // means the policy's own (fp32 for configured).
   std::optional<dtype> precision;
+  // Data parallelism (data_parallel::mpi, P > 1 replicas): each replica keeps and updates the
+  // optimiser slots of 1/P of the tensors and the replicas then exchange the updated parameters
+  // (ZeRO stage 1; optim/shard.hpp). Checkpoints hold the whole state either way.
+  bool shard_optimizer = false;
 
   // Fields: accumulation {steps, mode, scale_before}, clip ("none" | "global_norm" | "per_tensor"),
   // max_norm, dropout_seed, on_nonfinite ("stop" | "skip"), max_skipped_steps, loss_scaling
   // ({"type": "static", "scale": S} | {"type": "dynamic", ...} | a number), precision ("fp32" |
-  // "bf16" | "fp16").
+  // "bf16" | "fp16"), shard_optimizer (bool).
   static trainer_options from_json(const json& j, const std::string& context = "trainer config") {
     json_fields r(j, context);
     trainer_options o;
@@ -148,6 +172,7 @@ struct trainer_options {
     o.max_skipped = r.get("max_skipped_steps", o.max_skipped, in_closed(0, 1e6));
     if (r.has("loss_scaling")) o.loss_scaling = optim::loss_scale_config(j.at("loss_scaling"));
     r.ignore({"loss_scaling"});
+    o.shard_optimizer = r.get("shard_optimizer", o.shard_optimizer);
     if (r.has("precision"))
       o.precision = sparselm::precision::parse(r.get("precision", std::string("fp32"), one_of({"fp32", "bf16", "fp16"})),
                                      context + ": field 'precision'");
@@ -175,8 +200,8 @@ template <class Model, class Policies = default_policies>
 class trainer {
   static_assert(recompute::policy<typename Policies::recompute>, "trainer: Policies::recompute is not a recompute policy");
   static_assert(pipeline::policy<typename Policies::pipeline>, "trainer: Policies::pipeline is not a pipeline policy");
-  static_assert(std::same_as<typename Policies::data_parallel, data_parallel::none>,
-                "trainer: only data_parallel::none is implemented in this trainer");
+  static_assert(data_parallel::policy<typename Policies::data_parallel>,
+                "trainer: Policies::data_parallel is not a data-parallel policy (policies/data_parallel.hpp)");
   static_assert(precision::policy<typename Policies::precision>,
                 "trainer: Policies::precision is not a precision policy (policies/precision.hpp)");
   static_assert(optim::optimizer<typename Policies::optimizer>, "trainer: Policies::optimizer is not an optimiser");
@@ -188,6 +213,9 @@ class trainer {
   using optimizer_type = typename Policies::optimizer;
   using recompute_policy = typename Policies::recompute;
   using pipeline_policy = typename Policies::pipeline;
+  using data_parallel_policy = typename Policies::data_parallel;
+  // Whether gradients are combined over a replica group (data_parallel::mpi).
+  static constexpr bool distributed = data_parallel_policy::distributed;
 
   // Hooks for a dynamic-sparsity updater (or anything else that acts around the update).
   struct hooks {
@@ -212,6 +240,99 @@ class trainer {
   const trainer_options& options() const noexcept { return o_; }
   std::size_t step() const noexcept { return step_; }
   void set_hooks(hooks h) { hooks_ = std::move(h); }
+  // The replicas this trainer combines gradients with (data_parallel::mpi; set before the first
+  // step, together with sync_parameters()). Without one, and under data_parallel::none, the
+  // group of one process.
+  void set_replicas(parallel::replica_group& g)
+    requires distributed
+  {
+    SPARSELM_CHECK(step_ == 0 && opt_.step_count() == 0, "trainer: set_replicas after training began");
+    group_ = &g;
+    if (!o_.shard_optimizer || g.size() == 1) return;
+    if constexpr (optim::sharded_optimizer<optimizer_type>) {
+      const arena_layout& L = *model_.layout();
+      const auto parts = optim::partition_tensors(L, g.size());
+      opt_.attach(model_.layout(), parts[g.rank()]);
+      shard_bounds_.resize(g.size() + 1);  // flat element offsets of each rank's tensors
+      for (std::size_t r = 0; r < g.size(); ++r)
+        shard_bounds_[r] = parts[r].begin < L.count() ? L[parts[r].begin].offset : L.total();
+      shard_bounds_[g.size()] = L.total();
+    } else {
+      fail("trainer: shard_optimizer: the optimiser '", optimizer_type::name, "' cannot shard its state");
+    }
+  }
+  // Whether this replica keeps only its shard of the optimiser state (trainer_options::shard_optimizer).
+  bool sharded() const noexcept { return !shard_bounds_.empty(); }
+
+  using slot_type = typename optimizer_type::slot_type;
+  // The optimiser state for a checkpoint, over the whole layout. Sharded, call
+  // gather_optimizer_state() on every rank first (collective): rank 0 then gets the gathered
+  // state (the other ranks an empty one); release_gathered_state() frees it after the save.
+  optim::optimizer_state<slot_type> checkpoint_state() {
+    if (!sharded()) return opt_.state();
+    optim::optimizer_state<slot_type> st;
+    st.step = opt_.step_count();
+    const auto own = opt_.state();
+    SPARSELM_CHECK(replicas().rank() != 0 || full_slots_.size() == own.slots.size(),
+                   "trainer: checkpoint_state() of a sharded optimiser before gather_optimizer_state()");
+    for (std::size_t k = 0; k < own.slots.size() && k < full_slots_.size(); ++k)
+      st.slots.push_back({own.slots[k].name, &full_slots_[k]});
+    return st;
+  }
+  void gather_optimizer_state() {
+    if (!sharded()) return;
+    auto& g = replicas();
+    const auto own = opt_.state();
+    full_slots_.clear();
+    full_slots_.reserve(own.slots.size());
+    std::vector<std::size_t> bytes(shard_bounds_.size());
+    for (std::size_t r = 0; r < bytes.size(); ++r) bytes[r] = shard_bounds_[r] * sizeof(slot_type);
+    for (std::size_t k = 0; k < own.slots.size(); ++k) {
+      full_slots_.push_back(g.rank() == 0 ? arena<slot_type>(model_.layout()) : arena<slot_type>());
+      const auto mine = std::as_bytes(own.slots[k].slots->all());
+      g.gather_bytes(mine, std::as_writable_bytes(full_slots_.back().all()), bytes);
+    }
+  }
+  // The state a checkpoint is read into (whole layout: the optimiser's own arenas, or temporary
+  // ones when sharded); then optimizer().restore(it) and release_gathered_state().
+  optim::optimizer_state<slot_type> loadable_state() {
+    if (!sharded()) return opt_.state();
+    const auto own = opt_.state();
+    full_slots_.clear();
+    full_slots_.reserve(own.slots.size());
+    optim::optimizer_state<slot_type> st;
+    for (std::size_t k = 0; k < own.slots.size(); ++k) {
+      full_slots_.push_back(arena<slot_type>(model_.layout()));
+      st.slots.push_back({own.slots[k].name, &full_slots_.back()});
+    }
+    return st;
+  }
+  void release_gathered_state() { full_slots_.clear(); }
+  parallel::replica_group& replicas() noexcept { return group_ ? *group_ : single_; }
+
+  // Every replica takes rank 0's parameters (after initialisation or a resume), so all ranks train
+  // the same model; then checks that they hold the same bytes.
+  void sync_parameters() {
+    auto& g = replicas();
+    if (g.size() == 1) return;
+    g.broadcast(model_.params().all());
+    check_replicas_agree("after the broadcast of rank 0's parameters");
+  }
+  // Fails, naming the ranks, unless every replica holds bit-identical parameters (a CRC-32C of the
+  // arena gathered from every rank). `when` says at which point, for the message.
+  void check_replicas_agree(const std::string& when) {
+    auto& g = replicas();
+    if (g.size() == 1) return;
+    const auto all = model_.params().all();
+    const std::uint64_t mine = io::crc32c(all.data(), all.size() * sizeof(float));
+    std::vector<std::uint64_t> crc(g.size());
+    g.all_gather(mine, crc);
+    for (std::size_t r = 1; r < crc.size(); ++r)
+      SPARSELM_CHECK(crc[r] == crc[0], "data parallel: ", when, ", the parameters of rank ", r, " (CRC-32C ",
+                     io::crc32c_hex(std::uint32_t(crc[r])), ") differ from rank 0's (", io::crc32c_hex(std::uint32_t(crc[0])),
+                     "): the replicas no longer train one model");
+  }
+
   // The loss scaler (its state is checkpointed with the training state).
   optim::loss_scaler& scaler() noexcept { return scaler_; }
   const optim::loss_scaler& scaler() const noexcept { return scaler_; }
@@ -231,15 +352,37 @@ class trainer {
     ctx.compute = compute();
     scales_.resize(micro.size());
     m.loss_scale = scaler_.scale();
+    // Per micro-batch loss normaliser, then tokens and samples; summed over the replicas, whose
+    // rows together form the global micro-batch.
+    auto& g = replicas();
+    sums_.assign(micro.size() + 2, 0.0);
     for (std::size_t k = 0; k < micro.size(); ++k) {
-      const double w = detail::loss_normaliser(model_, micro[k]);
+      sums_[k] = detail::loss_normaliser(model_, micro[k]);
+      sums_[micro.size()] += double(micro[k].batch * micro[k].seq);
+      sums_[micro.size() + 1] += double(micro[k].batch);
+    }
+    g.all_reduce(std::span<double>(sums_));
+    for (std::size_t k = 0; k < micro.size(); ++k) {
+      const double w = sums_[k];
       SPARSELM_CHECK(w > 0, "trainer: micro-batch ", k, " of step ", step_, " has no targets to learn from");
       // gradient of the micro-batch's mean loss, times the accumulation's per-micro factor
       scales_[k] = float(o_.accumulation.micro_batch_scale() / w * double(m.loss_scale));
-      m.tokens += micro[k].batch * micro[k].seq;
-      m.samples += micro[k].batch;
+    }
+    m.tokens = std::size_t(sums_[micro.size()]);
+    m.samples = std::size_t(sums_[micro.size() + 1]);
+    std::function<void(std::size_t, std::size_t)> ready;
+    std::size_t started = 0;  // gradient elements whose sum over the replicas has begun
+    if (g.size() > 1) {
+      // Each part's gradient range is summed over the replicas as soon as backward has finished it.
+      ready = [&](std::size_t begin, std::size_t end) {
+        g.start_sum(model_.grads().all().subspan(begin, end - begin));
+        started += end - begin;
+        g.progress();
+      };
+      ctx.grads_ready = &ready;
     }
     m.loss = model_.template forward_backward<recompute_policy, pipeline_policy>(ctx, micro, scales_);
+    if (g.size() > 1) reduce_over_replicas(g, started, ctx.need_dense_grad, m.loss);
     // The gradients hold loss_scale × the true ones; final_scale folds the un-scaling in.
     const float final_scale = float(o_.accumulation.final_scale()) / m.loss_scale;
     float grad_scale = final_scale;
@@ -278,6 +421,11 @@ class trainer {
     }
     m.lr = sched_(step_);
     opt_.step(model_.params(), model_.grads(), m.lr, grad_scale);
+    if (sharded()) {  // each replica updated its own tensors: share them
+      std::vector<std::size_t> bytes(shard_bounds_.size());
+      for (std::size_t r = 0; r < bytes.size(); ++r) bytes[r] = shard_bounds_[r] * sizeof(float);
+      replicas().all_gather_bytes(std::as_writable_bytes(model_.params().all()), bytes);
+    }
     ++step_;
     if (hooks_.after_update) hooks_.after_update(step_);
     m.step = step_;
@@ -289,6 +437,24 @@ class trainer {
   void set_step(std::size_t s) noexcept { step_ = s; }
 
  private:
+  // After backward on P > 1 replicas: completes the gradient sums (all of the arena when the model
+  // did not report its parts), sums the pooled dense gradients of a RigL step (max for max
+  // pooling) and the loss statistics, so every rank holds the global step's numbers.
+  void reduce_over_replicas(parallel::replica_group& g, std::size_t started, bool dense_grad, loss_stats& loss) {
+    auto all = model_.grads().all();
+    if (started == 0) g.start_sum(all);
+    else
+      SPARSELM_CHECK(started == all.size(), "trainer: the model reported ", started, " of ", all.size(),
+                     " gradient elements as finished (a part reported twice or not at all)");
+    g.wait();
+    if constexpr (requires { model_.sparse_weights(); }) {
+      if (dense_grad)
+        for (auto& w : model_.sparse_weights())
+          g.all_reduce(w.pooled_grad, w.pooled_by_max ? parallel::reduce_op::max : parallel::reduce_op::sum);
+    }
+    sum_over_replicas(g, loss);
+  }
+
   // Fixes the compute type (a policy that names one refuses options naming another) and gives
   // fp16 dynamic loss scaling (initial scale 2^16) when the options leave loss scaling off (static,
   // scale 1); a configured static scale or dynamic scaler is kept.
@@ -315,6 +481,11 @@ class trainer {
   hooks hooks_;
   optim::loss_scaler scaler_;
   std::vector<float> scales_;  // per micro-batch gradient scale
+  std::vector<double> sums_;   // normalisers, tokens and samples summed over the replicas
+  parallel::replica_group* group_ = nullptr;
+  std::vector<std::size_t> shard_bounds_;        // sharded: flat element offsets of each rank's tensors
+  std::vector<arena<slot_type>> full_slots_;     // sharded: whole-layout slots of a checkpoint
+  parallel::single_replica single_;
   std::size_t step_ = 0;
   std::size_t skipped_in_row_ = 0;  // consecutive steps skipped for a non-finite loss or gradient
 };
