@@ -58,6 +58,14 @@ inline CLI::Option* add_precision_option(CLI::Option_group& g, std::optional<std
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
 }
 
+// --shard-optimizer (run config "trainer.shard_optimizer"): under mpirun, each rank keeps 1/P of the
+// optimiser state (ZeRO stage 1; docs/distributed.md).
+inline CLI::Option* add_shard_option(CLI::Option_group& g, std::optional<bool>& v) {
+  return g.add_flag("--shard-optimizer", v,
+                    "Data parallel (mpirun): each rank keeps and updates 1/P of the optimiser state, then the ranks "
+                    "exchange the updated weights (ZeRO stage 1; trainer.shard_optimizer)");
+}
+
 // Adds the non-negative check to every unsigned option of `app` and its option groups.
 inline void refuse_negative_unsigned(CLI::App& app) {
   for (CLI::Option* o : app.get_options())

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "replicas.hpp"
 #include "sparselm/core/checked.hpp"
 #include "sparselm/core/program.hpp"
 #include "sparselm/core/threads.hpp"
@@ -35,6 +36,9 @@ using namespace sparselm;
 
 namespace {
 
+// The data-parallel replicas (examples/replicas.hpp): MPI ranks under mpirun, else this process.
+sparselm::parallel::replica_group* replica_group = nullptr;
+
 lm_job_options job_options;  // --resume, --overwrite, --no-verify
 
 struct cli_values {
@@ -44,6 +48,7 @@ struct cli_values {
   std::optional<double> max_lr, min_lr, weight_decay, max_norm, dropout, sparsity;
   std::optional<std::uint64_t> seed;
   std::optional<int> threads;
+  std::optional<bool> shard_optimizer;
   std::vector<std::string> sets;
 };
 
@@ -81,6 +86,7 @@ void apply_flags(json& j, const cli_values& c) {
   if (c.clip) j["trainer"]["clip"] = *c.clip;
   if (c.max_norm) j["trainer"]["max_norm"] = *c.max_norm;
   if (c.precision) j["trainer"]["precision"] = *c.precision;
+  if (c.shard_optimizer) j["trainer"]["shard_optimizer"] = *c.shard_optimizer;
   if (c.accumulation) j["trainer"]["accumulation"]["steps"] = *c.accumulation;
   if (c.max_lr || c.min_lr || c.warmup_steps) {
     json& s = j["schedule"];
@@ -129,6 +135,7 @@ int dispatch(const gpt_job& job) {
         struct policies : default_policies {
           using recompute = Recompute;
           using optimizer = Optimizer;
+          using data_parallel = sparselm::data_parallel::mpi;  // one process unless started by mpirun
         };
         using trainer_t = trainer<Model, policies>;
         sparse_plan plan{.sparsity = job.sparsity};
@@ -143,6 +150,7 @@ int dispatch(const gpt_job& job) {
           std::fprintf(stderr, "gpt_train: model weights from %s\n", r.summary().c_str());
         }
         trainer_t t(model, job.run.trainer, std::move(opt), optim::make_schedule(job.run.schedule_json()));
+        t.set_replicas(*replica_group);
         std::optional<dynamic_sparsity<Model, trainer_t>> ds;
         if constexpr (Sparsity::is_sparse)
           if (job.update) ds.emplace(model, t, *job.update, job.run.seed + 7);
@@ -157,6 +165,8 @@ int dispatch(const gpt_job& job) {
 
 int main(int argc, char** argv) {
   return run_program("gpt_train", [&]() -> int {
+    examples::replicas replicas(argc, argv);
+    replica_group = &replicas.group();
     CLI::App app{
         "Train a GPT (pre-LN decoder, tied LM head; dense or with block-sparse projections) on token files written\n"
         "by encode_dataset. Writes <out>/config.json, <out>/metrics.jsonl (JSON lines) and <out>/checkpoints/\n"
@@ -210,6 +220,7 @@ int main(int argc, char** argv) {
     o->add_option("--clip", c.clip, "Gradient clipping: global_norm, per_tensor or none");
     o->add_option("--max-norm", c.max_norm, "Clipping norm");
     examples::add_precision_option(*o, c.precision);
+    examples::add_shard_option(*o, c.shard_optimizer);
     o->add_option("--recompute", c.recompute,
                   "Activation memory policy: none or blocks (recompute each block in backward)");
     auto* l = app.add_option_group("loop");

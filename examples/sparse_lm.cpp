@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli.hpp"
+#include "replicas.hpp"
 #include "sparselm/core/checked.hpp"
 #include "sparselm/core/program.hpp"
 
@@ -34,12 +35,15 @@ using namespace sparselm;
 
 namespace {
 
+// The data-parallel replicas (examples/replicas.hpp): MPI ranks under mpirun, else this process.
+sparselm::parallel::replica_group* replica_group = nullptr;
+
 struct cli_values {
   std::optional<double> sparsity, prune_ratio, phase_delay, period, peak_lr, min_lr, decay_power, max_norm, dropout;
   std::optional<std::size_t> block_size, update_period, zero_steps, layers, hidden, ff, heads, qkv, embedding, sequence,
       vocab, steps, batch_size, seq_len, accumulation, warmup_steps, cooldown_steps, autoregression_offset;
   std::optional<std::string> regrow, pooling, prune_metric, optimizer, clip, dtype, precision, allocation, train, valid, out;
-  std::optional<bool> static_sparsity, weight_repeats;
+  std::optional<bool> static_sparsity, weight_repeats, shard_optimizer;
   std::optional<std::uint64_t> seed;
   std::vector<std::string> sets;
 };
@@ -92,6 +96,7 @@ void apply_flags(json& j, const cli_values& c) {
   if (c.clip) j["trainer"]["clip"] = *c.clip;
   put(j["trainer"], "max_norm", c.max_norm);
   put(j["trainer"], "precision", c.precision);
+  put(j["trainer"], "shard_optimizer", c.shard_optimizer);
   if (c.accumulation) j["trainer"]["accumulation"]["steps"] = *c.accumulation;
   if (j["trainer"].empty()) j.erase("trainer");
   if (c.peak_lr || c.min_lr || c.decay_power || c.warmup_steps || c.cooldown_steps) {
@@ -119,6 +124,7 @@ template <class Model, class Optimizer>
 int train(const run_inputs& in, Optimizer opt) {
   struct policies : default_policies {
     using optimizer = Optimizer;
+    using data_parallel = sparselm::data_parallel::mpi;  // one process unless started by mpirun
   };
   using trainer_t = trainer<Model, policies>;
   const auto& rc = in.run;
@@ -129,6 +135,7 @@ int train(const run_inputs& in, Optimizer opt) {
   Model model(in.model, block_pooling_of(in.update.pooling));
   model.init(rc.seed);
   trainer_t t(model, rc.trainer, std::move(opt), optim::make_schedule(rc.schedule_json()));
+  t.set_replicas(*replica_group);
   std::optional<dynamic_sparsity<Model, trainer_t>> ds;
   if (in.dynamic && Model::sparsity::is_sparse) ds.emplace(model, t, in.update, rc.seed + 7);
   lm_job job(rc, in.resolved, "sparse_lm");
@@ -150,6 +157,8 @@ int dispatch(const run_inputs& in) {
 
 int main(int argc, char** argv) {
   return run_program("sparse_lm", [&]() -> int {
+    examples::replicas replicas(argc, argv);
+    replica_group = &replicas.group();
     CLI::App app{
         "Train the S1 dynamic-sparse language model (block-sparse projections, RigL/random pattern updates,\n"
         "factorised embedding, weighted repeated-token loss) on token files written by encode_dataset.\n"
@@ -210,6 +219,7 @@ int main(int argc, char** argv) {
     o->add_option("--clip", c.clip, "Gradient clipping: per_tensor (S1), global_norm or none");
     o->add_option("--max-norm", c.max_norm, "Clipping norm");
     examples::add_precision_option(*o, c.precision);
+    examples::add_shard_option(*o, c.shard_optimizer);
     o->add_option("--peak-lr", c.peak_lr, "S1 schedule (bert_power): peak learning rate");
     o->add_option("--min-lr", c.min_lr, "S1 schedule: minimum learning rate");
     o->add_option("--warmup-steps", c.warmup_steps, "S1 schedule: linear warm-up steps");

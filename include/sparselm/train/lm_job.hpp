@@ -44,7 +44,9 @@
 #include "sparselm/data/lm_batches.hpp"
 #include "sparselm/data/token_file.hpp"
 #include "sparselm/io/checkpoint.hpp"
+#include "sparselm/io/crc32c.hpp"
 #include "sparselm/io/run_dir.hpp"
+#include "sparselm/parallel/replica_group.hpp"
 #include "sparselm/train/lm_training.hpp"
 #include "sparselm/train/metrics.hpp"
 #include "sparselm/train/run_config.hpp"
@@ -153,16 +155,30 @@ class lm_job {
       valid_file.emplace(rc_.valid_data);
       SPARSELM_CHECK(valid_file->vocab_size() <= vocab, rc_.valid_data, ": vocabulary ", valid_file->vocab_size(),
                      " exceeds the model's vocab_size ", vocab);
-      valid.emplace(*valid_file, rc_.batch_size, data::lm_window_options{.seq_len = rc_.seq_len});
+      // global batches, each rank evaluates its rows (evaluate_lm)
+      valid.emplace(*valid_file, checked_mul(rc_.batch_size, t.replicas().size(), program_ + ": batch_size x ranks"),
+                    data::lm_window_options{.seq_len = rc_.seq_len});
     }
-    data::lm_sampler sampler(train_file, {.batch_size = rc_.batch_size,
+    // Data parallelism (trainer::replicas()): each of the P ranks trains on batch_size rows of a
+    // global batch of P·batch_size drawn identically on every rank; rank 0 alone writes files.
+    parallel::replica_group& group = t.replicas();
+    const std::size_t ranks = group.size();
+    const bool writer = group.rank() == 0;
+    rank0_ = writer;
+    if (ranks > 1) check_replicas_agree(group, train_file, valid_file ? &*valid_file : nullptr);
+    const std::size_t global_batch = checked_mul(rc_.batch_size, ranks, program_ + ": batch_size x ranks");
+    data::lm_sampler sampler(train_file, {.batch_size = global_batch,
                                           .windows = {.seq_len = rc_.seq_len},
                                           .order = rc_.order == "sequential" ? data::lm_order::sequential
                                                                              : data::lm_order::shuffled,
                                           .seed = rc_.seed});
     // The run directory: locked for the whole job, leftovers of a killed save removed.
-    io::run_lock lock(out());
-    prepare_run_dir(o);
+    std::optional<io::run_lock> lock;
+    if (writer) {
+      lock.emplace(out());
+      prepare_run_dir(o);
+    }
+    group.barrier();  // the other ranks read checkpoints only once rank 0 has tidied the directory
     io::checkpoint_dir cd(checkpoints(), o.keep_checkpoints);
     const fs::path metrics_path = out() / "metrics.jsonl";
     sparse::pattern_updater* up = nullptr;
@@ -190,14 +206,24 @@ class lm_job {
       SPARSELM_CHECK(io::checkpoint_dir::step_name(resumed_from) == latest->filename().string(), latest->string(),
                      ": the training state is at step ", resumed_from, ", not the checkpoint's ('",
                      latest->filename().string(), "'): a damaged or mixed-up checkpoint");
-      truncate_metrics_after(metrics_path, resumed_from);
+      if (writer) truncate_metrics_after(metrics_path, resumed_from);
       say("resuming from " + latest->string() + " (step " + std::to_string(resumed_from) + ")");
+      const std::size_t saved_ranks = run.value("replicas", std::size_t(1));
+      if (saved_ranks != ranks)
+        say(program_ + ": the run was saved with " + std::to_string(saved_ranks) + " replica(s) and continues with " +
+            std::to_string(ranks) + ": the global batch is now " + std::to_string(global_batch) + " rows");
       if (resumed_from >= rc_.loop.steps)
         say("the run is already complete (" + std::to_string(rc_.loop.steps) + " steps); raise --steps to train on");
     }
-    fs::create_directories(out());
-    io::atomic_write_text(out() / "config.json", resolved_.dump(2) + "\n");
-    metrics_log log(metrics_path, /*truncate=*/!o.resume);
+    // Every rank starts from rank 0's parameters (identical already when all initialised from one
+    // seed or read one checkpoint; the broadcast makes it so and the CRC check proves it).
+    t.sync_parameters();
+    metrics_log log;
+    if (writer) {
+      fs::create_directories(out());
+      io::atomic_write_text(out() / "config.json", resolved_.dump(2) + "\n");
+      log = metrics_log(metrics_path, /*truncate=*/!o.resume);
+    }
 
     const double unigram = valid_file ? unigram_perplexity(train_file, *valid_file, vocab) : 0.0;
     nlohmann::json run_line = {{"kind", "run"},
@@ -207,6 +233,8 @@ class lm_job {
                                {"train_tokens", train_file.size()},
                                {"train_windows", sampler.windows_per_epoch()},
                                {"threads", num_threads()},
+                               {"replicas", ranks},
+                               {"global_batch", global_batch},
                                {"precision", precision::name(t.compute())},
                                {"resumed_from", resumed_from}};
     if (valid_file) run_line["unigram_perplexity"] = unigram;
@@ -218,6 +246,9 @@ class lm_job {
                     model.num_parameters(), (unsigned long long)train_file.size(),
                     (unsigned long long)sampler.windows_per_epoch(), rc_.seq_len);
       say(buf);
+      if (ranks > 1)
+        say(program_ + ": data parallel over " + group.describe() + ", " + std::to_string(rc_.batch_size) +
+            " rows per rank, global batch " + std::to_string(global_batch));
       if (t.compute() != dtype::f32) say(program_ + ": precision " + kernels::describe_compute(t.compute()));
       if (valid_file) {
         std::snprintf(buf, sizeof buf, "%s: unigram baseline perplexity on the validation split: %.1f", program_.c_str(),
@@ -231,11 +262,15 @@ class lm_job {
       // A non-finite model is never saved (it would become `latest` and push good ones out).
       SPARSELM_CHECK(all_finite(model.params()), program_, ": step ", step,
                      ": the model has non-finite parameters and is not saved; ", last_good(cd));
-      const nlohmann::json run = {{"sampler", sampler.state()}, {"config", resolved_}};
+      t.check_replicas_agree("at the checkpoint of step " + std::to_string(step));
+      t.gather_optimizer_state();  // sharded optimiser state: the whole of it to rank 0 (collective)
+      if (!writer) return;
+      const nlohmann::json run = {{"sampler", sampler.state()}, {"config", resolved_}, {"replicas", ranks}};
       cd.save(step, [&](const fs::path& dir) {
         io::save_model(dir, model);
         io::save_training_state(dir / io::state_file, t, run, up);
       });
+      t.release_gathered_state();
     };
     if constexpr (!std::is_same_v<Sparsity, std::nullptr_t>)
       if (ds) hooks.extra_metrics = [ds](std::size_t) { return ds->take_metrics(); };
@@ -263,7 +298,7 @@ class lm_job {
     if (auto l = cd.latest()) summary["checkpoint"] = l->string();
     if constexpr (!std::is_same_v<Sparsity, std::nullptr_t>)
       if (ds) summary["pattern_updates"] = ds->updates();
-    if (o.print_summary) std::printf("%s\n", summary.dump().c_str());
+    if (o.print_summary && writer) std::printf("%s\n", summary.dump().c_str());
     return summary;
   }
 
@@ -284,7 +319,38 @@ class lm_job {
     j["sparse_grid_blocks"] = grid;
     j["sparse_density"] = double(nnz) / double(grid);
   }
-  void say(const std::string& s) const { std::fprintf(stderr, "%s\n", s.c_str()); }
+  void say(const std::string& s) const {
+    if (rank0_) std::fprintf(stderr, "%s\n", s.c_str());
+  }
+
+  // Data parallelism: every rank must run the same resolved config on the same data. Rank 0's
+  // config is compared on each rank; the data files by size, vocabulary and a CRC-32C of their
+  // first and last MiB.
+  void check_replicas_agree(parallel::replica_group& g, const data::token_file& train, const data::token_file* valid) {
+    std::string cfg = resolved_.dump();
+    g.broadcast(cfg);
+    SPARSELM_CHECK(cfg == resolved_.dump(), program_, ": data parallel: rank ", g.rank(),
+                   " runs another config than rank 0 (rank 0: ", cfg, "; rank ", g.rank(), ": ", resolved_.dump(), ")");
+    for (const data::token_file* f : {&train, valid}) {
+      if (!f) continue;
+      const std::uint64_t mine = file_fingerprint(f->path());
+      std::vector<std::uint64_t> all(g.size());
+      g.all_gather(mine, all);
+      for (std::size_t r = 1; r < all.size(); ++r)
+        SPARSELM_CHECK(all[r] == all[0], program_, ": data parallel: rank ", r, " reads another '", f->path().string(),
+                       "' than rank 0 (size or content differs)");
+    }
+  }
+  static std::uint64_t file_fingerprint(const std::filesystem::path& p) {
+    const std::uint64_t size = std::filesystem::file_size(p);
+    std::ifstream in(p, std::ios::binary);
+    std::string head(std::size_t(std::min<std::uint64_t>(size, 1 << 20)), '\0'), tail = head;
+    in.read(head.data(), std::streamsize(head.size()));
+    in.seekg(std::streamoff(size - tail.size()));
+    in.read(tail.data(), std::streamsize(tail.size()));
+    SPARSELM_CHECK(in.good(), p.string(), ": read failed while comparing the data files of the ranks");
+    return (size << 32) ^ io::crc32c(head.data(), head.size(), io::crc32c(tail.data(), tail.size()));
+  }
 
   std::string last_good(const io::checkpoint_dir& cd) const { return last_good_checkpoint(cd, checkpoints()); }
   void prepare_run_dir(const lm_job_options& o) const { sparselm::prepare_run_dir(out(), program_, o.resume, o.overwrite); }
@@ -292,6 +358,7 @@ class lm_job {
   lm_run_config rc_;
   nlohmann::json resolved_;
   std::string program_;
+  bool rank0_ = true;  // only rank 0 of a data-parallel run prints
 };
 
 }  // namespace sparselm

@@ -21,6 +21,7 @@
 #include "sparselm/data/lm_batches.hpp"
 #include "sparselm/layers/lm_head.hpp"
 #include "sparselm/models/gpt.hpp"
+#include "sparselm/parallel/replica_group.hpp"
 #include "sparselm/train/metrics.hpp"
 #include "sparselm/train/progress.hpp"
 #include "sparselm/train/trainer.hpp"
@@ -34,15 +35,31 @@ inline token_batch as_token_batch(const data::lm_batch& b) {
           {}, b.rows, b.seq_len};
 }
 
-// Mean loss etc. over (up to max_batches of, 0 = all) the evaluation pass, from its start.
+// Replica r of P's rows of a global batch (data parallelism: rows [r·B/P, (r+1)·B/P)); a batch
+// of fewer than P rows (the last validation batch) leaves some ranks with none (batch 0).
+inline token_batch shard_rows(const data::lm_batch& b, std::size_t r, std::size_t p) {
+  const auto [lo, hi] = parallel::replica_group::slice(b.rows, r, p);
+  const std::size_t T = b.seq_len;
+  return {std::span<const std::int32_t>(b.inputs).subspan(lo * T, (hi - lo) * T),
+          std::span<const std::int32_t>(b.targets).subspan(lo * T, (hi - lo) * T), {}, hi - lo, T};
+}
+
+// Mean loss etc. over (up to max_batches of, 0 = all) the evaluation pass, from its start. With
+// replicas, the pass's batches are global ones: rank r evaluates its rows of each and the
+// statistics are summed over the ranks.
 template <class Model>
-loss_stats evaluate_lm(Model& model, data::lm_eval_pass& pass, std::size_t max_batches = 0) {
+loss_stats evaluate_lm(Model& model, data::lm_eval_pass& pass, std::size_t max_batches = 0,
+                       parallel::replica_group* group = nullptr) {
   pass.rewind();
   loss_stats st;
   data::lm_batch b;
-  for (std::size_t k = 0; (max_batches == 0 || k < max_batches) && pass.next(b); ++k)
-    st += model.evaluate(as_token_batch(b));
+  const std::size_t P = group ? group->size() : 1, r = group ? group->rank() : 0;
+  for (std::size_t k = 0; (max_batches == 0 || k < max_batches) && pass.next(b); ++k) {
+    const token_batch mine = P == 1 ? as_token_batch(b) : shard_rows(b, r, P);
+    if (mine.batch > 0) st += model.evaluate(mine);
+  }
   pass.rewind();
+  if (group) sum_over_replicas(*group, st);
   return st;
 }
 
@@ -107,8 +124,14 @@ lm_loop_result run_lm_training(Trainer& t, data::lm_sampler& train, data::lm_eva
   const std::size_t micro = t.options().accumulation.steps;
   std::vector<data::lm_batch> batches(micro);
   std::vector<token_batch> views(micro);
-  progress_bar bar(o.steps, isatty(STDERR_FILENO) != 0, t.step());
+  // Data parallelism: every rank draws the same global batches and trains on its own rows; only
+  // rank 0 talks (log lines, progress, messages).
+  parallel::replica_group& group = t.replicas();
+  const std::size_t rank = group.rank(), ranks = group.size();
+  const bool talk = rank == 0;
+  progress_bar bar(o.steps, talk && isatty(STDERR_FILENO) != 0, t.step());
   auto say = [&](const std::string& s) {
+    if (!talk) return;
     if (hooks.message)
       hooks.message(s);
     else
@@ -118,7 +141,7 @@ lm_loop_result run_lm_training(Trainer& t, data::lm_sampler& train, data::lm_eva
   auto evaluate = [&](std::size_t step) {
     if (!valid) return;
     const auto t0 = std::chrono::steady_clock::now();
-    r.last_eval = evaluate_lm(t.model(), *valid, o.eval_batches);
+    r.last_eval = evaluate_lm(t.model(), *valid, o.eval_batches, &group);
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     auto j = loss_json(r.last_eval);
     j["kind"] = "eval";
@@ -138,7 +161,9 @@ lm_loop_result run_lm_training(Trainer& t, data::lm_sampler& train, data::lm_eva
   while (t.step() < o.steps) {
     for (std::size_t k = 0; k < micro; ++k) {
       train.next(batches[k]);
-      views[k] = as_token_batch(batches[k]);
+      views[k] = ranks == 1 ? as_token_batch(batches[k]) : shard_rows(batches[k], rank, ranks);
+      SPARSELM_CHECK(views[k].batch > 0, "data parallel: a training batch of ", batches[k].rows, " rows for ", ranks,
+                     " ranks leaves rank ", rank, " without rows");
     }
     step_metrics m;
     try {
@@ -191,7 +216,8 @@ lm_loop_result run_lm_training(Trainer& t, data::lm_sampler& train, data::lm_eva
     const bool last = step == o.steps;
     if ((o.eval_every && step % o.eval_every == 0) || (last && o.eval_every == 0)) evaluate(step);
     else if (last) evaluate(step);
-    const bool stop = o.stop_on_interrupt && detail::stop_requested;
+    // A stop request on any rank stops them all after the same step.
+    const bool stop = group.any(o.stop_on_interrupt && detail::stop_requested);
     if (hooks.checkpoint && (last || stop || (o.checkpoint_every && step % o.checkpoint_every == 0)))
       hooks.checkpoint(step);
     if (stop) {

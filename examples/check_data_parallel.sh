@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# ctest examples.data_parallel: data-parallel training under mpirun gives the single-process result.
+#   check_data_parallel.sh GPT_TRAIN SPARSE_LM ENCODE_DATASET SOURCE_DIR WORK_DIR
+#
+# 1. GPT, dense: 2 ranks x 2 rows per rank against 1 process x 4 rows (the same global batch):
+#    every training and validation loss, and the final weights, agree within the tolerance below.
+# 2. Sharded optimiser state (--shard-optimizer, ZeRO-1): a 2-rank sharded run stopped at step 20
+#    and resumed with --resume (same P) reproduces the uninterrupted unsharded 2-rank run bit for
+#    bit (weights and the whole optimiser state of the final checkpoint); its gathered step-20
+#    checkpoint resumed by 1 process x 4 rows goes on as the 2-rank run does (within the tolerance).
+# 3. S1 sparse LM with RigL pattern updates: 2 ranks x 2 rows against 1 process with 2 micro-batches
+#    of 2 rows (rank r's rows are micro-batch r, and the pooled dense-gradient scores are summed the
+#    same way): the same pattern updates (pruned and regrown blocks, explored fractions), losses
+#    within the tolerance, identical block patterns at the end.
+#
+# Tolerance: the replicas sum their gradients in another order than one process's GEMMs do (rank
+# sums, then one addition), so results differ by float rounding: ~1e-7 relative per step, grown by
+# Adam's division by sqrt(v) where v is tiny. Losses must agree to 1e-4 (relative) and weights to
+# 1e-3 of each tensor's largest magnitude.
+set -euo pipefail
+gpt=$1 s1=$2 encode=$3 src=$4 work=$5
+rm -rf "$work" && mkdir -p "$work"
+"$encode" --mode gpt -i "$src/data/corpus/valid" -o "$work/data.tok" --vocab "$src/data/gpt2" > /dev/null
+
+mpi=(mpirun -np 2 --oversubscribe --bind-to none)
+[ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
+export OMP_NUM_THREADS=1
+
+gpt_args=(--config "$src/configs/gpt-mini-train.json" --train "$work/data.tok" --valid "$work/data.tok"
+          --layers 2 --embd 32 --heads 2 --positions 32 --seq-len 32 --warmup-steps 5 --eval-every 10
+          --eval-batches 4 --log-every 1 --checkpoint-every 10 --dropout 0 --threads 1 --set schedule.total_steps=30)
+"$gpt" "${gpt_args[@]}" --steps 30 --batch-size 4 --out "$work/gpt-1" > "$work/gpt-1.json" 2> "$work/gpt-1.err" ||
+  { cat "$work/gpt-1.err" >&2; exit 1; }
+"${mpi[@]}" "$gpt" "${gpt_args[@]}" --steps 30 --batch-size 2 --out "$work/gpt-2" > "$work/gpt-2.json" \
+  2> "$work/gpt-2.err" || { cat "$work/gpt-2.err" >&2; exit 1; }
+grep -q "data parallel over MPI, 2 ranks" "$work/gpt-2.err" || { echo "FAIL: no data-parallel message" >&2; exit 1; }
+# sharded, stopped at 20, resumed to 30 (2 ranks); and the step-20 checkpoint resumed by one process x 4 rows
+"${mpi[@]}" "$gpt" "${gpt_args[@]}" --shard-optimizer --steps 20 --batch-size 2 --out "$work/gpt-2r" > /dev/null \
+  2> "$work/gpt-2r.err" || { cat "$work/gpt-2r.err" >&2; exit 1; }
+cp -r "$work/gpt-2r" "$work/gpt-1r"
+"${mpi[@]}" "$gpt" "${gpt_args[@]}" --shard-optimizer --steps 30 --batch-size 2 --out "$work/gpt-2r" --resume \
+  > /dev/null 2> "$work/gpt-2r.err" || { cat "$work/gpt-2r.err" >&2; exit 1; }
+"$gpt" "${gpt_args[@]}" --steps 30 --batch-size 4 --out "$work/gpt-1r" --resume > /dev/null 2> "$work/gpt-1r.err" ||
+  { cat "$work/gpt-1r.err" >&2; exit 1; }
+
+s1_args=(--config "$src/configs/s1-tiny-train.json" --train "$work/data.tok" --valid "$work/data.tok" --vocab 50257
+         --steps 24 --warmup-steps 4 --cooldown-steps 20 --update-period 5 --set eval_every=8 --set checkpoint_every=8
+         --set eval_batches=3
+         --threads 1)
+"$s1" "${s1_args[@]}" --batch-size 2 --set trainer.accumulation.steps=2 --out "$work/s1-1" > /dev/null \
+  2> "$work/s1-1.err" || { cat "$work/s1-1.err" >&2; exit 1; }
+"${mpi[@]}" "$s1" "${s1_args[@]}" --batch-size 2 --out "$work/s1-2" > /dev/null 2> "$work/s1-2.err" ||
+  { cat "$work/s1-2.err" >&2; exit 1; }
+
+/usr/bin/python3 - "$work" <<'PY'
+import json, struct, sys
+import numpy as np
+w = sys.argv[1]
+def lines(run, kinds=("train", "eval")):
+    return [j for j in map(json.loads, open(f"{w}/{run}/metrics.jsonl")) if j.get("kind") in kinds]
+def tensors(run, name="model.safetensors"):
+    d = f"{w}/{run}/checkpoints/" + open(f"{w}/{run}/checkpoints/latest").read().strip()
+    b = open(f"{d}/{name}", "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    out = {}
+    for k, v in h.items():
+        s, e = v["data_offsets"]
+        dt = {"F32": np.float32, "I32": np.int32, "U8": np.uint8, "I64": np.int64}[v["dtype"]]
+        out[k] = np.frombuffer(b[8 + n + s:8 + n + e], dtype=dt)
+    return out
+fails = []
+def same_losses(a, b, what, exact=False, kinds=("train", "eval")):
+    la, lb = lines(a, kinds), lines(b, kinds)
+    if [(x["kind"], x["step"]) for x in la] != [(x["kind"], x["step"]) for x in lb]:
+        fails.append(f"{what}: the runs logged different steps"); return 0
+    worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(la, lb))
+    if (exact and worst != 0) or worst > 1e-4:
+        fails.append(f"{what}: losses differ by {worst:.2e} (relative)")
+    return worst
+def same_weights(a, b, what):
+    ta, tb = tensors(a), tensors(b)
+    if ta.keys() != tb.keys():
+        fails.append(f"{what}: different tensors"); return 0
+    worst = 0.0
+    for k in ta:
+        x, y = ta[k].astype(np.float64), tb[k].astype(np.float64)
+        if ta[k].dtype != np.float32:
+            if not np.array_equal(x, y): fails.append(f"{what}: '{k}' differs")
+            continue
+        worst = max(worst, float(np.max(np.abs(x - y)) / max(np.max(np.abs(x)), 1e-30)))
+    if worst > 1e-3:
+        fails.append(f"{what}: weights differ by {worst:.2e} of a tensor's largest magnitude")
+    return worst
+d1 = same_losses("gpt-1", "gpt-2", "GPT 1 process x 4 rows vs 2 ranks x 2")
+w1 = same_weights("gpt-1", "gpt-2", "GPT 1 process x 4 rows vs 2 ranks x 2")
+same_losses("gpt-2", "gpt-2r", "GPT 2 ranks vs 2 ranks sharded, stopped at 20 and resumed", exact=True)
+for name in ("model.safetensors", "training_state.safetensors"):
+    a, b = tensors("gpt-2", name), tensors("gpt-2r", name)
+    if a.keys() != b.keys() or any(not np.array_equal(a[k], b[k]) for k in a):
+        fails.append(f"GPT sharded+resumed vs unsharded 2 ranks: {name} differs")
+d3 = same_losses("gpt-2", "gpt-1r", "GPT 2 ranks vs its step-20 checkpoint resumed by 1 process")
+# (training losses only: the 1-process run validates on batches of 2 rows, the 2-rank run on 4)
+d4 = same_losses("s1-1", "s1-2", "S1 1 process x 2 micro-batches vs 2 ranks", kinds=("train",))
+w4 = same_weights("s1-1", "s1-2", "S1 1 process x 2 micro-batches vs 2 ranks")
+u1 = [j["sparsity_update"] for j in lines("s1-1") if "sparsity_update" in j]
+u2 = [j["sparsity_update"] for j in lines("s1-2") if "sparsity_update" in j]
+if len(u1) < 4 or u1 != u2:
+    fails.append(f"S1: pattern updates differ or too few ({len(u1)} vs {len(u2)})")
+if fails:
+    sys.exit("FAIL: " + "; ".join(fails))
+print(f"OK: GPT 2 ranks = 1 process (losses {d1:.1e}, weights {w1:.1e}); sharded 2 ranks stopped and resumed "
+      f"bit-identical to unsharded (weights, optimiser state); its checkpoint resumed by 1 process: "
+      f"{d3:.1e}; S1 RigL 2 ranks = 2 micro-batches ({len(u1)} identical pattern updates, "
+      f"losses {d4:.1e}, weights {w4:.1e})")
+PY
