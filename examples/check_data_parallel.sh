@@ -12,6 +12,9 @@
 #    of 2 rows (rank r's rows are micro-batch r, and the pooled dense-gradient scores are summed the
 #    same way): the same pattern updates (pruned and regrown blocks, explored fractions), losses
 #    within the tolerance, identical block patterns at the end.
+# 4. Bad launches: ranks given different configs stop at once with an error naming the rank; a
+#    rank killed (SIGKILL) mid-run ends the whole job with an error, and its last checkpoint
+#    resumes.
 #
 # Tolerance: the replicas sum their gradients in another order than one process's GEMMs do (rank
 # sums, then one addition), so results differ by float rounding: ~1e-7 relative per step, grown by
@@ -22,8 +25,9 @@ gpt=$1 s1=$2 encode=$3 src=$4 work=$5
 rm -rf "$work" && mkdir -p "$work"
 "$encode" --mode gpt -i "$src/data/corpus/valid" -o "$work/data.tok" --vocab "$src/data/gpt2" > /dev/null
 
-mpi=(mpirun -np 2 --oversubscribe --bind-to none)
-[ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
+mpi_opts=(--oversubscribe --bind-to none)
+[ "$(id -u)" = 0 ] && mpi_opts+=(--allow-run-as-root)
+mpi=(mpirun -np 2 "${mpi_opts[@]}")
 export OMP_NUM_THREADS=1
 
 gpt_args=(--config "$src/configs/gpt-mini-train.json" --train "$work/data.tok" --valid "$work/data.tok"
@@ -51,6 +55,38 @@ s1_args=(--config "$src/configs/s1-tiny-train.json" --train "$work/data.tok" --v
   2> "$work/s1-1.err" || { cat "$work/s1-1.err" >&2; exit 1; }
 "${mpi[@]}" "$s1" "${s1_args[@]}" --batch-size 2 --out "$work/s1-2" > /dev/null 2> "$work/s1-2.err" ||
   { cat "$work/s1-2.err" >&2; exit 1; }
+
+# 4a. rank 1 with another learning rate; rank 1 with a bad flag (a usage error, exit status 2):
+# the job ends with an error, it does not wait for rank 1 for ever
+status=0
+timeout 120 mpirun -np 1 "${mpi_opts[@]}" "$gpt" "${gpt_args[@]}" --steps 5 --batch-size 2 --out "$work/bad" : \
+  -np 1 "$gpt" "${gpt_args[@]}" --steps 5 --batch-size 2 --out "$work/bad" --lr 0.1 > /dev/null \
+  2> "$work/bad.err" || status=$?
+grep -q "rank 1 runs another config than rank 0" "$work/bad.err" && [ "$status" -ne 0 ] && [ "$status" -ne 124 ] ||
+  { echo "FAIL: ranks with different configs (status $status)" >&2; cat "$work/bad.err" >&2; exit 1; }
+status=0
+timeout 120 mpirun -np 1 "${mpi_opts[@]}" "$gpt" "${gpt_args[@]}" --steps 5 --batch-size 2 --out "$work/bad2" : \
+  -np 1 "$gpt" "${gpt_args[@]}" --steps 5 --batch-size 2 --out "$work/bad2" --no-such-flag > /dev/null \
+  2> "$work/bad2.err" || status=$?
+grep -q "usage error" "$work/bad2.err" && [ "$status" -ne 0 ] && [ "$status" -ne 124 ] ||
+  { echo "FAIL: a rank with a usage error (status $status)" >&2; cat "$work/bad2.err" >&2; exit 1; }
+# 4b. rank 1 killed after the step-10 checkpoint; the job ends; the checkpoint resumes
+timeout 300 "${mpi[@]}" "$gpt" "${gpt_args[@]}" --steps 100000 --set schedule.total_steps=100000 --batch-size 2 \
+  --out "$work/killed" > /dev/null 2> "$work/killed.err" &
+launcher=$!
+for _ in $(seq 1 3000); do [ -d "$work/killed/checkpoints/step-000010" ] && break; sleep 0.02; done
+victim=""
+for p in $(pgrep -f -- "--out $work/killed"); do
+  tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$p
+done
+[ -n "$victim" ] || { echo "FAIL: rank 1 not found" >&2; kill "$launcher"; exit 1; }
+kill -9 "$victim"
+status=0; wait "$launcher" || status=$?
+[ "$status" -ne 0 ] || { echo "FAIL: the job went on after a rank died" >&2; exit 1; }
+"${mpi[@]}" "$gpt" "${gpt_args[@]}" --steps 12 --set schedule.total_steps=100000 --batch-size 2 \
+  --out "$work/killed" --resume > /dev/null 2> "$work/killed-resume.err" ||
+  { echo "FAIL: the run of the killed rank does not resume" >&2; cat "$work/killed-resume.err" >&2; exit 1; }
+grep -q "resuming from" "$work/killed-resume.err" || { echo "FAIL: no resume message" >&2; exit 1; }
 
 /usr/bin/python3 - "$work" <<'PY'
 import json, struct, sys

@@ -164,8 +164,9 @@ int dispatch(const gpt_job& job) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_program("gpt_train", [&]() -> int {
-    examples::replicas replicas(argc, argv);
+  examples::replicas replicas;  // outlives the body: a failed rank of several ends the job
+  const int status = run_program("gpt_train", [&]() -> int {
+    replicas.start(argc, argv);
     replica_group = &replicas.group();
     CLI::App app{
         "Train a GPT (pre-LN decoder, tied LM head; dense or with block-sparse projections) on token files written\n"
@@ -281,4 +282,5 @@ int main(int argc, char** argv) {
     if (job.update) job.resolved["sparsity"]["update"] = *job.update;
     return dispatch(job);
   });
+  return replicas.finish(status);
 }

@@ -1,9 +1,16 @@
 #pragma once
 // The replica group of a training program: the MPI ranks when the program was started by mpirun
-// (and built with MPI: CMake defines SPARSELM_HAVE_MPI), the single process otherwise.
+// (and built with MPI: CMake defines SPARSELM_HAVE_MPI), the single process otherwise. It outlives
+// the program's body, so that a failed rank of several ends the whole job (finish):
 //
-//   examples::replicas replicas(argc, argv);       // first thing in the program's body
-//   t.set_replicas(replicas.group());              // trainer with data_parallel::mpi
+//   int main(int argc, char** argv) {
+//     examples::replicas replicas;
+//     const int status = sparselm::run_program("gpt_train", [&]() -> int {
+//       replicas.start(argc, argv);
+//       ... t.set_replicas(replicas.group()); ...          // trainer with data_parallel::mpi
+//     });
+//     return replicas.finish(status);
+//   }
 //
 //   mpirun -np 2 ./build/examples/gpt_train --config ... --threads 1   (docs/distributed.md)
 
@@ -17,14 +24,16 @@ namespace examples {
 class replicas {
  public:
 #if SPARSELM_HAVE_MPI
-  replicas(int& argc, char**& argv) : env_(argc, argv) {}
+  void start(int& argc, char**& argv) { env_.init(argc, argv); }
   sparselm::parallel::replica_group& group() noexcept { return env_.group(); }
+  int finish(int status) { return env_.finish(status); }
 
  private:
   sparselm::parallel::mpi_environment env_;
 #else
-  replicas(int&, char**&) {}
+  void start(int&, char**&) {}
   sparselm::parallel::replica_group& group() noexcept { return one_; }
+  int finish(int status) { return status; }
 
  private:
   sparselm::parallel::single_replica one_;

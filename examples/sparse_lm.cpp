@@ -156,8 +156,9 @@ int dispatch(const run_inputs& in) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_program("sparse_lm", [&]() -> int {
-    examples::replicas replicas(argc, argv);
+  examples::replicas replicas;  // outlives the body: a failed rank of several ends the job
+  const int status = run_program("sparse_lm", [&]() -> int {
+    replicas.start(argc, argv);
     replica_group = &replicas.group();
     CLI::App app{
         "Train the S1 dynamic-sparse language model (block-sparse projections, RigL/random pattern updates,\n"
@@ -260,4 +261,5 @@ int main(int argc, char** argv) {
     in.resolved["schedule"] = in.run.schedule_json();
     return dispatch(in);
   });
+  return replicas.finish(status);
 }

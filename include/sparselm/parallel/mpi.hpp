@@ -4,11 +4,13 @@
 // (CMake: find_package(MPI COMPONENTS CXX), target MPI::MPI_CXX) in the programs that include it.
 //
 //   int main(int argc, char** argv) {
-//     return sparselm::run_program("gpt_train", [&] {
-//       sparselm::parallel::mpi_environment env(argc, argv);   // MPI only when started by mpirun
-//       sparselm::parallel::replica_group& group = env.group(); // MPI ranks, or the single process
+//     sparselm::parallel::mpi_environment mpi;                 // outlives the body (exit status)
+//     const int status = sparselm::run_program("gpt_train", [&] {
+//       mpi.init(argc, argv);                                   // MPI only when started by mpirun
+//       sparselm::parallel::replica_group& group = mpi.group(); // MPI ranks, or the single process
 //       ...
 //     });
+//     return mpi.finish(status);
 //   }
 //
 //   mpirun -np 2 ./gpt_train --config ... --threads 1       (as root: --allow-run-as-root)
@@ -18,10 +20,16 @@
 // environment names a world size), and leaves it alone otherwise, so a plain `./gpt_train` needs
 // no MPI runtime. An error on one rank ends the whole job: run_program reports it, then
 // MPI_Abort stops the other ranks (they may be waiting in a collective that would never finish);
-// checkpoints are written atomically, so the last one stays intact.
+// a rank that ends with another non-zero status (a usage error) does the same in finish().
+// Checkpoints are written atomically, so the last one stays intact.
 //
-// Non-blocking sums use MPI_Iallreduce; MPI advances them inside MPI calls, so progress() (an
-// MPI_Testall) is called between pieces of backward to keep them moving.
+// Gradient sums (start_sum) are blocking MPI_Allreduce calls by default: each part's sum runs as
+// soon as backward finishes the part. On one machine (shared memory, one thread per rank) that is
+// the fastest choice: OpenMPI advances a non-blocking MPI_Iallreduce only inside MPI calls and its
+// algorithm is slower; measured with benchmarks/mpi_collectives.cpp (docs/distributed.md), 500 MB
+// take 0.19 s blocking against 0.41-0.46 s non-blocking. SPARSELM_MPI_NONBLOCKING=1 selects
+// MPI_Iallreduce (progress() then calls MPI_Testall between parts; worth trying where the
+// network or an MPI progress thread advances transfers on their own).
 
 #include <mpi.h>
 
@@ -32,6 +40,7 @@
 #include <exception>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -70,7 +79,10 @@ inline bool launched_by_mpi() noexcept {
 // The ranks of MPI_COMM_WORLD as a replica_group.
 class mpi_group final : public replica_group {
  public:
-  explicit mpi_group(MPI_Comm comm = MPI_COMM_WORLD) : comm_(comm) {
+  // nonblocking: gradient sums by MPI_Iallreduce (default: the environment's
+  // SPARSELM_MPI_NONBLOCKING=1; otherwise blocking MPI_Allreduce, see above).
+  explicit mpi_group(MPI_Comm comm = MPI_COMM_WORLD, std::optional<bool> nonblocking = std::nullopt)
+      : comm_(comm), nonblocking_(nonblocking.value_or(env_flag("SPARSELM_MPI_NONBLOCKING"))) {
     int r = 0, s = 1;
     detail::mpi_check(MPI_Comm_rank(comm_, &r), "MPI_Comm_rank");
     detail::mpi_check(MPI_Comm_size(comm_, &s), "MPI_Comm_size");
@@ -92,12 +104,13 @@ class mpi_group final : public replica_group {
 
   std::size_t rank() const noexcept override { return rank_; }
   std::size_t size() const noexcept override { return size_; }
+  bool nonblocking() const noexcept { return nonblocking_; }
   std::string describe() const override {
     int len = 0;
     char name[MPI_MAX_PROCESSOR_NAME];
     MPI_Get_processor_name(name, &len);
     return "MPI, " + std::to_string(size_) + " ranks (rank " + std::to_string(rank_) + " on " +
-           std::string(name, std::size_t(len)) + ")";
+           std::string(name, std::size_t(len)) + (nonblocking_ ? "; non-blocking gradient sums" : "") + ")";
   }
 
   void all_reduce(std::span<float> x, reduce_op op) override { reduce(x.data(), x.size(), MPI_FLOAT, op); }
@@ -150,6 +163,7 @@ class mpi_group final : public replica_group {
   }
 
   void start_sum(std::span<float> x) override {
+    if (!nonblocking_) return all_reduce(x, reduce_op::sum);
     for (std::size_t at = 0; at < x.size(); at += detail::mpi_chunk) {
       requests_.emplace_back();
       detail::mpi_check(MPI_Iallreduce(MPI_IN_PLACE, x.data() + at, int(std::min(detail::mpi_chunk, x.size() - at)),
@@ -181,6 +195,11 @@ class mpi_group final : public replica_group {
                         "MPI_Allreduce");
   }
 
+  static bool env_flag(const char* name) {
+    const char* v = std::getenv(name);
+    return v && std::string(v) == "1";
+  }
+
   // Counts and displacements, in gather units, of every rank's bytes for the *gatherv calls.
   void gather_layout(std::size_t bytes, std::span<const std::size_t> bounds, std::vector<int>& counts,
                      std::vector<int>& displs) const {
@@ -199,17 +218,36 @@ class mpi_group final : public replica_group {
   }
 
   MPI_Comm comm_;
+  bool nonblocking_ = false;
   MPI_Datatype unit_ = MPI_DATATYPE_NULL;
   std::size_t rank_ = 0, size_ = 1;
   std::vector<MPI_Request> requests_;
 };
 
 // MPI for the life of a program (see the header comment); group() is the MPI ranks when launched by
-// mpirun, the single process otherwise.
+// mpirun, the single process otherwise. It outlives the program's body, so that finish() sees the
+// exit status:
+//
+//   int main(int argc, char** argv) {
+//     sparselm::parallel::mpi_environment mpi;
+//     const int status = sparselm::run_program("gpt_train", [&] { mpi.init(argc, argv); ...; return 0; });
+//     return mpi.finish(status);   // MPI_Finalize, or MPI_Abort when a rank of several failed
+//   }
 class mpi_environment {
  public:
-  mpi_environment(int& argc, char**& argv) {
-    if (!launched_by_mpi()) return;
+  mpi_environment() = default;
+  mpi_environment(int& argc, char**& argv) { init(argc, argv); }
+  ~mpi_environment() {
+    // Normally finish() ran. Unwinding from an error: the error hook aborts the job after the
+    // report; MPI_Finalize would wait for ranks that never arrive.
+    if (initialised_ && std::uncaught_exceptions() == 0) finish(0);
+  }
+  mpi_environment(const mpi_environment&) = delete;
+  mpi_environment& operator=(const mpi_environment&) = delete;
+
+  // Initialises MPI when the process was started by an MPI launcher; otherwise nothing.
+  void init(int& argc, char**& argv) {
+    if (initialised_ || !launched_by_mpi()) return;
     int provided = 0;
     detail::mpi_check(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
     initialised_ = true;
@@ -226,17 +264,23 @@ class mpi_environment {
     SPARSELM_CHECK(provided >= MPI_THREAD_FUNNELED, "MPI: the library gives thread level ", provided,
                    ", the trainer needs MPI_THREAD_FUNNELED (OpenMP workers beside one MPI thread)");
   }
-  ~mpi_environment() {
-    if (!initialised_) return;
-    // Unwinding from an error: run_program reports it and the error hook aborts the job;
-    // MPI_Finalize would wait for ranks that never arrive.
-    if (std::uncaught_exceptions() > 0) return;
+
+  // Ends MPI with the program's exit status: a rank of several that failed (status != 0: an error
+  // or a usage error) aborts the job, since the other ranks would wait for it for ever; otherwise
+  // MPI_Finalize. Returns status.
+  int finish(int status) {
+    if (!initialised_) return status;
+    if (status != 0 && distributed()) {
+      std::fflush(stdout);
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, status);
+    }
     mpi_.reset();
     MPI_Finalize();
+    initialised_ = false;
     sparselm::detail::error_hook() = nullptr;
+    return status;
   }
-  mpi_environment(const mpi_environment&) = delete;
-  mpi_environment& operator=(const mpi_environment&) = delete;
 
   bool distributed() const noexcept { return mpi_ && mpi_->size() > 1; }
   replica_group& group() noexcept { return mpi_ ? static_cast<replica_group&>(*mpi_) : single_; }

@@ -10,10 +10,11 @@
 //   t.set_replicas(one);                              // trainer<Model, P> with P::data_parallel = mpi
 //   if (group.rank() == 0) log.write(...);            // only rank 0 writes files
 //
-// Non-blocking sums: start_sum(range) begins an in-place sum over the replicas of a gradient range
-// and returns at once; progress() lets the transport advance (call it between pieces of work);
-// wait() completes every sum started. The trainer starts one sum per model part as backward
-// finishes the part's gradients, so communication overlaps the rest of backward.
+// Gradient sums: start_sum(range) begins an in-place sum over the replicas of a gradient range; an
+// implementation may finish it at once (blocking) or return and finish it in wait() (progress()
+// lets the transport advance between pieces of work). The trainer starts one sum per model part
+// as backward finishes the part's gradients, so a non-blocking transport overlaps the rest of
+// backward.
 
 #include <cstddef>
 #include <cstdint>

@@ -34,6 +34,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -226,6 +227,11 @@ class lm_job {
     }
 
     const double unigram = valid_file ? unigram_perplexity(train_file, *valid_file, vocab) : 0.0;
+    // each rank's optimiser state (MiB; one value per rank)
+    std::vector<std::uint64_t> state_bytes(ranks);
+    group.all_gather(t.optimizer_state_bytes(), state_bytes);
+    nlohmann::json state_mib = nlohmann::json::array();
+    for (auto b : state_bytes) state_mib.push_back(double(b) / (1 << 20));
     nlohmann::json run_line = {{"kind", "run"},
                                {"program", program_},
                                {"config", resolved_},
@@ -235,6 +241,7 @@ class lm_job {
                                {"threads", num_threads()},
                                {"replicas", ranks},
                                {"global_batch", global_batch},
+                               {"optimizer_state_mib", state_mib},
                                {"precision", precision::name(t.compute())},
                                {"resumed_from", resumed_from}};
     if (valid_file) run_line["unigram_perplexity"] = unigram;
@@ -246,9 +253,12 @@ class lm_job {
                     model.num_parameters(), (unsigned long long)train_file.size(),
                     (unsigned long long)sampler.windows_per_epoch(), rc_.seq_len);
       say(buf);
-      if (ranks > 1)
+      if (ranks > 1) {
         say(program_ + ": data parallel over " + group.describe() + ", " + std::to_string(rc_.batch_size) +
             " rows per rank, global batch " + std::to_string(global_batch));
+        say(program_ + ": optimiser state per rank (MiB): " + state_mib.dump() +
+            (t.sharded() ? " (sharded over the ranks)" : ""));
+      }
       if (t.compute() != dtype::f32) say(program_ + ": precision " + kernels::describe_compute(t.compute()));
       if (valid_file) {
         std::snprintf(buf, sizeof buf, "%s: unigram baseline perplexity on the validation split: %.1f", program_.c_str(),
@@ -329,8 +339,17 @@ class lm_job {
   void check_replicas_agree(parallel::replica_group& g, const data::token_file& train, const data::token_file* valid) {
     std::string cfg = resolved_.dump();
     g.broadcast(cfg);
-    SPARSELM_CHECK(cfg == resolved_.dump(), program_, ": data parallel: rank ", g.rank(),
-                   " runs another config than rank 0 (rank 0: ", cfg, "; rank ", g.rank(), ": ", resolved_.dump(), ")");
+    if (cfg != resolved_.dump()) {
+      std::string where;  // the fields that differ, as JSON pointers with both values
+      for (const auto& op : nlohmann::json::diff(nlohmann::json::parse(cfg), resolved_)) {
+        const std::string path = op.value("path", "");
+        nlohmann::json::json_pointer ptr(path);
+        const auto theirs = nlohmann::json::parse(cfg);
+        where += (where.empty() ? "" : "; ") + path + ": rank 0 " + (theirs.contains(ptr) ? theirs[ptr].dump() : "absent") +
+                 ", rank " + std::to_string(g.rank()) + " " + (resolved_.contains(ptr) ? resolved_[ptr].dump() : "absent");
+      }
+      fail(program_, ": data parallel: rank ", g.rank(), " runs another config than rank 0 (", where, ")");
+    }
     for (const data::token_file* f : {&train, valid}) {
       if (!f) continue;
       const std::uint64_t mine = file_fingerprint(f->path());

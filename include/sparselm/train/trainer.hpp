@@ -263,6 +263,12 @@ class trainer {
   }
   // Whether this replica keeps only its shard of the optimiser state (trainer_options::shard_optimizer).
   bool sharded() const noexcept { return !shard_bounds_.empty(); }
+  // Bytes of optimiser slots this replica holds (all of them unless sharded).
+  std::size_t optimizer_state_bytes() {
+    std::size_t n = 0;
+    for (const auto& s : opt_.state().slots) n += s.slots->all().size() * sizeof(typename optimizer_type::slot_type);
+    return n;
+  }
 
   using slot_type = typename optimizer_type::slot_type;
   // The optimiser state for a checkpoint, over the whole layout. Sharded, call

@@ -1,0 +1,71 @@
+// The collectives a data-parallel GPT-2 small step uses, timed alone over MPI (docs/distributed.md):
+// a sum of the 124.4 M fp32 gradients (497.8 MB) as one blocking MPI_Allreduce, as one
+// MPI_Iallreduce, as 13 pieces (the trainer's per-part sums) blocking and non-blocking, and the
+// sharded optimiser's all-gather of the updated parameters.
+//
+//   mpirun -np 2 --bind-to none ./build/benchmarks/mpi_collectives [elements=124439808] [reps=5]
+//
+// Prints one JSON line per collective on rank 0: the median seconds over the repetitions.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const std::size_t n = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 124439808;
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 5;
+  const int parts = 13;  // GPT-2 small: embedding, 12 blocks (the head's tensors join the last)
+  std::vector<float> x(n, 1.0f);
+  const std::size_t per = n / parts;
+  auto piece = [&](int k) { return k + 1 < parts ? per : n - per * (parts - 1); };
+  const std::vector<std::pair<std::string, std::function<void()>>> cases = {
+      {"allreduce", [&] { MPI_Allreduce(MPI_IN_PLACE, x.data(), int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); }},
+      {"iallreduce",
+       [&] {
+         MPI_Request q;
+         MPI_Iallreduce(MPI_IN_PLACE, x.data(), int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q);
+         MPI_Wait(&q, MPI_STATUS_IGNORE);
+       }},
+      {"allreduce_13_parts",
+       [&] {
+         for (int k = 0; k < parts; ++k)
+           MPI_Allreduce(MPI_IN_PLACE, x.data() + k * per, int(piece(k)), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+       }},
+      {"iallreduce_13_parts",
+       [&] {
+         std::vector<MPI_Request> q(parts);
+         for (int k = 0; k < parts; ++k)
+           MPI_Iallreduce(MPI_IN_PLACE, x.data() + k * per, int(piece(k)), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q[k]);
+         MPI_Waitall(parts, q.data(), MPI_STATUSES_IGNORE);
+       }},
+      {"allgather_params",
+       [&] {
+         const int each = int(n / std::size_t(size));
+         MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x.data(), each, MPI_FLOAT, MPI_COMM_WORLD);
+       }},
+  };
+  for (const auto& [name, f] : cases) {
+    std::vector<double> t;
+    for (int r = 0; r < reps; ++r) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const auto a = std::chrono::steady_clock::now();
+      f();
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+    }
+    std::sort(t.begin(), t.end());
+    if (rank == 0)
+      std::printf("{\"collective\": \"%s\", \"ranks\": %d, \"bytes\": %zu, \"median_s\": %.4f, \"min_s\": %.4f}\n",
+                  name.c_str(), size, n * sizeof(float), t[t.size() / 2], t[0]);
+  }
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,354 @@
+// Data parallelism in the trainer without MPI: replicas as threads of this process over a
+// shared-memory replica_group (blocking collectives; every rank calls them in the same order).
+// The model reports each part's gradient range exactly once per step, and the ranges tile the
+// arena; P replicas on their rows of a batch train as one process on the whole batch (within
+// float rounding) and hold bit-identical weights; sharded optimiser state (ZeRO-1) is bit-identical
+// to unsharded; a sharded checkpoint state gathers to the unsharded one.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <barrier>
+#include <functional>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "../common/tiny_gpt.hpp"
+#include "sparselm/core/threads.hpp"
+#include "sparselm/models/gpt.hpp"
+#include "sparselm/models/sparse_lm.hpp"
+#include "sparselm/parallel/replica_group.hpp"
+#include "sparselm/train/trainer.hpp"
+
+using namespace sparselm;
+
+namespace {
+
+// P threads as replicas. Each collective: publish a pointer, wait, compute from all, wait.
+class thread_replicas {
+ public:
+  explicit thread_replicas(std::size_t p) : p_(p), sync_(std::ptrdiff_t(p)), ptr_(p), len_(p) {}
+
+  class member final : public parallel::replica_group {
+   public:
+    member(thread_replicas& g, std::size_t r) : g_(g), r_(r) {}
+    std::size_t rank() const noexcept override { return r_; }
+    std::size_t size() const noexcept override { return g_.p_; }
+    std::string describe() const override { return "threads"; }
+    void all_reduce(std::span<float> x, parallel::reduce_op op) override { reduce(x, op); }
+    void all_reduce(std::span<double> x, parallel::reduce_op op) override { reduce(x, op); }
+    void broadcast(std::span<float> x) override {
+      publish(x.data(), x.size());
+      if (r_ != 0) std::memcpy(x.data(), g_.ptr_[0], x.size() * sizeof(float));
+      g_.sync_.arrive_and_wait();
+    }
+    void broadcast(std::string& s) override {
+      publish(&s, 0);
+      if (r_ != 0) s = *static_cast<std::string*>(g_.ptr_[0]);
+      g_.sync_.arrive_and_wait();
+    }
+    bool any(bool flag) override {
+      double v = flag ? 1 : 0;
+      reduce(std::span<double>(&v, 1), parallel::reduce_op::max);
+      return v > 0;
+    }
+    void all_gather(std::uint64_t value, std::span<std::uint64_t> out) override {
+      publish(&value, 1);
+      for (std::size_t q = 0; q < g_.p_; ++q) out[q] = *static_cast<std::uint64_t*>(g_.ptr_[q]);
+      g_.sync_.arrive_and_wait();
+    }
+    void barrier() override { g_.sync_.arrive_and_wait(); }
+    void all_gather_bytes(std::span<std::byte> x, std::span<const std::size_t> b) override {
+      publish(x.data(), x.size());
+      for (std::size_t q = 0; q < g_.p_; ++q)
+        if (q != r_) std::memcpy(x.data() + b[q], static_cast<std::byte*>(g_.ptr_[q]) + b[q], b[q + 1] - b[q]);
+      g_.sync_.arrive_and_wait();
+    }
+    void gather_bytes(std::span<const std::byte> mine, std::span<std::byte> all,
+                      std::span<const std::size_t> b) override {
+      publish(const_cast<std::byte*>(mine.data()), mine.size());
+      if (r_ == 0)
+        for (std::size_t q = 0; q < g_.p_; ++q)
+          if (b[q + 1] > b[q]) std::memcpy(all.data() + b[q], g_.ptr_[q], b[q + 1] - b[q]);
+      g_.sync_.arrive_and_wait();
+    }
+    void start_sum(std::span<float> x) override {
+      ++sums_started;
+      reduce(x, parallel::reduce_op::sum);
+    }
+    void progress() override {}
+    void wait() override {}
+    std::size_t sums_started = 0;
+
+   private:
+    void publish(void* p, std::size_t n) {
+      g_.ptr_[r_] = p;
+      g_.len_[r_] = n;
+      g_.sync_.arrive_and_wait();
+    }
+    // Sums (or maxima) in rank order, so every rank computes the same bits.
+    template <class T>
+    void reduce(std::span<T> x, parallel::reduce_op op) {
+      publish(x.data(), x.size());
+      for (std::size_t q = 0; q < g_.p_; ++q) REQUIRE(g_.len_[q] == x.size());
+      std::vector<T> out(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        T a = static_cast<T*>(g_.ptr_[0])[i];
+        for (std::size_t q = 1; q < g_.p_; ++q) {
+          const T v = static_cast<T*>(g_.ptr_[q])[i];
+          a = op == parallel::reduce_op::max ? std::max(a, v) : a + v;
+        }
+        out[i] = a;
+      }
+      g_.sync_.arrive_and_wait();
+      std::copy(out.begin(), out.end(), x.begin());
+    }
+    thread_replicas& g_;
+    std::size_t r_;
+  };
+
+  // f(rank, group) on P threads.
+  template <class F>
+  void run(F f) {
+    std::vector<std::thread> ts;
+    std::vector<std::exception_ptr> errors(p_);
+    for (std::size_t r = 0; r < p_; ++r)
+      ts.emplace_back([&, r] {
+        set_num_threads(1);
+        member m(*this, r);
+        try {
+          f(r, m);
+        } catch (...) {
+          errors[r] = std::current_exception();
+        }
+      });
+    for (auto& t : ts) t.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+
+ private:
+  std::size_t p_;
+  std::barrier<> sync_;
+  std::vector<void*> ptr_;
+  std::vector<std::size_t> len_;
+};
+
+gpt_config small() {
+  gpt_config c = test::tiny_gpt_config();
+  c.vocab_size = 64;
+  c.n_positions = 16;
+  c.n_layer = 2;
+  c.n_embd = 32;
+  c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = 0.0f;
+  return c;
+}
+
+// Batches of 4 rows x 16 positions; rows [lo, hi) of batch k as a token_batch.
+struct data {
+  std::vector<std::vector<std::int32_t>> ids, targets;
+  explicit data(int n) {
+    std::mt19937 g(11);
+    for (int b = 0; b < n; ++b) {
+      std::vector<std::int32_t> x, y;
+      for (int i = 0; i < 4 * 16; ++i) {
+        x.push_back(std::int32_t(g() % 64));
+        y.push_back(std::int32_t((x.back() * 7 + 1) % 64));
+      }
+      ids.push_back(x), targets.push_back(y);
+    }
+  }
+  token_batch rows(int k, std::size_t lo, std::size_t hi) const {
+    return {std::span<const std::int32_t>(ids[k]).subspan(lo * 16, (hi - lo) * 16),
+            std::span<const std::int32_t>(targets[k]).subspan(lo * 16, (hi - lo) * 16), {}, hi - lo, 16};
+  }
+};
+
+struct dp_policies : default_policies {
+  using data_parallel = sparselm::data_parallel::mpi;
+};
+
+optim::schedule lr() { return optim::make_schedule({{"type", "constant"}, {"lr", 3e-3}}); }
+
+// Trains `steps` steps on rank r of P (rows split as the training loop splits them); returns the
+// losses and the final parameters.
+template <class Model>
+std::pair<std::vector<double>, std::vector<float>> train_replica(Model& model, parallel::replica_group& g,
+                                                                 const data& d, int steps, bool shard) {
+  trainer_options o;
+  o.shard_optimizer = shard;
+  trainer<Model, dp_policies> t(model, o, optim::adamw<float>(nlohmann::json::object()), lr());
+  t.set_replicas(g);
+  t.sync_parameters();
+  std::vector<double> losses;
+  for (int k = 0; k < steps; ++k) {
+    const auto [lo, hi] = parallel::replica_group::slice(4, g.rank(), g.size());
+    const token_batch b = d.rows(k, lo, hi);
+    losses.push_back(t.train_step(std::span<const token_batch>(&b, 1)).loss.mean_loss());
+  }
+  t.check_replicas_agree("at the end of the test");
+  return {losses, test::param_snapshot(model)};
+}
+
+}  // namespace
+
+TEST_CASE("the model reports every part's gradient range once per step, and the ranges tile the arena") {
+  for (std::size_t micro : {1u, 2u, 3u}) {
+    gpt<> m(small());
+    m.init(1);
+    const data d(3);
+    std::vector<std::pair<std::size_t, std::size_t>> got;
+    std::function<void(std::size_t, std::size_t)> ready = [&](std::size_t b, std::size_t e) {
+      got.emplace_back(b, e);
+    };
+    step_context ctx;
+    ctx.training = true;
+    ctx.grads_ready = &ready;
+    std::vector<token_batch> mb;
+    for (std::size_t k = 0; k < micro; ++k) mb.push_back(d.rows(int(k), 0, 4));
+    std::vector<float> scales(micro, 1.0f);
+    m.grads().zero();
+    m.forward_backward<recompute::none, pipeline::none>(ctx, mb, scales);
+    CAPTURE(micro);
+    REQUIRE(got.size() == small().n_layer + 2);  // embedding, each block, head
+    std::sort(got.begin(), got.end());
+    std::size_t at = 0;
+    for (auto [b, e] : got) {
+      CHECK(b == at);
+      CHECK(e > b);
+      at = e;
+    }
+    CHECK(at == m.params().all().size());
+  }
+}
+
+TEST_CASE("2 and 3 replicas on their rows train as one process on the whole batch") {
+  const data d(6);
+  gpt<> single(small());
+  single.init(3);
+  thread_replicas one(1);
+  std::vector<double> ref_loss;
+  std::vector<float> ref_w;
+  one.run([&](std::size_t, parallel::replica_group& g) {
+    std::tie(ref_loss, ref_w) = train_replica(single, g, d, 6, false);
+  });
+  for (std::size_t P : {2u, 3u}) {
+    for (bool shard : {false, true}) {
+      CAPTURE(P);
+      CAPTURE(shard);
+      std::vector<std::vector<double>> losses(P);
+      std::vector<std::vector<float>> weights(P);
+      thread_replicas group(P);
+      group.run([&](std::size_t r, parallel::replica_group& g) {
+        gpt<> m(small());
+        m.init(r == 0 ? 3 : 100 + r);  // other seeds: sync_parameters gives every rank rank 0's weights
+        std::tie(losses[r], weights[r]) = train_replica(m, g, d, 6, shard);
+      });
+      for (std::size_t r = 1; r < P; ++r) {
+        CHECK(losses[r] == losses[0]);
+        CHECK(weights[r] == weights[0]);
+      }
+      for (std::size_t k = 0; k < ref_loss.size(); ++k)
+        CHECK(losses[0][k] == doctest::Approx(ref_loss[k]).epsilon(1e-5));
+      double worst = 0, scale = 0;
+      for (std::size_t i = 0; i < ref_w.size(); ++i) {
+        worst = std::max(worst, double(std::abs(weights[0][i] - ref_w[i])));
+        scale = std::max(scale, double(std::abs(ref_w[i])));
+      }
+      CHECK(worst <= 1e-3 * scale);
+    }
+  }
+}
+
+TEST_CASE("sharded optimiser state is bit-identical to unsharded and gathers into the whole state") {
+  const data d(4);
+  const std::size_t P = 2;
+  std::vector<std::vector<float>> w_plain(P), w_shard(P), slots_plain, slots_shard;
+  for (bool shard : {false, true}) {
+    thread_replicas group(P);
+    group.run([&](std::size_t r, parallel::replica_group& g) {
+      gpt<> m(small());
+      m.init(5);
+      trainer_options o;
+      o.shard_optimizer = shard;
+      trainer<gpt<>, dp_policies> t(m, o, optim::adamw<float>(nlohmann::json::object()), lr());
+      t.set_replicas(g);
+      CHECK(t.sharded() == shard);
+      for (int k = 0; k < 4; ++k) {
+        const auto [lo, hi] = parallel::replica_group::slice(4, r, P);
+        const token_batch b = d.rows(k, lo, hi);
+        t.train_step(std::span<const token_batch>(&b, 1));
+      }
+      (shard ? w_shard : w_plain)[r] = test::param_snapshot(m);
+      t.gather_optimizer_state();
+      if (r == 0) {
+        auto st = t.checkpoint_state();
+        CHECK(st.step == 4);
+        auto& out = shard ? slots_shard : slots_plain;
+        for (auto& s : st.slots) out.emplace_back(s.slots->all().begin(), s.slots->all().end());
+      }
+      t.release_gathered_state();
+    });
+  }
+  CHECK(w_shard[0] == w_plain[0]);
+  CHECK(w_shard[1] == w_plain[1]);
+  REQUIRE(slots_plain.size() == 2);
+  CHECK(slots_shard == slots_plain);
+}
+
+TEST_CASE("S1 sparse LM with RigL scores: replicas sum the pooled dense gradients") {
+  // The pooled scores of a dense-gradient step are summed over the replicas like the gradients.
+  sparse_lm_config c;
+  c.vocab_size = 64;
+  c.sequence_length = 16;
+  c.layers = 1;
+  c.hidden_length = 32;
+  c.ff_length = 64;
+  c.attention_heads = 2;
+  c.qkv_length = 16;
+  c.embedding_length = 16;
+  c.block_size = 8;
+  c.sparsity = 0.5;
+  // unweighted loss: both halves have 2 x 12 targets, so the micro-batch means of one process
+  // and the replicas' global mean scale the gradients alike
+  c.loss = lm_loss_options{false, 4};
+  const data d(1);
+  std::vector<std::vector<float>> scores(2);
+  std::vector<float> whole;
+  auto pooled = [](auto& m) {
+    std::vector<float> v;
+    for (auto& w : m.sparse_weights()) v.insert(v.end(), w.pooled_grad.begin(), w.pooled_grad.end());
+    return v;
+  };
+  {
+    using M = sparse_lm<float, block_sparse<8>>;
+    thread_replicas group(2);
+    group.run([&](std::size_t r, parallel::replica_group& g) {
+      M m(c);
+      m.init(9);
+      trainer<M, dp_policies> t(m, trainer_options{}, optim::adamw<float>(nlohmann::json::object()), lr());
+      t.set_replicas(g);
+      t.set_hooks({[](std::size_t) { return true; }, {}});
+      const token_batch b = d.rows(0, 2 * r, 2 * r + 2);
+      t.train_step(std::span<const token_batch>(&b, 1));
+      scores[r] = pooled(m);
+    });
+    // one process, the two halves as two micro-batches (the replicas' rows)
+    M m(c);
+    m.init(9);
+    trainer_options o;
+    o.accumulation.steps = 2;
+    o.accumulation.scale_before = true;  // each micro-batch's gradient x 1/2, as the replicas' global mean
+    trainer<M> t(m, o, optim::adamw<float>(nlohmann::json::object()), lr());
+    t.set_hooks({[](std::size_t) { return true; }, {}});
+    const std::vector<token_batch> mb = {d.rows(0, 0, 2), d.rows(0, 2, 4)};
+    t.train_step(mb);
+    whole = pooled(m);
+  }
+  REQUIRE(!whole.empty());
+  CHECK(scores[0] == scores[1]);
+  REQUIRE(scores[0].size() == whole.size());
+  for (std::size_t i = 0; i < whole.size(); ++i) CHECK(scores[0][i] == doctest::Approx(whole[i]).epsilon(1e-5));
+}
