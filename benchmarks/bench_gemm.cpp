@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
   if (sparselm::has_bf16_dot_peak)
     benchmark::AddCustomContext("bf16 dot peak GFLOP/s (1 thread, 2 threads)",
                                 std::to_string(bf16_peak(1)) + ", " + std::to_string(bf16_peak(2)));
-  benchmark::AddCustomContext("gemm_bf16 path", sparselm::kernels::gemm_bf16_native ? "native (AVX512-BF16)" : "portable");
+  benchmark::AddCustomContext("gemm_bf16 path (best)", sparselm::kernels::describe_compute(sparselm::dtype::bf16));
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -17,6 +17,19 @@ inline gpt_config tiny_gpt_config() {
   return c;
 }
 
+// Two layers of width 32 over a 64-token vocabulary, 16 positions, no dropout: big enough for
+// trainer behaviour (precision, replicas), small enough for many steps in a test.
+inline gpt_config small_gpt_config() {
+  gpt_config c = tiny_gpt_config();
+  c.vocab_size = 64;
+  c.n_positions = 16;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 32;
+  c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = 0.0f;
+  return c;
+}
+
 template <class Model>
 std::vector<float> param_snapshot(Model& m) {
   const auto& a = m.params();

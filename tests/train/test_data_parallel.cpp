@@ -136,15 +136,7 @@ class thread_replicas {
   std::vector<std::size_t> len_;
 };
 
-gpt_config small() {
-  gpt_config c = test::tiny_gpt_config();
-  c.vocab_size = 64;
-  c.n_positions = 16;
-  c.n_layer = 2;
-  c.n_embd = 32;
-  c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = 0.0f;
-  return c;
-}
+gpt_config small() { return test::small_gpt_config(); }
 
 // Batches of 4 rows x 16 positions; rows [lo, hi) of batch k as a token_batch.
 struct data {

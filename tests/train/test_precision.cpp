@@ -21,16 +21,7 @@ using namespace sparselm;
 
 namespace {
 
-gpt_config small() {
-  gpt_config c = test::tiny_gpt_config();
-  c.vocab_size = 64;
-  c.n_positions = 16;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = 0.0f;
-  return c;
-}
+gpt_config small() { return test::small_gpt_config(); }
 
 // A fixed stream of 4 x 16 batches of a learnable sequence (next id = 5 * id + 3 mod 64, with noise).
 struct stream {

@@ -14,7 +14,14 @@
 //   portable - any CPU: the operands are widened (or rounded) to float inside the fp32 GEMM's
 //              packing and multiplied by its micro-kernel. bf16 operands still halve the memory
 //              read from A and B; the arithmetic runs at the fp32 rate.
-//   best     - native when available, else portable.
+//   best     - native when available and faster than the fp32 FMAs on this CPU, else portable.
+//              Not every CPU with AVX512-BF16 runs vdpbf16ps at twice the FMA rate: AMD Zen 4 and
+//              Zen 5 do, the Intel Xeon (Sapphire Rapids class) of this project's VM runs it at
+//              half (measured: bf16 dot peak 122 vs FMA peak 242 GFLOP/s on one thread), where the
+//              native GEMM ran the GPT-2 small step at 0.63x the fp32 step. bf16_native_choice()
+//              measures both rates once per process (about a millisecond, one thread) and picks
+//              native only when its rate is at least 1.2x the FMA's; SPARSELM_BF16_KERNEL=native
+//              or =portable overrides the measurement.
 // The two paths multiply the same values and differ only in the order of the fp32 additions
 // (native adds each k-pair's two products in one instruction): results agree within the fp32
 // GEMM's tolerance (the tests use (2K + 4) * eps32 * sum|a*b|). Against the fp32 GEMM on the
@@ -26,7 +33,10 @@
 // fp16 arithmetic; F16C converts). gemm_as(dtype, ...) picks gemm, gemm_bf16 or gemm_f16 by the
 // compute type a precision policy names.
 
+#include <chrono>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "sparselm/core/dtype.hpp"
@@ -44,6 +54,68 @@ enum class gemm_bf16_path { best, native, portable };
 // exists.
 inline constexpr bool gemm_bf16_native = SPARSELM_GEMM_BF16_NATIVE != 0;
 
+// Which bf16 kernel `best` uses on this CPU, and why (see above).
+struct bf16_kernel_choice {
+  bool native = false;     // vdpbf16ps kernel (else the portable path)
+  double ratio = 0;        // measured bf16 dot-product FLOP rate / fp32 FMA FLOP rate, one thread (0: not measured)
+  const char* reason = "";  // "measured", "SPARSELM_BF16_KERNEL", "no AVX512-BF16 in this build"
+};
+
+namespace detail {
+#if SPARSELM_GEMM_BF16_NATIVE
+// Seconds for `iters` rounds of 16 independent vdpbf16ps (or FMA) chains: the throughput bound.
+template <bool Dot>
+[[gnu::noinline]] inline double bf16_probe_seconds(long iters) {
+  __m512 acc[16];
+  for (int c = 0; c < 16; ++c) acc[c] = _mm512_set1_ps(1.0f + 0.001f * float(c));
+  const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0x1p-20f), _mm512_set1_ps(0x1p-20f));
+  const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1.0f), _mm512_set1_ps(1.0f));
+  const __m512 m = _mm512_set1_ps(0.9999999f), add = _mm512_set1_ps(1e-7f);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long i = 0; i < iters; ++i) {
+#pragma GCC unroll 16
+    for (int c = 0; c < 16; ++c) acc[c] = Dot ? _mm512_dpbf16_ps(acc[c], a, b) : _mm512_fmadd_ps(acc[c], m, add);
+  }
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  __m512 sum = acc[0];
+  for (int c = 1; c < 16; ++c) sum = _mm512_add_ps(sum, acc[c]);
+  volatile float sink = _mm512_reduce_add_ps(sum);
+  (void)sink;
+  return sec;
+}
+#endif
+
+inline bf16_kernel_choice choose_bf16_kernel() {
+  bf16_kernel_choice c;
+#if SPARSELM_GEMM_BF16_NATIVE
+  if (const char* v = std::getenv("SPARSELM_BF16_KERNEL"); v && (std::string(v) == "native" || std::string(v) == "portable")) {
+    c.native = std::string(v) == "native";
+    c.reason = "SPARSELM_BF16_KERNEL";
+    return c;
+  }
+  // Best of 5 short runs each (the fastest is the least disturbed); a vdpbf16ps does 64 flops, an FMA 32.
+  constexpr long iters = 1L << 13;
+  double dot = 1e30, fma = 1e30;
+  for (int r = 0; r < 5; ++r) {
+    dot = std::min(dot, bf16_probe_seconds<true>(iters));
+    fma = std::min(fma, bf16_probe_seconds<false>(iters));
+  }
+  c.ratio = dot > 0 ? 2.0 * fma / dot : 0.0;
+  c.native = c.ratio >= 1.2;
+  c.reason = "measured";
+#else
+  c.reason = "no AVX512-BF16 in this build";
+#endif
+  return c;
+}
+}  // namespace detail
+
+// The choice, made once per process (thread-safe).
+inline const bf16_kernel_choice& bf16_native_choice() {
+  static const bf16_kernel_choice c = detail::choose_bf16_kernel();
+  return c;
+}
+
 template <class T>
 concept gemm_bf16_operand = std::same_as<T, float> || std::same_as<T, bf16>;
 
@@ -58,7 +130,8 @@ void gemm_bf16(trans ta, trans tb, float alpha, const_matrix_view<SA> A, const_m
                  "this build has only the portable path");
 #if SPARSELM_GEMM_BF16_NATIVE
   if constexpr (native) {
-    if (path != gemm_bf16_path::portable) return detail::gemm_run<detail::gemm_bf16_family<Arch>>(p);
+    if (path == gemm_bf16_path::native || (path == gemm_bf16_path::best && bf16_native_choice().native))
+      return detail::gemm_run<detail::gemm_bf16_family<Arch>>(p);
   }
 #endif
   detail::gemm_run<detail::gemm_fp32_family<Arch, detail::gemm_round::bf16>>(p);
@@ -89,10 +162,18 @@ inline void gemm_as(dtype compute, trans ta, trans tb, float alpha, const_matrix
 inline std::string describe_compute(dtype d) {
   switch (d) {
     case dtype::f32: return "fp32";
-    case dtype::bf16:
-      return gemm_bf16_native ? "bf16 (dense GEMMs on AVX512-BF16 dot products, fp32 accumulation)"
-                              : "bf16 (portable path: this build has no AVX512-BF16, so the dense GEMMs multiply "
-                                "bf16-rounded operands at the fp32 rate)";
+    case dtype::bf16: {
+      const auto& c = bf16_native_choice();
+      char ratio[96] = "";
+      if (c.ratio > 0)
+        std::snprintf(ratio, sizeof ratio, "; measured: AVX512-BF16 dot products at %.2fx the fp32 FMA rate", c.ratio);
+      if (c.native) return std::string("bf16 (dense GEMMs on AVX512-BF16 dot products, fp32 accumulation") + ratio + ")";
+      if (!gemm_bf16_native)
+        return "bf16 (portable path: this build has no AVX512-BF16, so the dense GEMMs multiply bf16-rounded operands "
+               "at the fp32 rate)";
+      return std::string("bf16 (portable path: bf16-rounded operands multiplied at the fp32 rate, faster on this CPU") +
+             ratio + (c.ratio > 0 ? "" : "; SPARSELM_BF16_KERNEL=portable") + ")";
+    }
     case dtype::f16: return "fp16 (dense GEMM operands rounded to IEEE half, fp32 arithmetic; dynamic loss scaling)";
   }
   return "?";
