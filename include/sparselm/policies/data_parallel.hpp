@@ -4,8 +4,8 @@
 // When to use: `none` (default) trains one replica in this process; the trainer has no replica
 // group. `mpi` trains one model on P replicas (processes started by mpirun, parallel/mpi.hpp):
 // each rank runs the step on its own rows of the global batch, the trainer sums the loss
-// normalisers and the gradients over the ranks (one non-blocking sum per model part, started as
-// backward finishes the part), and every rank then applies the same update to the same weights.
+// normalisers and the gradients over the ranks (one sum per model part, started as backward
+// finishes the part), and every rank then applies the same update to the same weights.
 // The replica group is given at run time (trainer::set_replicas); a group of one process makes
 // `mpi` behave exactly as `none`, so one program serves both launches. docs/distributed.md.
 
