@@ -18,6 +18,7 @@
 #include "sparselm/core/rng.hpp"
 #include "sparselm/core/tensor.hpp"
 #include "sparselm/core/view.hpp"
+#include "sparselm/policies/pipeline.hpp"
 
 namespace sparselm {
 
@@ -93,6 +94,8 @@ struct step_context {
   // Data parallelism: a model calls (*grads_ready)(begin, end) once per step for each flat range of
   // the gradient arena as soon as backward has finished it (null: nobody listens).
   const std::function<void(std::size_t, std::size_t)>* grads_ready = nullptr;
+  // Stage pipelining under pipeline::configured (policies/pipeline.hpp); null: one stage.
+  const pipeline::plan* pipeline = nullptr;
 
   std::span<const float> p(std::size_t i) const { return (*params)[i]; }
   std::span<float> g(std::size_t i) const { return (*grads)[i]; }

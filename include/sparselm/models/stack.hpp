@@ -7,6 +7,9 @@
 //   grad(slot)         (N,C)  dL/d(residual) while backward walks down the stack, per slot
 //   caches             S × Recompute::caches(L) block caches
 //
+// A slot is used by one micro-batch at a time, and a micro-batch by one pipeline stage at a time,
+// so stages on their own threads never share a slot's buffers (models/transformer.hpp).
+//
 // The stack does not decide what to keep: a recompute policy (policies/recompute.hpp) drives it
 // through forward_block / recompute_block / backward_block, and a pipeline policy's schedule
 // (policies/pipeline.hpp) says which block runs for which micro-batch when. forward() and
@@ -55,6 +58,16 @@ class block_stack {
       if (st.caches.size() < k) st.caches.resize(k);
   }
 
+  // Sizes every slot's residual streams, gradient and spare output for N rows, so that passes on
+  // other threads never reallocate them (staged steps call this before their stages start).
+  void reserve(std::size_t N) {
+    for (auto& st : slots_) {
+      st.res.get((blocks_.size() + 1) * N * c_);
+      st.dres.get(N * c_);
+      st.spare.get(N * c_);
+    }
+  }
+
   // Block l's input (l = size(): the output) for the micro-batch in `slot`, N rows.
   matrix_view<float> residual(std::size_t slot, std::size_t l, std::size_t N) {
     auto& r = slots_.at(slot).res;
@@ -71,7 +84,7 @@ class block_stack {
   }
   void recompute_block(const step_context& s, std::size_t l, std::size_t slot, std::size_t k) {
     const std::size_t N = s.batch * s.seq;
-    blocks_[l].forward(s, residual(slot, l, N), spare_.matrix(N, c_), cache(slot, k));
+    blocks_[l].forward(s, residual(slot, l, N), slots_.at(slot).spare.matrix(N, c_), cache(slot, k));
   }
   void backward_block(const step_context& s, std::size_t l, std::size_t slot, std::size_t k) {
     auto g = grad(slot, s.batch * s.seq);
@@ -96,14 +109,15 @@ class block_stack {
 
   // Bytes held by the residual streams, gradients and spare output (the caches' buffers excluded).
   std::size_t buffer_bytes() const noexcept {
-    std::size_t b = spare_.capacity();
-    for (auto& st : slots_) b += st.res.capacity() + st.dres.capacity();
+    std::size_t b = 0;
+    for (auto& st : slots_) b += st.res.capacity() + st.dres.capacity() + st.spare.capacity();
     return b * sizeof(float);
   }
 
  private:
   struct slot_state {
     buffer res, dres;
+    buffer spare;  // output of a recomputed block (discarded)
     std::vector<cache_type> caches;
   };
   cache_type& cache(std::size_t slot, std::size_t k) { return slots_.at(slot).caches.at(k); }
@@ -111,7 +125,6 @@ class block_stack {
   std::vector<Block> blocks_;
   std::size_t c_ = 0;
   std::vector<slot_state> slots_;
-  buffer spare_;  // output of a recomputed block (discarded)
 };
 
 }  // namespace sparselm

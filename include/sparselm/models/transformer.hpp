@@ -4,7 +4,7 @@
 // transformer<Embedding, Block, Head, Batch> owns the arenas (values and gradients), the three
 // parts and their per-micro-batch state, and runs every pass:
 //   forward_backward<Recompute, Pipeline>(ctx, micro_batches, scales)   a training step's passes,
-//                                                 in the order of the pipeline policy's schedule
+//                                                 in sequence or over the pipeline policy's stages
 //   forward_backward<Recompute>(ctx, batch, scale)   one micro-batch
 //   evaluate(batch)                               loss without gradients
 //   logits(ids, batch, seq, out), hidden(...)     inference
@@ -20,6 +20,7 @@
 // and each is visitable (layers/visit.hpp), so init, parameter lists and sparse weights are derived.
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <span>
 #include <string>
@@ -29,12 +30,14 @@
 
 #include "sparselm/core/arena.hpp"
 #include "sparselm/core/error.hpp"
+#include "sparselm/core/threads.hpp"
 #include "sparselm/layers/context.hpp"
 #include "sparselm/layers/linear.hpp"
 #include "sparselm/layers/lm_head.hpp"
 #include "sparselm/layers/visit.hpp"
 #include "sparselm/models/lm_loss.hpp"
 #include "sparselm/models/stack.hpp"
+#include "sparselm/models/stage_runner.hpp"
 #include "sparselm/policies/pipeline.hpp"
 #include "sparselm/policies/recompute.hpp"
 #include "sparselm/sparse/update.hpp"
@@ -91,7 +94,8 @@ class transformer {
   // Denominator of the batch's mean loss (the trainer scales the gradient by its inverse).
   double loss_normaliser(const Batch& b) const { return head_.loss_normaliser(b); }
 
-  // The passes of a training step over micro-batches, in the order of Pipeline's schedule.
+  // The passes of a training step over micro-batches: in sequence, or over the stages of
+  // Pipeline's plan (policies/pipeline.hpp) on their own threads.
   // Gradients accumulate: grads += Σ_m scales[m] · ∂(Σ w·CE of micro-batch m)/∂θ.
   // ctx supplies training (dropout), step and the dropout key; micro-batch m runs with
   // ctx.micro + m (its dropout streams), and the shapes are set here.
@@ -99,9 +103,10 @@ class transformer {
   loss_stats forward_backward(step_context ctx, std::span<const Batch> micro, std::span<const float> scales) {
     SPARSELM_CHECK(micro.size() == scales.size(), "model: ", micro.size(), " micro-batches and ", scales.size(),
                    " gradient scales");
-    const std::size_t slots = Pipeline::in_flight(micro.size());
-    stack_.template prepare<Recompute>(slots);
-    if (emb_c_.size() < slots) emb_c_.resize(slots);
+    const pipeline::plan p = Pipeline::resolve(ctx.pipeline);
+    if (p.stages > 1) return staged_forward_backward<Recompute>(ctx, micro, scales, p);
+    stack_.template prepare<Recompute>(1);
+    if (emb_c_.empty()) emb_c_.resize(1);
     loss_stats st;
     const std::uint64_t first = ctx.micro;
     // Data parallelism: a part's gradient range is final after its last micro-batch's backward.
@@ -111,37 +116,50 @@ class transformer {
       if (report && ++backward_done_[part] == micro.size())
         (*ctx.grads_ready)(grad_ranges_[part].first, grad_ranges_[part].second);
     };
-    for (const auto& step : Pipeline::schedule(stack_.size(), micro.size())) {
+    for (const auto& step : pipeline::sequential_schedule(stack_.size(), micro.size())) {
       const Batch& b = micro[step.micro];
       ctx.micro = first + step.micro;
       const auto s = bind(ctx, b);
-      const std::size_t slot = step.micro % slots, N = b.batch * b.seq;
+      const std::size_t N = b.batch * b.seq;
       const bool fwd = step.dir == pipeline::direction::forward;
       switch (step.what) {
         case pipeline::part::embedding:
           if (fwd) {
-            embed_forward(s, b, stack_.input(slot, N), emb_c_[slot]);
+            embed_forward(s, b, stack_.input(0, N), emb_c_[0]);
           } else {
-            embed_backward(s, b, stack_.grad(slot, N), emb_c_[slot]);
+            embed_backward(s, b, stack_.grad(0, N), emb_c_[0]);
             finished(0);
           }
           break;
         case pipeline::part::block:
           if (fwd) {
-            Recompute::forward(stack_, s, step.index, slot);
+            Recompute::forward(stack_, s, step.index, 0);
           } else {
-            Recompute::backward(stack_, s, step.index, slot);
+            Recompute::backward(stack_, s, step.index, 0);
             finished(1 + step.index);
           }
           break;
         case pipeline::part::head:
-          st += head_.forward_backward(s, stack_.output(slot, N), b, scales[step.micro], stack_.grad(slot, N), head_c_);
+          st += head_.forward_backward(s, stack_.output(0, N), b, scales[step.micro], stack_.grad(0, N), head_c_);
           finished(stack_.size() + 1);
           break;
       }
     }
     return st;
   }
+
+  // What the last staged step did (stages == 1 before the first one).
+  struct pipeline_report {
+    std::size_t stages = 1, micro_batches = 0, threads_per_stage = 0;
+    pipeline::order schedule = pipeline::order::one_f_one_b;
+    std::vector<std::size_t> split;     // first block of stages 1..S-1
+    bool balanced = false;              // split chosen from measured part times (else given or initial)
+    std::vector<double> stage_seconds;  // busy time of each stage
+    double seconds = 0;                 // wall time of the stages (the deferred embedding backward excluded)
+    double predicted_bubble = 0;        // (S - 1) / (M + S - 1)
+    double measured_bubble = 0;         // 1 - Σ busy / (S · seconds)
+  };
+  const pipeline_report& last_pipeline() const noexcept { return pipe_; }
 
   // One micro-batch (numbered ctx.micro for its dropout streams).
   template <recompute::policy Recompute = recompute::none>
@@ -214,6 +232,135 @@ class transformer {
   sparse_plan plan_;  // set by derived constructors before they build the parts
 
  private:
+  // A step over the stages of plan p (policies/pipeline.hpp): stage s runs blocks
+  // [first[s], first[s + 1]) on its own thread group, stage 0 also the embedding's forward and the
+  // last stage the head. Micro-batch m lives in slot m % in_flight. The embedding's backward runs
+  // after the stages, in micro-batch order on every thread: the head may share its tensor (tied
+  // weights), and two stages must never add into one gradient at once.
+  template <recompute::policy Recompute>
+  loss_stats staged_forward_backward(step_context ctx, std::span<const Batch> micro, std::span<const float> scales,
+                                     const pipeline::plan& p) {
+    using pipeline::direction;
+    const std::size_t L = stack_.size(), S = p.stages, M = micro.size(), C = stack_.channels();
+    pipeline::check_split(p.split, S, L);
+    std::vector<step_context> bound(M);  // every micro-batch is checked before a stage starts
+    std::size_t max_rows = 0;
+    for (std::size_t m = 0; m < M; ++m) {
+      step_context c = ctx;
+      c.micro = ctx.micro + m;
+      c.grads_ready = nullptr;  // the gradients are final only after the deferred embedding backward
+      bound[m] = bind(c, micro[m]);
+      max_rows = std::max(max_rows, micro[m].batch * micro[m].seq);
+    }
+    const std::size_t slots = pipeline::in_flight(p.schedule, S, M);
+    stack_.template prepare<Recompute>(slots);
+    stack_.reserve(max_rows);
+    if (emb_c_.size() < M) emb_c_.resize(M);
+    if (dx0_.size() < M) dx0_.resize(M);
+    for (std::size_t m = 0; m < M; ++m) dx0_[m].get(micro[m].batch * micro[m].seq * C);
+    if (stage_tmp_.size() < S) stage_tmp_.resize(S);
+
+    std::vector<std::size_t> first(S + 1, L);
+    const std::vector<std::size_t> split = choose_split(p, S);
+    first[0] = 0;
+    for (std::size_t s = 1; s < S; ++s) first[s] = split[s - 1];
+
+    std::vector<double> cost(L + 2, 0.0), busy(S, 0.0);
+    std::vector<loss_stats> head_st(M);
+    const std::size_t threads = std::max<std::size_t>(1, std::size_t(num_threads()) / S);
+    stage_runner runner(S, M);
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
+    runner.run(threads, [&](std::size_t s) {
+      auto timed = [&](std::size_t part, auto&& f) {
+        const auto a = clock::now();
+        f();
+        const double d = std::chrono::duration<double>(clock::now() - a).count();
+        cost[part] += d;
+        busy[s] += d;
+      };
+      for (const auto& op : pipeline::stage_schedule(p.schedule, s, S, M)) {
+        const std::size_t m = op.micro, slot = m % slots, N = micro[m].batch * micro[m].seq;
+        step_context c = bound[m];
+        c.tmp = &stage_tmp_[s];
+        const Batch& b = micro[m];
+        if (op.dir == direction::forward) {
+          if (s > 0) runner.wait(direction::forward, s - 1, m);
+          if (s == 0) timed(0, [&] { embed_forward(c, b, stack_.input(slot, N), emb_c_[m]); });
+          for (std::size_t l = first[s]; l < first[s + 1]; ++l)
+            timed(1 + l, [&] { Recompute::forward(stack_, c, l, slot); });
+          if (s + 1 == S)
+            timed(L + 1, [&] {
+              head_st[m] = head_.forward_backward(c, stack_.output(slot, N), b, scales[m], stack_.grad(slot, N), head_c_);
+            });
+        } else {
+          if (s + 1 < S) runner.wait(direction::backward, s + 1, m);
+          for (std::size_t l = first[s + 1]; l-- > first[s];)
+            timed(1 + l, [&] { Recompute::backward(stack_, c, l, slot); });
+          if (s == 0) {
+            const auto g = stack_.grad(slot, N);
+            std::copy(g.data, g.data + N * C, dx0_[m].get(N * C).data());
+          }
+        }
+        runner.done(op.dir, s, m);
+      }
+    });
+    const double wall = std::chrono::duration<double>(clock::now() - t0).count();
+    loss_stats st;
+    for (std::size_t m = 0; m < M; ++m) {
+      const std::size_t N = micro[m].batch * micro[m].seq;
+      embed_backward(bound[m], micro[m], matrix_view<float>{dx0_[m].get(N * C).data(), N, C}, emb_c_[m]);
+      st += head_st[m];
+    }
+    record_pipeline(p, S, M, threads, split, cost, busy, wall);
+    return st;
+  }
+
+  // The split of a staged step: the plan's, else balanced from the part times of the previous
+  // staged steps (the first two re-balance, later ones keep the split), else from a cost model
+  // (each part's parameter count; the embedding's forward is a gather, counted as nothing).
+  std::vector<std::size_t> choose_split(const pipeline::plan& p, std::size_t S) {
+    const std::size_t L = stack_.size();
+    if (!p.split.empty()) return p.split;
+    if (auto_stages_ == S && balanced_steps_ >= 2) return auto_split_;
+    std::vector<double> block(L);
+    double head = 0;
+    if (auto_stages_ == S && part_cost_.size() == L + 2) {
+      for (std::size_t l = 0; l < L; ++l) block[l] = part_cost_[1 + l];
+      head = part_cost_[L + 1];
+      auto_split_ = pipeline::balance(block, part_cost_[0], head, S);
+      ++balanced_steps_;
+      pipe_.balanced = true;
+      return auto_split_;
+    }
+    for (std::size_t l = 0; l < L; ++l)
+      for (const auto& t : parameters_of(stack_[l])) block[l] += double((*layout_)[t.index].size);
+    for (const auto& t : parameters_of(head_)) head += double((*layout_)[t.index].size);
+    auto_stages_ = S;
+    balanced_steps_ = 0;
+    pipe_.balanced = false;
+    auto_split_ = pipeline::balance(block, 0.0, head, S);
+    return auto_split_;
+  }
+
+  void record_pipeline(const pipeline::plan& p, std::size_t S, std::size_t M, std::size_t threads,
+                       const std::vector<std::size_t>& split, const std::vector<double>& cost,
+                       const std::vector<double>& busy, double wall) {
+    if (p.split.empty()) part_cost_ = cost;
+    pipe_.stages = S;
+    pipe_.micro_batches = M;
+    pipe_.threads_per_stage = threads;
+    pipe_.schedule = p.schedule;
+    pipe_.split = split;
+    if (!p.split.empty()) pipe_.balanced = false;
+    pipe_.stage_seconds = busy;
+    pipe_.seconds = wall;
+    pipe_.predicted_bubble = pipeline::predicted_bubble(S, M);
+    double total = 0;
+    for (double b : busy) total += b;
+    pipe_.measured_bubble = wall > 0 ? std::max(0.0, 1.0 - total / (double(S) * wall)) : 0.0;
+  }
+
   // Checks a batch against the model and binds the step context to this model's storage.
   step_context bind(step_context s, const Batch& b) {
     SPARSELM_CHECK(b.batch > 0 && b.seq > 0, name_, ": empty batch (", b.batch, " x ", b.seq, ")");
@@ -295,9 +442,17 @@ class transformer {
   Embedding emb_;
   stack_type stack_;
   Head head_;
-  std::vector<typename Embedding::cache> emb_c_;
+  std::vector<typename Embedding::cache> emb_c_;  // per slot (sequential) or per micro-batch (staged)
   typename Head::cache head_c_;
   scratch tmp_;
+  // Staged steps: scratch per stage, the embedding's input gradient per micro-batch (its backward
+  // is deferred), measured part times and the automatic split.
+  std::vector<scratch> stage_tmp_;
+  std::vector<buffer> dx0_;
+  std::vector<double> part_cost_;
+  std::vector<std::size_t> auto_split_;
+  std::size_t auto_stages_ = 0, balanced_steps_ = 0;
+  pipeline_report pipe_;
 };
 
 }  // namespace sparselm

@@ -24,6 +24,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -53,7 +54,7 @@ namespace sparselm {
 // The default policy bundle: keep all activations, one pipeline stage, one replica, fp32, AdamW.
 struct default_policies {
   using recompute = sparselm::recompute::none;
-  using pipeline = sparselm::pipeline::none;
+  using pipeline = sparselm::pipeline::configured;  // trainer_options::pipeline (default one stage)
   using data_parallel = sparselm::data_parallel::none;
   using precision = sparselm::precision::configured;  // trainer_options::precision (default fp32)
   using optimizer = optim::adamw<float>;
@@ -152,11 +153,16 @@ struct trainer_options {
   // optimiser slots of 1/P of the tensors and the replicas then exchange the updated parameters
   // (ZeRO stage 1; optim/shard.hpp). Checkpoints hold the whole state either way.
   bool shard_optimizer = false;
+  // Stage pipelining under pipeline::configured (policies/pipeline.hpp): the blocks split into
+  // `stages` stages on their own thread groups, the micro-batches (accumulation steps) in 1F1B or
+  // GPipe order; the split is given or balanced by measured cost.
+  pipeline::plan pipeline{};
 
   // Fields: accumulation {steps, mode, scale_before}, clip ("none" | "global_norm" | "per_tensor"),
   // max_norm, dropout_seed, on_nonfinite ("stop" | "skip"), max_skipped_steps, loss_scaling
   // ({"type": "static", "scale": S} | {"type": "dynamic", ...} | a number), precision ("fp32" |
-  // "bf16" | "fp16"), shard_optimizer (bool).
+  // "bf16" | "fp16"), shard_optimizer (bool), pipeline ({"stages": N, "schedule": "1f1b" | "gpipe",
+  // "split": [first block of each stage after the first]}).
   static trainer_options from_json(const json& j, const std::string& context = "trainer config") {
     json_fields r(j, context);
     trainer_options o;
@@ -173,11 +179,34 @@ struct trainer_options {
     if (r.has("loss_scaling")) o.loss_scaling = optim::loss_scale_config(j.at("loss_scaling"));
     r.ignore({"loss_scaling"});
     o.shard_optimizer = r.get("shard_optimizer", o.shard_optimizer);
+    if (r.has("pipeline")) o.pipeline = parse_pipeline(j.at("pipeline"), context + ": field 'pipeline'");
+    r.ignore({"pipeline"});
     if (r.has("precision"))
       o.precision = sparselm::precision::parse(r.get("precision", std::string("fp32"), one_of({"fp32", "bf16", "fp16"})),
                                      context + ": field 'precision'");
     r.finish();
     return o;
+  }
+
+  static pipeline::plan parse_pipeline(const json& j, const std::string& context) {
+    json_fields r(j, context);
+    pipeline::plan p;
+    p.stages = r.get("stages", p.stages, in_closed(1, 1024));
+    p.schedule = pipeline::parse_order(r.get("schedule", std::string("1f1b"), one_of({"1f1b", "gpipe"})), context);
+    if (r.has("split")) {
+      const json& a = j.at("split");
+      SPARSELM_CHECK(a.is_array(), context, ": 'split' must be an array of block indices");
+      for (const auto& v : a) {
+        SPARSELM_CHECK(v.is_number_integer() && v.get<std::int64_t>() >= 0, context, ": 'split' entry ", v.dump(), " is not a block index");
+        p.split.push_back(v.get<std::size_t>());
+      }
+    }
+    r.ignore({"split"});
+    r.finish();
+    SPARSELM_CHECK(p.split.empty() || p.split.size() + 1 == p.stages, context, ": 'split' has ", p.split.size(),
+                   " entries for ", p.stages, " stages (the first block of each stage after the first: ",
+                   p.stages - 1, " entries)");
+    return p;
   }
 };
 
@@ -356,6 +385,7 @@ class trainer {
     ctx.rng = counter_rng(o_.dropout_seed);
     ctx.need_dense_grad = hooks_.needs_dense_grad && hooks_.needs_dense_grad(step_ + 1);
     ctx.compute = compute();
+    ctx.pipeline = &o_.pipeline;
     scales_.resize(micro.size());
     m.loss_scale = scaler_.scale();
     // Per micro-batch loss normaliser, then tokens and samples; summed over the replicas, whose
@@ -472,6 +502,10 @@ class trainer {
       o.precision = *P::compute;
     }
     if (!o.precision) o.precision = dtype::f32;
+    if constexpr (!std::is_same_v<typename Policies::pipeline, pipeline::configured>)
+      SPARSELM_CHECK(o.pipeline.stages <= 1, "trainer: the options ask for ", o.pipeline.stages,
+                     " pipeline stages but the policy is pipeline::", Policies::pipeline::name,
+                     " (pipeline::configured follows the options)");
     if ((*o.precision == dtype::f16 || P::loss_scaling) && !o.loss_scaling.dynamic && o.loss_scaling.scale == 1.0f) {
       o.loss_scaling = optim::loss_scale_config{};
       o.loss_scaling.dynamic = true;
