@@ -3,6 +3,10 @@
 // (benchmarks/peers/torch_gpt_step.py); benchmarks/compare_gpt_step.py runs both. --precision bf16
 // or fp16 trains with that compute type (trainer_options::precision); MFU stays against the fp32
 // FMA peak, and the line also gives the bf16 dot-product peak when the build has AVX512-BF16.
+// --micro-batches M splits the batch into M micro-batches of B/M rows (gradient accumulation);
+// --pipeline-stages S runs them over S pipeline stages (trainer_options::pipeline; 1F1B unless
+// --pipeline-schedule gpipe), each on threads/S threads, and the line adds the split, the bubble
+// the schedule predicts and the one measured (median step).
 //
 //   ./build/benchmarks/bench_gpt_step --config configs/gpt2-small.json --batch 8 --seq 128 --steps 5
 //
@@ -16,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,7 +35,7 @@ using namespace sparselm;
 
 template <class Model, class Recompute>
 void run(const std::string& config, std::size_t B, std::size_t T, std::size_t steps, std::size_t warmup, int threads,
-         double sparsity, dtype compute) {
+         double sparsity, dtype compute, std::size_t M, const pipeline::plan& pipe) {
   set_num_threads(threads);
   auto cfg = gpt_config::from_json(read_json_file(config), config);
   Model model(cfg, sparse_plan{sparsity});
@@ -39,6 +44,10 @@ void run(const std::string& config, std::size_t B, std::size_t T, std::size_t st
   o.max_norm = 1.0f;
   o.dropout_seed = 7;
   o.precision = compute;
+  o.accumulation = optim::grad_accumulation(json{{"steps", M}});
+  o.pipeline = pipe;
+  SPARSELM_CHECK(M >= 1 && B % M == 0, "bench_gpt_step: --batch ", B, " is not a multiple of --micro-batches ", M);
+  const std::size_t rows = B / M;
   struct policies : default_policies {
     using recompute = Recompute;
   };
@@ -46,7 +55,7 @@ void run(const std::string& config, std::size_t B, std::size_t T, std::size_t st
                              optim::schedule(optim::constant_schedule(1e-4f)));
   std::vector<std::int32_t> ids(B * (T + 1));
   counter_rng rng(1);
-  std::vector<double> times;
+  std::vector<double> times, bubbles;
   double loss = 0;
   for (std::size_t s = 0; s < warmup + steps; ++s) {
     for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int32_t(rng.below(s, i, cfg.vocab_size));
@@ -56,13 +65,24 @@ void run(const std::string& config, std::size_t B, std::size_t T, std::size_t st
         in[b * T + k] = ids[b * (T + 1) + k];
         tg[b * T + k] = ids[b * (T + 1) + k + 1];
       }
-    std::vector<token_batch> micro{{in, tg, {}, B, T}};
+    std::vector<token_batch> micro;
+    for (std::size_t k = 0; k < M; ++k)
+      micro.push_back({std::span<const std::int32_t>(in).subspan(k * rows * T, rows * T),
+                       std::span<const std::int32_t>(tg).subspan(k * rows * T, rows * T), {}, rows, T});
     const step_metrics m = t.train_step(micro);
     loss = m.loss.mean_loss();
-    if (s >= warmup) times.push_back(m.seconds);
+    if (s >= warmup) {
+      times.push_back(m.seconds);
+      bubbles.push_back(model.last_pipeline().measured_bubble);
+    }
   }
   std::sort(times.begin(), times.end());
+  std::sort(bubbles.begin(), bubbles.end());
   const double med = times[times.size() / 2];
+  const auto& rep = model.last_pipeline();
+  std::string split = "[";
+  for (std::size_t k = 0; k < rep.split.size(); ++k) split += (k ? ", " : "") + std::to_string(rep.split[k]);
+  split += "]";
   const double wpe = double(cfg.n_positions * cfg.n_embd);
   const double flops_per_token = 6.0 * (double(model.num_parameters()) - wpe) +
                                  12.0 * double(cfg.n_layer) * double(cfg.n_embd) * double(T);
@@ -74,10 +94,14 @@ void run(const std::string& config, std::size_t B, std::size_t T, std::size_t st
   std::printf(
       "{\"impl\": \"sparselm\", \"precision\": \"%s\", \"sparsity\": %.3f, \"block\": %zu, \"batch\": %zu, \"seq\": %zu, \"threads\": %d, \"recompute\": %s, "
       "\"step_seconds\": %.4f, \"tokens_per_second\": %.1f, \"model_gflops_per_s\": %.1f, \"fma_peak_gflops\": %.1f, "
-      "\"mfu\": %.4f, \"bf16_peak_gflops\": %.1f, \"peak_rss_mb\": %.1f, \"loss\": %.4f}\n",
+      "\"mfu\": %.4f, \"bf16_peak_gflops\": %.1f, \"peak_rss_mb\": %.1f, \"loss\": %.4f, \"micro_batches\": %zu, "
+      "\"pipeline_stages\": %zu, \"pipeline_schedule\": \"%s\", \"split\": %s, \"predicted_bubble\": %.4f, "
+      "\"measured_bubble\": %.4f}\n",
       std::string(precision::name(compute)).c_str(), Model::sparsity::is_sparse ? sparsity : 0.0, Model::sparsity::block, B, T, threads,
       std::string_view(Recompute::name) == "blocks" ? "true" : "false", med, tps, tps * flops_per_token / 1e9, peak,
-      tps * flops_per_token / 1e9 / peak, bf16_peak, double(ru.ru_maxrss) / 1024.0, loss);
+      tps * flops_per_token / 1e9 / peak, bf16_peak, double(ru.ru_maxrss) / 1024.0, loss, M, pipe.stages,
+      pipeline::name(pipe.schedule), split.c_str(), pipe.stages > 1 ? pipeline::predicted_bubble(pipe.stages, M) : 0.0,
+      pipe.stages > 1 ? bubbles[bubbles.size() / 2] : 0.0);
 }
 
 int main(int argc, char** argv) {
@@ -88,6 +112,9 @@ int main(int argc, char** argv) {
   std::size_t block = 0;
   double sparsity = 0.9;
   std::string precision_name = "fp32";
+  std::size_t micro = 1;
+  pipeline::plan pipe;
+  std::string schedule = "1f1b";
   for (int i = 1; i < argc; ++i) {
     auto arg = [&](const char* name) { return std::strcmp(argv[i], name) == 0 && i + 1 < argc; };
     if (arg("--config")) config = argv[++i];
@@ -99,20 +126,25 @@ int main(int argc, char** argv) {
     else if (arg("--block")) block = std::stoul(argv[++i]);
     else if (arg("--sparsity")) sparsity = std::stod(argv[++i]);
     else if (arg("--precision")) precision_name = argv[++i];
+    else if (arg("--micro-batches")) micro = std::stoul(argv[++i]);
+    else if (arg("--pipeline-stages")) pipe.stages = std::stoul(argv[++i]);
+    else if (arg("--pipeline-schedule")) schedule = argv[++i];
     else if (std::strcmp(argv[i], "--recompute") == 0) recompute_blocks = true;
     else {
       std::fprintf(stderr,
                    "usage: %s [--config gpt.json] [--batch 8] [--seq 128] [--steps 5] [--warmup 1] [--threads 2] "
-                   "[--recompute] [--block 0|1|4|8|16] [--sparsity 0.9] [--precision fp32|bf16|fp16]\n",
+                   "[--recompute] [--block 0|1|4|8|16] [--sparsity 0.9] [--precision fp32|bf16|fp16] [--micro-batches 1] "
+                   "[--pipeline-stages 1] [--pipeline-schedule 1f1b|gpipe]\n",
                    argv[0]);
       return 2;
     }
   }
   try {
     const dtype compute = precision::parse(precision_name, "bench_gpt_step: --precision");
+    pipe.schedule = pipeline::parse_order(schedule, "bench_gpt_step: --pipeline-schedule");
     registry::with_sparsity(block, [&]<class Sparsity>() {
       registry::with_recompute(recompute_blocks ? "blocks" : "none", [&]<class Recompute>() {
-        run<gpt<float, Sparsity>, Recompute>(config, B, T, steps, warmup, threads, sparsity, compute);
+        run<gpt<float, Sparsity>, Recompute>(config, B, T, steps, warmup, threads, sparsity, compute, micro, pipe);
       });
     });
   } catch (const std::exception& e) {

@@ -9,6 +9,7 @@
 // `--max-new-tokens -1` into "for ever". A value that does not fit its type is refused too.
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <cstdint>
@@ -65,6 +66,29 @@ inline CLI::Option* add_shard_option(CLI::Option_group& g, std::optional<bool>& 
                     "Data parallel (mpirun): each rank keeps and updates 1/P of the optimiser state, then the ranks "
                     "exchange the updated weights (ZeRO stage 1; trainer.shard_optimizer)");
 }
+
+// --pipeline-stages N and --pipeline-schedule 1f1b|gpipe (run config "trainer.pipeline";
+// policies/pipeline.hpp): the blocks split over N stages, each on threads/N threads, fed by the
+// micro-batches of --accumulation (more micro-batches, smaller bubble).
+struct pipeline_flags {
+  std::optional<std::size_t> stages;
+  std::optional<std::string> schedule;
+  void add(CLI::Option_group& g) {
+    g.add_option("--pipeline-stages", stages,
+                 "Split the blocks over N pipeline stages on their own threads (threads/N each); the "
+                 "micro-batches are --accumulation's (trainer.pipeline.stages)")
+        ->check(CLI::Range(std::size_t(1), std::size_t(1024)));
+    g.add_option("--pipeline-schedule", schedule,
+                 "Order of a stage's work: 1f1b (at most N micro-batches in flight) or gpipe (all forwards, then "
+                 "all backwards) (trainer.pipeline.schedule)")
+        ->check(CLI::IsMember({"1f1b", "gpipe"}));
+  }
+  // Writes the given flags into a run config's "trainer" object.
+  void put(nlohmann::json& trainer) const {
+    if (stages) trainer["pipeline"]["stages"] = *stages;
+    if (schedule) trainer["pipeline"]["schedule"] = *schedule;
+  }
+};
 
 // Adds the non-negative check to every unsigned option of `app` and its option groups.
 inline void refuse_negative_unsigned(CLI::App& app) {

@@ -49,6 +49,7 @@ struct cli_values {
   std::optional<std::uint64_t> seed;
   std::optional<int> threads;
   std::optional<bool> shard_optimizer;
+  examples::pipeline_flags pipeline;
   std::vector<std::string> sets;
 };
 
@@ -87,6 +88,7 @@ void apply_flags(json& j, const cli_values& c) {
   if (c.max_norm) j["trainer"]["max_norm"] = *c.max_norm;
   if (c.precision) j["trainer"]["precision"] = *c.precision;
   if (c.shard_optimizer) j["trainer"]["shard_optimizer"] = *c.shard_optimizer;
+  c.pipeline.put(j["trainer"]);
   if (c.accumulation) j["trainer"]["accumulation"]["steps"] = *c.accumulation;
   if (c.max_lr || c.min_lr || c.warmup_steps) {
     json& s = j["schedule"];
@@ -222,6 +224,7 @@ int main(int argc, char** argv) {
     o->add_option("--max-norm", c.max_norm, "Clipping norm");
     examples::add_precision_option(*o, c.precision);
     examples::add_shard_option(*o, c.shard_optimizer);
+    c.pipeline.add(*o);
     o->add_option("--recompute", c.recompute,
                   "Activation memory policy: none or blocks (recompute each block in backward)");
     auto* l = app.add_option_group("loop");

@@ -44,6 +44,7 @@ struct cli_values {
       vocab, steps, batch_size, seq_len, accumulation, warmup_steps, cooldown_steps, autoregression_offset;
   std::optional<std::string> regrow, pooling, prune_metric, optimizer, clip, dtype, precision, allocation, train, valid, out;
   std::optional<bool> static_sparsity, weight_repeats, shard_optimizer;
+  examples::pipeline_flags pipeline;
   std::optional<std::uint64_t> seed;
   std::vector<std::string> sets;
 };
@@ -97,6 +98,7 @@ void apply_flags(json& j, const cli_values& c) {
   put(j["trainer"], "max_norm", c.max_norm);
   put(j["trainer"], "precision", c.precision);
   put(j["trainer"], "shard_optimizer", c.shard_optimizer);
+  c.pipeline.put(j["trainer"]);
   if (c.accumulation) j["trainer"]["accumulation"]["steps"] = *c.accumulation;
   if (j["trainer"].empty()) j.erase("trainer");
   if (c.peak_lr || c.min_lr || c.decay_power || c.warmup_steps || c.cooldown_steps) {
@@ -221,6 +223,7 @@ int main(int argc, char** argv) {
     o->add_option("--max-norm", c.max_norm, "Clipping norm");
     examples::add_precision_option(*o, c.precision);
     examples::add_shard_option(*o, c.shard_optimizer);
+    c.pipeline.add(*o);
     o->add_option("--peak-lr", c.peak_lr, "S1 schedule (bert_power): peak learning rate");
     o->add_option("--min-lr", c.min_lr, "S1 schedule: minimum learning rate");
     o->add_option("--warmup-steps", c.warmup_steps, "S1 schedule: linear warm-up steps");

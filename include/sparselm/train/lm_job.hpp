@@ -245,6 +245,17 @@ class lm_job {
                                {"precision", precision::name(t.compute())},
                                {"resumed_from", resumed_from}};
     if (valid_file) run_line["unigram_perplexity"] = unigram;
+    const pipeline::plan& pipe = t.options().pipeline;
+    try {  // before any work: at least one block per stage, a given split in range
+      pipeline::check_split(pipe.split, pipe.stages, model.stack().size());
+    } catch (const error& e) {
+      throw error(detail::concat("run config trainer.", e.what()));
+    }
+    if (pipe.stages > 1)
+      run_line["pipeline"] = {{"stages", pipe.stages},
+                              {"schedule", pipeline::name(pipe.schedule)},
+                              {"micro_batches", t.options().accumulation.steps},
+                              {"predicted_bubble", pipeline::predicted_bubble(pipe.stages, t.options().accumulation.steps)}};
     add_sparsity_totals(model, run_line);
     log.write(run_line);
     {
@@ -260,6 +271,16 @@ class lm_job {
             (t.sharded() ? " (sharded over the ranks)" : ""));
       }
       if (t.compute() != dtype::f32) say(program_ + ": precision " + kernels::describe_compute(t.compute()));
+      if (pipe.stages > 1) {
+        const std::size_t M = t.options().accumulation.steps;
+        std::snprintf(buf, sizeof buf,
+                      "%s: pipeline of %zu stages (%s) over %zu micro-batches per step, threads per stage: %zu; the schedule "
+                      "leaves %.1f %% of each stage idle",
+                      program_.c_str(), pipe.stages, pipeline::name(pipe.schedule), M,
+                      std::max<std::size_t>(1, std::size_t(num_threads()) / pipe.stages),
+                      100.0 * pipeline::predicted_bubble(pipe.stages, M));
+        say(buf);
+      }
       if (valid_file) {
         std::snprintf(buf, sizeof buf, "%s: unigram baseline perplexity on the validation split: %.1f", program_.c_str(),
                       unigram);
@@ -308,6 +329,12 @@ class lm_job {
     if (auto l = cd.latest()) summary["checkpoint"] = l->string();
     if constexpr (!std::is_same_v<Sparsity, std::nullptr_t>)
       if (ds) summary["pattern_updates"] = ds->updates();
+    if (const auto& rep = model.last_pipeline(); rep.stages > 1)
+      summary["pipeline"] = {{"stages", rep.stages},
+                             {"split", rep.split},
+                             {"balanced", rep.balanced},
+                             {"predicted_bubble", rep.predicted_bubble},
+                             {"measured_bubble", rep.measured_bubble}};
     if (o.print_summary && writer) std::printf("%s\n", summary.dump().c_str());
     return summary;
   }
