@@ -67,12 +67,13 @@ inline CLI::Option* add_shard_option(CLI::Option_group& g, std::optional<bool>& 
                     "exchange the updated weights (ZeRO stage 1; trainer.shard_optimizer)");
 }
 
-// --pipeline-stages N and --pipeline-schedule 1f1b|gpipe (run config "trainer.pipeline";
-// policies/pipeline.hpp): the blocks split over N stages, each on threads/N threads, fed by the
-// micro-batches of --accumulation (more micro-batches, smaller bubble).
+// --pipeline-stages N, --pipeline-schedule 1f1b|gpipe and --pipeline-placement threads|ranks (run
+// config "trainer.pipeline"; policies/pipeline.hpp): the blocks split over N stages, each on
+// threads/N threads or on its own MPI rank, fed by the micro-batches of --accumulation (more
+// micro-batches, smaller bubble).
 struct pipeline_flags {
   std::optional<std::size_t> stages;
-  std::optional<std::string> schedule;
+  std::optional<std::string> schedule, placement;
   void add(CLI::Option_group& g) {
     g.add_option("--pipeline-stages", stages,
                  "Split the blocks over N pipeline stages on their own threads (threads/N each); the "
@@ -82,11 +83,16 @@ struct pipeline_flags {
                  "Order of a stage's work: 1f1b (at most N micro-batches in flight) or gpipe (all forwards, then "
                  "all backwards) (trainer.pipeline.schedule)")
         ->check(CLI::IsMember({"1f1b", "gpipe"}));
+    g.add_option("--pipeline-placement", placement,
+                 "Where the stages run: threads of each process, or ranks (under mpirun with as many ranks as "
+                 "stages: one stage per rank) (trainer.pipeline.placement)")
+        ->check(CLI::IsMember({"threads", "ranks"}));
   }
   // Writes the given flags into a run config's "trainer" object.
   void put(nlohmann::json& trainer) const {
     if (stages) trainer["pipeline"]["stages"] = *stages;
     if (schedule) trainer["pipeline"]["schedule"] = *schedule;
+    if (placement) trainer["pipeline"]["placement"] = *placement;
   }
 };
 

@@ -8,7 +8,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
 #include <set>
+#include <thread>
+#include <tuple>
 #include <span>
 #include <string>
 #include <vector>
@@ -166,6 +172,43 @@ gpt_config four_layer_gpt() {
   c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = 0.1f;  // dropout streams must follow the micro-batch
   return c;
 }
+
+// Processes of a pipeline over ranks, played by threads: each has its own model and a link to a
+// shared mailbox (messages by sender, receiver and tag, in order).
+class mailbox {
+ public:
+  class link final : public pipeline::stage_link {
+   public:
+    link(mailbox& box, std::size_t stage, std::size_t stages) : box_(box), s_(stage), n_(stages) {}
+    std::size_t stage() const noexcept override { return s_; }
+    std::size_t stages() const noexcept override { return n_; }
+    void send(std::span<const float> x, std::size_t to, std::uint64_t tag) override {
+      std::lock_guard<std::mutex> l(box_.mu_);
+      box_.q_[{s_, to, tag}].emplace_back(x.begin(), x.end());
+      box_.cv_.notify_all();
+      ++sent;
+    }
+    void recv(std::span<float> x, std::size_t from, std::uint64_t tag) override {
+      std::unique_lock<std::mutex> l(box_.mu_);
+      auto& q = box_.q_[{from, s_, tag}];
+      box_.cv_.wait(l, [&] { return !q.empty(); });
+      REQUIRE(q.front().size() == x.size());
+      std::copy(q.front().begin(), q.front().end(), x.begin());
+      q.pop_front();
+    }
+    void flush() override {}
+    std::size_t sent = 0;
+
+   private:
+    mailbox& box_;
+    std::size_t s_, n_;
+  };
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::tuple<std::size_t, std::size_t, std::uint64_t>, std::deque<std::vector<float>>> q_;
+};
 
 }  // namespace
 
@@ -331,4 +374,67 @@ TEST_CASE("trainer: the pipeline from the options (JSON), same losses as one sta
   CHECK_THROWS_WITH_AS((trainer<gpt<>, fixed>(m, o, optim::adamw<>(json::object()),
                                               optim::schedule(optim::constant_schedule(1e-3f)))),
                        doctest::Contains("policy is pipeline::none"), error);
+}
+
+TEST_CASE("a pipeline over ranks (threads as processes): the ranks' gradients sum to the sequential ones") {
+  const lm_data d(5, 64);
+  const auto mb = d.batches();
+  const std::span<const token_batch> s(mb);
+  for (const pipeline::plan plan : {pipeline::plan{2, order::one_f_one_b, {}, pipeline::placement::ranks},
+                                    pipeline::plan{3, order::gpipe, {}, pipeline::placement::ranks},
+                                    pipeline::plan{4, order::one_f_one_b, {}, pipeline::placement::ranks}}) {
+    CAPTURE(plan.stages);
+    gpt<> ref_model(four_layer_gpt());
+    ref_model.init(7);
+    const auto [ref_st, ref] = step(ref_model, s, nullptr, 1);
+    const std::size_t S = plan.stages;
+    std::vector<gpt<>> models;
+    for (std::size_t r = 0; r < S; ++r) {
+      models.emplace_back(four_layer_gpt());
+      models.back().init(7);
+    }
+    mailbox box;
+    std::vector<std::unique_ptr<mailbox::link>> links;
+    for (std::size_t r = 0; r < S; ++r) links.push_back(std::make_unique<mailbox::link>(box, r, S));
+    std::vector<loss_stats> st(S);
+    std::vector<std::thread> ranks;
+    for (std::size_t r = 0; r < S; ++r)
+      ranks.emplace_back([&, r] {
+        set_num_threads(1);
+        step_context ctx;
+        ctx.training = true;
+        ctx.step = 3;
+        ctx.rng = counter_rng(11);
+        ctx.pipeline = &plan;
+        ctx.stage_link = links[r].get();
+        std::vector<float> scales(s.size());
+        for (std::size_t k = 0; k < s.size(); ++k) scales[k] = 1.0f / float(k + 2);
+        models[r].grads().zero();
+        st[r] = models[r].forward_backward<recompute::none, pipeline::configured>(ctx, s, scales);
+      });
+    for (auto& t : ranks) t.join();
+    // The head's loss is on the last rank only; the boundaries carried one message per micro-batch
+    // each way.
+    for (std::size_t r = 0; r + 1 < S; ++r) CHECK(st[r].count == 0);
+    CHECK(st[S - 1].loss_sum == ref_st.loss_sum);
+    for (std::size_t r = 0; r < S; ++r) CHECK(links[r]->sent == (r == 0 || r + 1 == S ? 1 : 2) * s.size());
+    // Every rank split the blocks alike (from the cost model, not from its own measurements).
+    for (std::size_t r = 1; r < S; ++r) CHECK(models[r].last_pipeline().split == models[0].last_pipeline().split);
+    const auto& L = ref_model.params().layout();
+    for (std::size_t i = 0; i < L.count(); ++i) {
+      const auto& t = L[i];
+      CAPTURE(t.name);
+      double worst = 0, scale = 0;
+      bool same = true;
+      for (std::size_t k = t.offset; k < t.offset + t.size; ++k) {
+        float sum = 0;
+        for (std::size_t r = 0; r < S; ++r) sum += models[r].grads().all()[k];
+        same = same && sum == ref[k];
+        worst = std::max(worst, double(std::fabs(sum - ref[k])));
+        scale = std::max(scale, double(std::fabs(ref[k])));
+      }
+      if (t.name == "wte.weight") CHECK(worst <= 1e-5 * scale);
+      else CHECK(same);
+    }
+  }
 }

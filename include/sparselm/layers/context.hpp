@@ -96,6 +96,9 @@ struct step_context {
   const std::function<void(std::size_t, std::size_t)>* grads_ready = nullptr;
   // Stage pipelining under pipeline::configured (policies/pipeline.hpp); null: one stage.
   const pipeline::plan* pipeline = nullptr;
+  // A pipeline over ranks: this process's stage and the transport to its neighbours (null: the
+  // stages are threads of this process).
+  pipeline::stage_link* stage_link = nullptr;
 
   std::span<const float> p(std::size_t i) const { return (*params)[i]; }
   std::span<float> g(std::size_t i) const { return (*grads)[i]; }

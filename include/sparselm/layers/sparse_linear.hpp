@@ -120,6 +120,10 @@ class linear<T, block_sparse<B>> {
     }
   }
 
+  // Zero pooled scores of the right size: a process of a pipeline over ranks whose stage does not
+  // run this layer contributes nothing to the scores summed over the ranks.
+  void reset_pooled() const { state_->pooled.assign((in_ / B) * (out_ / B), 0.0f); }
+
   // What the pattern updater needs to prune and regrow this weight.
   sparse::sparse_weight updater_view(arena<float>& params) const {
     sparse::sparse_weight w;

@@ -154,7 +154,7 @@ class transformer {
     pipeline::order schedule = pipeline::order::one_f_one_b;
     std::vector<std::size_t> split;     // first block of stages 1..S-1
     bool balanced = false;              // split chosen from measured part times (else given or initial)
-    std::vector<double> stage_seconds;  // busy time of each stage
+    std::vector<double> stage_seconds;  // busy time of each stage (over ranks: this process's only)
     double seconds = 0;                 // wall time of the stages (the deferred embedding backward excluded)
     double predicted_bubble = 0;        // (S - 1) / (M + S - 1)
     double measured_bubble = 0;         // 1 - Σ busy / (S · seconds)
@@ -249,6 +249,7 @@ class transformer {
       step_context c = ctx;
       c.micro = ctx.micro + m;
       c.grads_ready = nullptr;  // the gradients are final only after the deferred embedding backward
+      c.stage_link = nullptr;
       bound[m] = bind(c, micro[m]);
       max_rows = std::max(max_rows, micro[m].batch * micro[m].seq);
     }
@@ -260,18 +261,20 @@ class transformer {
     for (std::size_t m = 0; m < M; ++m) dx0_[m].get(micro[m].batch * micro[m].seq * C);
     if (stage_tmp_.size() < S) stage_tmp_.resize(S);
 
+    pipeline::stage_link* link = ctx.stage_link;
+    SPARSELM_CHECK(!link || (link->stages() == S && link->stage() < S), name_, ": a pipeline of ", S,
+                   " stages over ", link ? link->stages() : 0, " processes (one stage per process)");
     std::vector<std::size_t> first(S + 1, L);
-    const std::vector<std::size_t> split = choose_split(p, S);
+    const std::vector<std::size_t> split = choose_split(p, S, link == nullptr);
     first[0] = 0;
     for (std::size_t s = 1; s < S; ++s) first[s] = split[s - 1];
 
     std::vector<double> cost(L + 2, 0.0), busy(S, 0.0);
     std::vector<loss_stats> head_st(M);
-    const std::size_t threads = std::max<std::size_t>(1, std::size_t(num_threads()) / S);
-    stage_runner runner(S, M);
     using clock = std::chrono::steady_clock;
-    const auto t0 = clock::now();
-    runner.run(threads, [&](std::size_t s) {
+    // Stage s's work in its schedule's order; before(op, slot, N) gets the op's input ready, after
+    // signals or sends its output.
+    auto run_stage = [&](std::size_t s, auto&& before, auto&& after) {
       auto timed = [&](std::size_t part, auto&& f) {
         const auto a = clock::now();
         f();
@@ -284,8 +287,8 @@ class transformer {
         step_context c = bound[m];
         c.tmp = &stage_tmp_[s];
         const Batch& b = micro[m];
+        before(op, slot, N);
         if (op.dir == direction::forward) {
-          if (s > 0) runner.wait(direction::forward, s - 1, m);
           if (s == 0) timed(0, [&] { embed_forward(c, b, stack_.input(slot, N), emb_c_[m]); });
           for (std::size_t l = first[s]; l < first[s + 1]; ++l)
             timed(1 + l, [&] { Recompute::forward(stack_, c, l, slot); });
@@ -294,7 +297,6 @@ class transformer {
               head_st[m] = head_.forward_backward(c, stack_.output(slot, N), b, scales[m], stack_.grad(slot, N), head_c_);
             });
         } else {
-          if (s + 1 < S) runner.wait(direction::backward, s + 1, m);
           for (std::size_t l = first[s + 1]; l-- > first[s];)
             timed(1 + l, [&] { Recompute::backward(stack_, c, l, slot); });
           if (s == 0) {
@@ -302,27 +304,62 @@ class transformer {
             std::copy(g.data, g.data + N * C, dx0_[m].get(N * C).data());
           }
         }
-        runner.done(op.dir, s, m);
+        after(op, slot, N);
       }
-    });
+    };
+    const auto t0 = clock::now();
+    std::size_t threads = std::size_t(num_threads());
+    if (!link) {  // every stage on its own thread group of this process
+      threads = std::max<std::size_t>(1, threads / S);
+      stage_runner runner(S, M);
+      runner.run(threads, [&](std::size_t s) {
+        run_stage(
+            s,
+            [&](const pipeline::stage_op& op, std::size_t, std::size_t) {
+              if (op.dir == direction::forward && s > 0) runner.wait(direction::forward, s - 1, op.micro);
+              if (op.dir == direction::backward && s + 1 < S) runner.wait(direction::backward, s + 1, op.micro);
+            },
+            [&](const pipeline::stage_op& op, std::size_t, std::size_t) { runner.done(op.dir, s, op.micro); });
+      });
+    } else {  // this process's stage; the neighbours are other processes
+      const std::size_t s = link->stage();
+      if (ctx.need_dense_grad)  // RigL scores are summed over the ranks: the layers of other stages give zeros
+        visit_tree(*this, [](const auto& n) {
+          if constexpr (requires { n.reset_pooled(); }) n.reset_pooled();
+        });
+      auto span_of = [](matrix_view<float> v) { return std::span<float>(v.data, v.rows * v.cols); };
+      run_stage(
+          s,
+          [&](const pipeline::stage_op& op, std::size_t slot, std::size_t N) {
+            if (op.dir == direction::forward && s > 0) link->recv(span_of(stack_.residual(slot, first[s], N)), s - 1, 2 * op.micro);
+            if (op.dir == direction::backward && s + 1 < S) link->recv(span_of(stack_.grad(slot, N)), s + 1, 2 * op.micro + 1);
+          },
+          [&](const pipeline::stage_op& op, std::size_t slot, std::size_t N) {
+            if (op.dir == direction::forward && s + 1 < S) link->send(span_of(stack_.residual(slot, first[s + 1], N)), s + 1, 2 * op.micro);
+            if (op.dir == direction::backward && s > 0) link->send(span_of(stack_.grad(slot, N)), s - 1, 2 * op.micro + 1);
+          });
+      link->flush();
+    }
     const double wall = std::chrono::duration<double>(clock::now() - t0).count();
     loss_stats st;
     for (std::size_t m = 0; m < M; ++m) {
       const std::size_t N = micro[m].batch * micro[m].seq;
-      embed_backward(bound[m], micro[m], matrix_view<float>{dx0_[m].get(N * C).data(), N, C}, emb_c_[m]);
+      if (!link || link->stage() == 0)
+        embed_backward(bound[m], micro[m], matrix_view<float>{dx0_[m].get(N * C).data(), N, C}, emb_c_[m]);
       st += head_st[m];
     }
-    record_pipeline(p, S, M, threads, split, cost, busy, wall);
+    record_pipeline(p, S, M, threads, split, cost, busy, wall, link != nullptr);
     return st;
   }
 
   // The split of a staged step: the plan's, else balanced from the part times of the previous
-  // staged steps (the first two re-balance, later ones keep the split), else from a cost model
-  // (each part's parameter count; the embedding's forward is a gather, counted as nothing).
-  std::vector<std::size_t> choose_split(const pipeline::plan& p, std::size_t S) {
+  // staged steps (the first two re-balance, later ones keep the split; stages on threads only:
+  // processes measure only their own stage and must agree), else from a cost model (each part's
+  // parameter count; the embedding's forward is a gather, counted as nothing).
+  std::vector<std::size_t> choose_split(const pipeline::plan& p, std::size_t S, bool measured) {
     const std::size_t L = stack_.size();
     if (!p.split.empty()) return p.split;
-    if (auto_stages_ == S && balanced_steps_ >= 2) return auto_split_;
+    if (auto_stages_ == S && (balanced_steps_ >= 2 || !measured)) return auto_split_;
     std::vector<double> block(L);
     double head = 0;
     if (auto_stages_ == S && part_cost_.size() == L + 2) {
@@ -345,8 +382,8 @@ class transformer {
 
   void record_pipeline(const pipeline::plan& p, std::size_t S, std::size_t M, std::size_t threads,
                        const std::vector<std::size_t>& split, const std::vector<double>& cost,
-                       const std::vector<double>& busy, double wall) {
-    if (p.split.empty()) part_cost_ = cost;
+                       const std::vector<double>& busy, double wall, bool remote) {
+    if (p.split.empty() && !remote) part_cost_ = cost;
     pipe_.stages = S;
     pipe_.micro_batches = M;
     pipe_.threads_per_stage = threads;
@@ -358,7 +395,8 @@ class transformer {
     pipe_.predicted_bubble = pipeline::predicted_bubble(S, M);
     double total = 0;
     for (double b : busy) total += b;
-    pipe_.measured_bubble = wall > 0 ? std::max(0.0, 1.0 - total / (double(S) * wall)) : 0.0;
+    const double here = remote ? 1.0 : double(S);  // a process of a pipeline over ranks times its own stage
+    pipe_.measured_bubble = wall > 0 ? std::max(0.0, 1.0 - total / (here * wall)) : 0.0;
   }
 
   // Checks a batch against the model and binds the step context to this model's storage.

@@ -35,6 +35,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -97,8 +98,11 @@ class mpi_group final : public replica_group {
     // Sums still in flight: finish them, unless an error unwinds the program (a peer may never
     // take part again; the error hook then aborts the job, and MPI, which advances only inside its
     // own calls, writes nothing more).
-    if (!requests_.empty() && std::uncaught_exceptions() == 0)
-      MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+    if (std::uncaught_exceptions() == 0) {
+      if (!requests_.empty()) MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+      for (auto& o : outbox_)
+        if (o.request != MPI_REQUEST_NULL) MPI_Wait(&o.request, MPI_STATUS_IGNORE);
+    }
     MPI_Type_free(&unit_);
   }
 
@@ -185,6 +189,43 @@ class mpi_group final : public replica_group {
     detail::mpi_check(rc, "MPI_Waitall");
   }
 
+  // Point to point: the data is copied into a send buffer of our own (one per message in flight,
+  // reused once its MPI_Isend completed), so send never waits for the receiver and two stages that
+  // send to each other at once cannot deadlock.
+  void send(std::span<const float> x, std::size_t to, std::uint64_t tag) override {
+    SPARSELM_CHECK(to < size_ && x.size() < detail::mpi_chunk && tag <= std::uint64_t(max_tag()), "MPI: send of ",
+                   x.size(), " floats to rank ", to, " of ", size_, " with tag ", tag);
+    outgoing* box = nullptr;
+    for (auto& o : outbox_) {
+      if (o.request != MPI_REQUEST_NULL) {
+        int done = 0;
+        detail::mpi_check(MPI_Test(&o.request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      }
+      if (o.request == MPI_REQUEST_NULL) {
+        box = &o;
+        break;
+      }
+    }
+    if (!box) box = &outbox_.emplace_back();
+    box->data.assign(x.begin(), x.end());
+    detail::mpi_check(MPI_Isend(box->data.data(), int(x.size()), MPI_FLOAT, int(to), int(tag), comm_, &box->request),
+                      "MPI_Isend");
+  }
+  void recv(std::span<float> x, std::size_t from, std::uint64_t tag) override {
+    SPARSELM_CHECK(from < size_ && x.size() < detail::mpi_chunk && tag <= std::uint64_t(max_tag()), "MPI: receive of ",
+                   x.size(), " floats from rank ", from, " of ", size_, " with tag ", tag);
+    MPI_Status st;
+    detail::mpi_check(MPI_Recv(x.data(), int(x.size()), MPI_FLOAT, int(from), int(tag), comm_, &st), "MPI_Recv");
+    int got = 0;
+    MPI_Get_count(&st, MPI_FLOAT, &got);
+    SPARSELM_CHECK(std::size_t(got) == x.size(), "MPI: rank ", rank_, " expected ", x.size(), " floats from rank ",
+                   from, " (tag ", tag, ") and received ", got, ": the ranks run different shapes");
+  }
+  void flush_sends() override {
+    for (auto& o : outbox_)
+      if (o.request != MPI_REQUEST_NULL) detail::mpi_check(MPI_Wait(&o.request, MPI_STATUS_IGNORE), "MPI_Wait");
+  }
+
  private:
   void reduce(void* p, std::size_t n, MPI_Datatype t, reduce_op op) {
     int bytes = 0;
@@ -217,8 +258,21 @@ class mpi_group final : public replica_group {
     }
   }
 
+  int max_tag() const {
+    int* ub = nullptr;
+    int flag = 0;
+    MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &flag);
+    return flag && ub ? *ub : 32767;
+  }
+
+  struct outgoing {
+    std::vector<float> data;
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+
   MPI_Comm comm_;
   bool nonblocking_ = false;
+  std::deque<outgoing> outbox_;  // deque: growing it never moves a buffer MPI still reads
   MPI_Datatype unit_ = MPI_DATATYPE_NULL;
   std::size_t rank_ = 0, size_ = 1;
   std::vector<MPI_Request> requests_;

@@ -23,6 +23,8 @@
 #include <string>
 #include <utility>
 
+#include "sparselm/core/error.hpp"
+
 namespace sparselm::parallel {
 
 enum class reduce_op { sum, max };
@@ -60,6 +62,18 @@ class replica_group {
   virtual void start_sum(std::span<float> x) = 0;
   virtual void progress() = 0;
   virtual void wait() = 0;
+
+  // Point to point, for a pipeline whose stages are the ranks (policies/pipeline.hpp): send starts
+  // sending x to rank `to` (x may be reused once it returns), recv receives message `tag` from
+  // `from` (blocking), flush_sends completes every send started. A group without a transport
+  // refuses them.
+  virtual void send(std::span<const float>, std::size_t to, std::uint64_t) {
+    throw error(detail::concat(describe(), ": no point-to-point transport (send to rank ", to, ")"));
+  }
+  virtual void recv(std::span<float>, std::size_t from, std::uint64_t) {
+    throw error(detail::concat(describe(), ": no point-to-point transport (receive from rank ", from, ")"));
+  }
+  virtual void flush_sends() {}
 
   // Rank r's slice [lo, hi) of n items split as evenly as possible (the first n % P ranks get one
   // more).

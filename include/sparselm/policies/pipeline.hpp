@@ -20,6 +20,12 @@
 //                   the same (the "bubble"); more micro-batches per step shrink it.
 //   configured      the plan of the run config (trainer_options::pipeline), none when unset.
 //
+// Placement: the stages run as threads of one process (plan::placement threads), or one stage per
+// process (ranks: under mpirun with as many ranks as stages; each process holds the whole model,
+// runs its stage's parts and exchanges the boundary activations and their gradients with its
+// neighbours through a stage_link; the trainer then sums the gradients over the ranks, so every
+// rank applies the same update).
+//
 // The stages' split is given (plan::split) or balanced: the first staged step splits the blocks
 // evenly, measures every part's time and later steps use the split that minimises the slowest
 // stage (balance()). The gradients are those of the sequential order: each tensor's gradient
@@ -29,6 +35,7 @@
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <span>
 #include <string>
@@ -41,6 +48,7 @@ namespace sparselm::pipeline {
 enum class part { embedding, block, head };
 enum class direction { forward, backward };
 enum class order { one_f_one_b, gpipe };
+enum class placement { threads, ranks };
 
 inline const char* name(order o) noexcept { return o == order::gpipe ? "gpipe" : "1f1b"; }
 inline order parse_order(const std::string& s, const std::string& what) {
@@ -49,11 +57,14 @@ inline order parse_order(const std::string& s, const std::string& what) {
   throw error(what + ": unknown pipeline schedule '" + s + "' (expected 1f1b or gpipe)");
 }
 
+inline const char* name(placement p) noexcept { return p == placement::ranks ? "ranks" : "threads"; }
+
 // How a step is split over stages (stages == 1: not at all).
 struct plan {
   std::size_t stages = 1;
   order schedule = order::one_f_one_b;
   std::vector<std::size_t> split;  // first block of stages 1..stages-1 (empty: balanced by measured cost)
+  placement where = placement::threads;
   bool operator==(const plan&) const = default;
 };
 
@@ -164,6 +175,21 @@ inline void check_split(std::span<const std::size_t> split, std::size_t S, std::
   }
 }
 
+// Moves a stage boundary's tensors between the processes of a pipeline over ranks: micro-batch m's
+// activations to the next stage (tag 2m), their gradient back to the previous one (tag 2m + 1).
+class stage_link {
+ public:
+  virtual ~stage_link() = default;
+  virtual std::size_t stage() const noexcept = 0;   // the stage this process runs
+  virtual std::size_t stages() const noexcept = 0;  // stages = processes
+  // Starts sending x to stage `to`; x may be reused as soon as send returns.
+  virtual void send(std::span<const float> x, std::size_t to, std::uint64_t tag) = 0;
+  // Receives message `tag` from stage `from` into x (blocking).
+  virtual void recv(std::span<float> x, std::size_t from, std::uint64_t tag) = 0;
+  // Completes every send started (end of a step).
+  virtual void flush() = 0;
+};
+
 struct none {
   static constexpr const char* name = "none";
   static plan resolve(const plan*) { return {}; }
@@ -174,7 +200,7 @@ template <std::size_t N, order O = order::one_f_one_b>
 struct stages {
   static_assert(N >= 1, "pipeline::stages: at least one stage");
   static constexpr const char* name = "stages";
-  static plan resolve(const plan*) { return {N, O, {}}; }
+  static plan resolve(const plan*) { return {N, O, {}, placement::threads}; }
 };
 
 // The run config's plan (trainer_options::pipeline), one stage when there is none.

@@ -162,11 +162,13 @@ class lm_job {
     }
     // Data parallelism (trainer::replicas()): each of the P ranks trains on batch_size rows of a
     // global batch of P·batch_size drawn identically on every rank; rank 0 alone writes files.
+    // A pipeline over ranks (trainer::processes()): every rank reads the whole global batch.
     parallel::replica_group& group = t.replicas();
+    parallel::replica_group& procs = t.processes();
     const std::size_t ranks = group.size();
-    const bool writer = group.rank() == 0;
+    const bool writer = procs.rank() == 0;
     rank0_ = writer;
-    if (ranks > 1) check_replicas_agree(group, train_file, valid_file ? &*valid_file : nullptr);
+    if (procs.size() > 1) check_replicas_agree(procs, train_file, valid_file ? &*valid_file : nullptr);
     const std::size_t global_batch = checked_mul(rc_.batch_size, ranks, program_ + ": batch_size x ranks");
     data::lm_sampler sampler(train_file, {.batch_size = global_batch,
                                           .windows = {.seq_len = rc_.seq_len},
@@ -179,7 +181,7 @@ class lm_job {
       lock.emplace(out());
       prepare_run_dir(o);
     }
-    group.barrier();  // the other ranks read checkpoints only once rank 0 has tidied the directory
+    procs.barrier();  // the other ranks read checkpoints only once rank 0 has tidied the directory
     io::checkpoint_dir cd(checkpoints(), o.keep_checkpoints);
     const fs::path metrics_path = out() / "metrics.jsonl";
     sparse::pattern_updater* up = nullptr;
@@ -254,6 +256,7 @@ class lm_job {
     if (pipe.stages > 1)
       run_line["pipeline"] = {{"stages", pipe.stages},
                               {"schedule", pipeline::name(pipe.schedule)},
+                              {"placement", &procs != &group ? "ranks" : "threads"},
                               {"micro_batches", t.options().accumulation.steps},
                               {"predicted_bubble", pipeline::predicted_bubble(pipe.stages, t.options().accumulation.steps)}};
     add_sparsity_totals(model, run_line);
@@ -271,7 +274,13 @@ class lm_job {
             (t.sharded() ? " (sharded over the ranks)" : ""));
       }
       if (t.compute() != dtype::f32) say(program_ + ": precision " + kernels::describe_compute(t.compute()));
-      if (pipe.stages > 1) {
+      if (pipe.stages > 1 && &procs != &group) {
+        say(program_ + ": pipeline of " + std::to_string(pipe.stages) + " stages (" + pipeline::name(pipe.schedule) +
+            ") over " + procs.describe() + ", one stage per rank, " + std::to_string(t.options().accumulation.steps) +
+            " micro-batches per step; every rank reads the whole batch and applies the summed gradient");
+      } else if (pipe.stages > 1) {
+        if (pipe.where == pipeline::placement::ranks)
+          say(program_ + ": trainer.pipeline.placement is ranks but this is one process: the stages run as threads");
         const std::size_t M = t.options().accumulation.steps;
         std::snprintf(buf, sizeof buf,
                       "%s: pipeline of %zu stages (%s) over %zu micro-batches per step, threads per stage: %zu; the schedule "

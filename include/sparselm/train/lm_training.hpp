@@ -127,8 +127,9 @@ lm_loop_result run_lm_training(Trainer& t, data::lm_sampler& train, data::lm_eva
   // Data parallelism: every rank draws the same global batches and trains on its own rows; only
   // rank 0 talks (log lines, progress, messages).
   parallel::replica_group& group = t.replicas();
+  parallel::replica_group& procs = t.processes();  // the replicas, or a pipeline's ranks
   const std::size_t rank = group.rank(), ranks = group.size();
-  const bool talk = rank == 0;
+  const bool talk = procs.rank() == 0;
   progress_bar bar(o.steps, talk && isatty(STDERR_FILENO) != 0, t.step());
   auto say = [&](const std::string& s) {
     if (!talk) return;
@@ -217,7 +218,7 @@ lm_loop_result run_lm_training(Trainer& t, data::lm_sampler& train, data::lm_eva
     if ((o.eval_every && step % o.eval_every == 0) || (last && o.eval_every == 0)) evaluate(step);
     else if (last) evaluate(step);
     // A stop request on any rank stops them all after the same step.
-    const bool stop = group.any(o.stop_on_interrupt && detail::stop_requested);
+    const bool stop = procs.any(o.stop_on_interrupt && detail::stop_requested);
     if (hooks.checkpoint && (last || stop || (o.checkpoint_every && step % o.checkpoint_every == 0)))
       hooks.checkpoint(step);
     if (stop) {

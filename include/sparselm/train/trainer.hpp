@@ -72,6 +72,20 @@ concept trainable_model = requires(Model& m, const typename Model::batch_type& b
 };
 
 namespace detail {
+// A replica group's ranks as the stages of a pipeline (rank = stage), over its point-to-point calls.
+class group_stage_link final : public pipeline::stage_link {
+ public:
+  explicit group_stage_link(parallel::replica_group* g = nullptr) : g_(g) {}
+  std::size_t stage() const noexcept override { return g_ ? g_->rank() : 0; }
+  std::size_t stages() const noexcept override { return g_ ? g_->size() : 1; }
+  void send(std::span<const float> x, std::size_t to, std::uint64_t tag) override { g_->send(x, to, tag); }
+  void recv(std::span<float> x, std::size_t from, std::uint64_t tag) override { g_->recv(x, from, tag); }
+  void flush() override { g_->flush_sends(); }
+
+ private:
+  parallel::replica_group* g_;
+};
+
 // Denominator of a micro-batch's mean loss: the model's own (loss options such as S1's weighted
 // loss, models/lm_loss.hpp) when it has one, else the batch's Σ weights.
 template <class Model, class Batch>
@@ -162,7 +176,7 @@ struct trainer_options {
   // max_norm, dropout_seed, on_nonfinite ("stop" | "skip"), max_skipped_steps, loss_scaling
   // ({"type": "static", "scale": S} | {"type": "dynamic", ...} | a number), precision ("fp32" |
   // "bf16" | "fp16"), shard_optimizer (bool), pipeline ({"stages": N, "schedule": "1f1b" | "gpipe",
-  // "split": [first block of each stage after the first]}).
+  // "placement": "threads" | "ranks", "split": [first block of each stage after the first]}).
   static trainer_options from_json(const json& j, const std::string& context = "trainer config") {
     json_fields r(j, context);
     trainer_options o;
@@ -193,6 +207,9 @@ struct trainer_options {
     pipeline::plan p;
     p.stages = r.get("stages", p.stages, in_closed(1, 1024));
     p.schedule = pipeline::parse_order(r.get("schedule", std::string("1f1b"), one_of({"1f1b", "gpipe"})), context);
+    p.where = r.get("placement", std::string("threads"), one_of({"threads", "ranks"})) == "ranks"
+                  ? pipeline::placement::ranks
+                  : pipeline::placement::threads;
     if (r.has("split")) {
       const json& a = j.at("split");
       SPARSELM_CHECK(a.is_array(), context, ": 'split' must be an array of block indices");
@@ -276,6 +293,17 @@ class trainer {
     requires distributed
   {
     SPARSELM_CHECK(step_ == 0 && opt_.step_count() == 0, "trainer: set_replicas after training began");
+    if (o_.pipeline.where == pipeline::placement::ranks && g.size() > 1) {
+      // The processes are the stages of one pipeline, not data replicas (policies/pipeline.hpp).
+      SPARSELM_CHECK(g.size() == o_.pipeline.stages, "trainer: a pipeline of ", o_.pipeline.stages,
+                     " stages placed on ranks needs as many ranks; ", g.describe(),
+                     " (combining pipeline and data parallelism over ranks is not supported)");
+      SPARSELM_CHECK(!o_.shard_optimizer, "trainer: shard_optimizer shards data replicas' optimiser state; the ranks "
+                     "of a pipeline over ranks are stages");
+      stage_group_ = &g;
+      link_ = detail::group_stage_link(&g);
+      return;
+    }
     group_ = &g;
     if (!o_.shard_optimizer || g.size() == 1) return;
     if constexpr (optim::sharded_optimizer<optimizer_type>) {
@@ -344,11 +372,14 @@ class trainer {
   }
   void release_gathered_state() { full_slots_.clear(); }
   parallel::replica_group& replicas() noexcept { return group_ ? *group_ : single_; }
+  // Every process of the run: the data replicas, or the ranks of a pipeline over ranks (whose data
+  // replica group is the single process). Rank 0 writes; checks and stop requests span them all.
+  parallel::replica_group& processes() noexcept { return stage_group_ ? *stage_group_ : replicas(); }
 
   // Every replica takes rank 0's parameters (after initialisation or a resume), so all ranks train
   // the same model; then checks that they hold the same bytes.
   void sync_parameters() {
-    auto& g = replicas();
+    auto& g = processes();
     if (g.size() == 1) return;
     g.broadcast(model_.params().all());
     check_replicas_agree("after the broadcast of rank 0's parameters");
@@ -356,7 +387,7 @@ class trainer {
   // Fails, naming the ranks, unless every replica holds bit-identical parameters (a CRC-32C of the
   // arena gathered from every rank). `when` says at which point, for the message.
   void check_replicas_agree(const std::string& when) {
-    auto& g = replicas();
+    auto& g = processes();
     if (g.size() == 1) return;
     const auto all = model_.params().all();
     const std::uint64_t mine = io::crc32c(all.data(), all.size() * sizeof(float));
@@ -386,6 +417,7 @@ class trainer {
     ctx.need_dense_grad = hooks_.needs_dense_grad && hooks_.needs_dense_grad(step_ + 1);
     ctx.compute = compute();
     ctx.pipeline = &o_.pipeline;
+    if (stage_group_) ctx.stage_link = &link_;
     scales_.resize(micro.size());
     m.loss_scale = scaler_.scale();
     // Per micro-batch loss normaliser, then tokens and samples; summed over the replicas, whose
@@ -419,6 +451,9 @@ class trainer {
     }
     m.loss = model_.template forward_backward<recompute_policy, pipeline_policy>(ctx, micro, scales_);
     if (g.size() > 1) reduce_over_replicas(g, started, ctx.need_dense_grad, m.loss);
+    // A pipeline over ranks: each rank holds its stage's gradients (and the loss on the last one);
+    // their sum is the whole gradient on every rank, which then applies the same update.
+    if (stage_group_) reduce_over_replicas(*stage_group_, 0, ctx.need_dense_grad, m.loss);
     // The gradients hold loss_scale × the true ones; final_scale folds the un-scaling in.
     const float final_scale = float(o_.accumulation.final_scale()) / m.loss_scale;
     float grad_scale = final_scale;
@@ -523,6 +558,8 @@ class trainer {
   std::vector<float> scales_;  // per micro-batch gradient scale
   std::vector<double> sums_;   // normalisers, tokens and samples summed over the replicas
   parallel::replica_group* group_ = nullptr;
+  parallel::replica_group* stage_group_ = nullptr;  // a pipeline over ranks (policies/pipeline.hpp)
+  detail::group_stage_link link_;
   std::vector<std::size_t> shard_bounds_;        // sharded: flat element offsets of each rank's tensors
   std::vector<arena<slot_type>> full_slots_;     // sharded: whole-layout slots of a checkpoint
   parallel::single_replica single_;

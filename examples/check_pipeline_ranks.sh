@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# ctest examples.pipeline_ranks (label mpi): a pipeline whose stages are MPI ranks
+# (--pipeline-placement ranks; policies/pipeline.hpp).
+#   - gpt_train, a 4-layer GPT, 8 steps of 4 micro-batches: one process on one stage, 2 ranks
+#     (1F1B) and 3 ranks (GPipe) give the same training losses and final validation loss within
+#     1e-5 relative (the ranks' gradients sum to the sequential ones except the tied embedding's two
+#     contributions, added in another order), and describe the pipeline over ranks;
+#   - the 2-rank run stopped at step 4 and resumed (--resume, same 2 ranks) ends bit for bit on the
+#     uninterrupted run (the schedule's total_steps fixed at 8);
+#   - sparse_lm with RigL pattern updates every 2 steps on 2 ranks makes the updates one process
+#     makes and ends on its validation loss within 1e-5 (each layer's scores come from one rank);
+#   - 3 ranks for 2 stages is an error naming both, and no rank is left waiting.
+#
+#   check_pipeline_ranks.sh GPT_TRAIN ENCODE_DATASET SPARSE_LM SOURCE_DIR WORK_DIR
+set -euo pipefail
+train=$1 encode=$2 sparse_lm=$3 src=$4 work=$5
+rm -rf "$work"; mkdir -p "$work"
+"$encode" --mode gpt -i "$src/data/corpus/valid" -o "$work/train.tok" --vocab "$src/data/gpt2" > /dev/null
+mpi_opts=(--oversubscribe --bind-to none)
+[ "$(id -u)" = 0 ] && mpi_opts+=(--allow-run-as-root)
+export OMP_NUM_THREADS=1
+common=(--config "$src/configs/gpt-mini-train.json" --train "$work/train.tok" --valid "$work/train.tok"
+        --layers 4 --embd 64 --heads 2 --positions 48 --seq-len 32 --batch-size 2 --accumulation 4
+        --warmup-steps 2 --eval-every 4 --eval-batches 2 --log-every 1 --threads 1 --seed 5
+        --set schedule.total_steps=8)
+run() {  # name, ranks (0: no mpirun), extra flags...
+  local name=$1 np=$2; shift 2
+  local cmd=("$train" "${common[@]}" --out "$work/$name" "$@")
+  [ "$np" -gt 0 ] && cmd=(timeout 300 mpirun -np "$np" "${mpi_opts[@]}" "${cmd[@]}")
+  "${cmd[@]}" > "$work/$name.json" 2> "$work/$name.err" || { echo "FAIL: $name: ${cmd[*]}"; cat "$work/$name.err"; exit 1; }
+}
+run one 0 --steps 8
+run two 2 --steps 8 --pipeline-stages 2 --pipeline-placement ranks
+run three 3 --steps 8 --pipeline-stages 3 --pipeline-placement ranks --pipeline-schedule gpipe
+run resumed 2 --steps 4 --pipeline-stages 2 --pipeline-placement ranks
+run resumed 2 --steps 8 --pipeline-stages 2 --pipeline-placement ranks --resume
+grep -q "pipeline of 2 stages (1f1b) over MPI, 2 ranks" "$work/two.err" ||
+  { echo "FAIL: the 2-rank run does not describe its pipeline"; cat "$work/two.err"; exit 1; }
+/usr/bin/python3 "$src/examples/compare_pipeline_runs.py" "$work" one ranks two:2:1f1b three:3:gpipe
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+r, two = (json.load(open(f"{w}/{p}.json")) for p in ("resumed", "two"))
+assert r["resumed_from"] == 4 and r["steps"] == 8 and r["pipeline"]["stages"] == 2, r
+assert r["valid"]["loss"] == two["valid"]["loss"], (r["valid"], two["valid"])
+print("the resumed 2-rank run ends on", r["valid"]["loss"])
+PY
+s1=(-c "$src/configs/s1-tiny-train.json" --train "$work/train.tok" --valid "$work/train.tok" --vocab 50257
+    --steps 6 --threads 1 --accumulation 2 --update-period 2)
+"$sparse_lm" "${s1[@]}" --out "$work/s1-one" > "$work/s1-one.json" 2> "$work/s1-one.err" ||
+  { echo "FAIL: sparse_lm one process"; cat "$work/s1-one.err"; exit 1; }
+timeout 300 mpirun -np 2 "${mpi_opts[@]}" "$sparse_lm" "${s1[@]}" --pipeline-stages 2 --pipeline-placement ranks \
+  --out "$work/s1-two" > "$work/s1-two.json" 2> "$work/s1-two.err" ||
+  { echo "FAIL: sparse_lm on 2 ranks"; cat "$work/s1-two.err"; exit 1; }
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+a, b = (json.load(open(f"{w}/s1-{p}.json")) for p in ("one", "two"))
+assert a["pattern_updates"] >= 2 and a["pattern_updates"] == b["pattern_updates"], (a, b)
+assert abs(a["valid"]["loss"] - b["valid"]["loss"]) <= 1e-5 * a["valid"]["loss"], (a["valid"], b["valid"])
+print("sparse_lm: pattern updates", a["pattern_updates"], "on 1 process and 2 ranks; valid loss", b["valid"]["loss"])
+PY
+set +e
+timeout 120 mpirun -np 3 "${mpi_opts[@]}" "$train" "${common[@]}" --steps 2 --pipeline-stages 2 --pipeline-placement ranks \
+  --out "$work/bad" > /dev/null 2> "$work/bad.err"; rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "a pipeline of 2 stages placed on ranks needs as many ranks" "$work/bad.err" ||
+  { echo "FAIL: 3 ranks for 2 stages (exit $rc)"; cat "$work/bad.err"; exit 1; }
+echo "examples.pipeline_ranks: ok"
