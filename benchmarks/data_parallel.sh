@@ -5,13 +5,17 @@
 #   mpirun -np 2, 1 thread per rank (batch 4 per rank), with and without --shard-optimizer,
 # the three interleaved REPS times. Prints one JSON line per run (median tokens/s over steps 3..STEPS,
 # from the per-step metrics; peak RSS of every process in MiB) and the ratios of the medians.
+# With MICRO = M > 0, also the stage pipelines over M micro-batches of 8/M rows (docs/distributed.md):
+#   1 process x 2 threads, M micro-batches, one stage       (the same accumulation, no pipeline)
+#   1 process, 2 stages x 1 thread (--pipeline-stages 2)
+#   mpirun -np 2, 1 thread per rank, one stage per rank (--pipeline-placement ranks)
 #
-#   benchmarks/data_parallel.sh [BUILD_DIR=build] [WORK_DIR=/tmp/sparselm-dp-bench] [REPS=3] [STEPS=8]
+#   benchmarks/data_parallel.sh [BUILD_DIR=build] [WORK_DIR=/tmp/sparselm-dp-bench] [REPS=3] [STEPS=8] [MICRO=0]
 #
 # Run it on a quiet machine (it takes the benchmark lock /tmp/sparselm-cpu.lock).
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-build} work=${2:-/tmp/sparselm-dp-bench} reps=${3:-3} steps=${4:-8}
+build=${1:-build} work=${2:-/tmp/sparselm-dp-bench} reps=${3:-3} steps=${4:-8} micro=${5:-0}
 gpt=$build/examples/gpt_train
 rm -rf "$work" && mkdir -p "$work"
 "$build/examples/encode_dataset" --mode gpt -i "$src/data/corpus/valid" -o "$work/data.tok" --vocab "$src/data/gpt2" \
@@ -49,6 +53,13 @@ for rep in $(seq 1 "$reps"); do
   run mpi_2_ranks_1_thread mpirun -np 2 "${mpi_opts[@]}" "${peak[@]}" "$gpt" "${args[@]}" --batch-size 4 --threads 1
   run mpi_2_ranks_1_thread_sharded mpirun -np 2 "${mpi_opts[@]}" "${peak[@]}" "$gpt" "${args[@]}" --batch-size 4 \
     --threads 1 --shard-optimizer
+  if [ "$micro" -gt 0 ]; then
+    pipe=(--batch-size $((8 / micro)) --accumulation "$micro")
+    run one_process_2_threads_micro "${peak[@]}" "$gpt" "${args[@]}" "${pipe[@]}" --threads 2
+    run one_process_2_stages_threads "${peak[@]}" "$gpt" "${args[@]}" "${pipe[@]}" --threads 2 --pipeline-stages 2
+    run mpi_2_ranks_2_stages mpirun -np 2 "${mpi_opts[@]}" "${peak[@]}" "$gpt" "${args[@]}" "${pipe[@]}" --threads 1 \
+      --pipeline-stages 2 --pipeline-placement ranks
+  fi
 done | tee "$work/runs.jsonl"
 /usr/bin/python3 - "$work/runs.jsonl" <<'PY'
 import json, statistics, sys

@@ -6,9 +6,12 @@
 #     1e-5 relative (the ranks' gradients sum to the sequential ones except the tied embedding's two
 #     contributions, added in another order), and describe the pipeline over ranks;
 #   - the 2-rank run stopped at step 4 and resumed (--resume, same 2 ranks) ends bit for bit on the
-#     uninterrupted run (the schedule's total_steps fixed at 8);
+#     uninterrupted run (the schedule's total_steps fixed at 8); its step-4 checkpoint resumed by one
+#     process without a pipeline ends within 1e-5 of it;
 #   - sparse_lm with RigL pattern updates every 2 steps on 2 ranks makes the updates one process
 #     makes and ends on its validation loss within 1e-5 (each layer's scores come from one rank);
+#   - data parallelism with threads-placed stages: 2 ranks x 2 rows on 2 stages each log the losses
+#     of 1 process x 4 rows within 1e-4 (the data-parallel tolerance, examples/check_data_parallel.sh);
 #   - 3 ranks for 2 stages is an error naming both, and no rank is left waiting.
 #
 #   check_pipeline_ranks.sh GPT_TRAIN ENCODE_DATASET SPARSE_LM SOURCE_DIR WORK_DIR
@@ -33,7 +36,9 @@ run one 0 --steps 8
 run two 2 --steps 8 --pipeline-stages 2 --pipeline-placement ranks
 run three 3 --steps 8 --pipeline-stages 3 --pipeline-placement ranks --pipeline-schedule gpipe
 run resumed 2 --steps 4 --pipeline-stages 2 --pipeline-placement ranks
+cp -r "$work/resumed" "$work/resumed-one"
 run resumed 2 --steps 8 --pipeline-stages 2 --pipeline-placement ranks --resume
+run resumed-one 0 --steps 8 --resume
 grep -q "pipeline of 2 stages (1f1b) over MPI, 2 ranks" "$work/two.err" ||
   { echo "FAIL: the 2-rank run does not describe its pipeline"; cat "$work/two.err"; exit 1; }
 /usr/bin/python3 "$src/examples/compare_pipeline_runs.py" "$work" one ranks two:2:1f1b three:3:gpipe
@@ -43,7 +48,22 @@ w = sys.argv[1]
 r, two = (json.load(open(f"{w}/{p}.json")) for p in ("resumed", "two"))
 assert r["resumed_from"] == 4 and r["steps"] == 8 and r["pipeline"]["stages"] == 2, r
 assert r["valid"]["loss"] == two["valid"]["loss"], (r["valid"], two["valid"])
-print("the resumed 2-rank run ends on", r["valid"]["loss"])
+r1 = json.load(open(f"{w}/resumed-one.json"))
+assert r1["resumed_from"] == 4 and abs(r1["valid"]["loss"] - r["valid"]["loss"]) <= 1e-5 * r["valid"]["loss"], r1
+print("the resumed 2-rank run ends on", r["valid"]["loss"], "- resumed by 1 process:", r1["valid"]["loss"])
+PY
+run dp-one 0 --steps 8 --batch-size 4 --dropout 0
+run dp-pipe 2 --steps 8 --batch-size 2 --dropout 0 --pipeline-stages 2
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+def train(p):
+    return [l["loss"] for l in map(json.loads, open(f"{w}/{p}/metrics.jsonl")) if l["kind"] == "train"]
+a, b = train("dp-one"), train("dp-pipe")
+assert len(a) == len(b) == 8 and all(abs(x - y) <= 1e-4 * abs(x) for x, y in zip(a, b)), (a, b)
+run = [l for l in map(json.loads, open(f"{w}/dp-pipe/metrics.jsonl")) if l["kind"] == "run"][0]
+assert run["replicas"] == 2 and run["pipeline"]["placement"] == "threads", run
+print("2 data-parallel ranks with 2 stages each = 1 process:", b[-1], a[-1])
 PY
 s1=(-c "$src/configs/s1-tiny-train.json" --train "$work/train.tok" --valid "$work/train.tok" --vocab 50257
     --steps 6 --threads 1 --accumulation 2 --update-period 2)
