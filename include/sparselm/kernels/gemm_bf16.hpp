@@ -70,6 +70,10 @@ inline bool gemm_bf16_amx_usable() { return detail::amx_status().usable; }
 // Why the amx path is or is not usable ("this build has no AMX ...", "the CPU reports no AMX ...",
 // "the kernel refused the AMX permission ...", "AMX-BF16 available, ...").
 inline const char* gemm_bf16_amx_status() { return detail::amx_status().why; }
+// Measured TDPBF16PS throughput (GFLOP/s) on `threads` threads, a few ms; 0 where AMX is unusable.
+inline double gemm_bf16_amx_peak_gflops(int threads) {
+  return gemm_bf16_amx_usable() ? detail::amx_peak_gflops(threads) : 0.0;
+}
 
 // Which bf16 kernel `best` uses on this CPU, and why (see above).
 struct bf16_kernel_choice {
