@@ -344,7 +344,9 @@ TEST_CASE_TEMPLATE("gemm_f16 matches the reference on operands rounded to half",
   unsigned seed = 500;
   for (trans ta : both)
     for (trans tb : both)
-      for (auto [M, N, K] : {std::tuple<std::size_t, std::size_t, std::size_t>{1, 1, 1}, {17, 33, 31}, {70, 40, 1030}}) {
+      for (const auto& shape : {std::tuple<std::size_t, std::size_t, std::size_t>{1, 1, 1}, {17, 33, 31}, {70, 40, 1030}}) {
+        // Plain variables, not structured bindings: clang 14 cannot capture those in INFO.
+        const std::size_t M = std::get<0>(shape), N = std::get<1>(shape), K = std::get<2>(shape);
         std::mt19937 g(seed++);
         operand A(ta == trans::t ? K : M, ta == trans::t ? M : K, 2, g), B(tb == trans::t ? N : K, tb == trans::t ? K : N, 1, g);
         // Half has 11 significant bits: uniform(-1, 1) floats differ from their rounding, so the

@@ -40,8 +40,9 @@
 #include "sparselm/kernels/detail/gemm_bf16_kernel.hpp"
 #include "sparselm/kernels/detail/gemm_kernel.hpp"
 
-#if SPARSELM_GEMM_BF16_NATIVE && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__) && \
-    defined(__x86_64__)
+// GCC spells the target macros __AMX_TILE__ / __AMX_BF16__, clang __AMXTILE__ / __AMXBF16__.
+#if SPARSELM_GEMM_BF16_NATIVE && (defined(__AMX_TILE__) || defined(__AMXTILE__)) && \
+    (defined(__AMX_BF16__) || defined(__AMXBF16__)) && defined(__linux__) && defined(__x86_64__)
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
