@@ -338,6 +338,24 @@ TEST_CASE("gemm_bf16: the kernel choice names AMX when it runs, and SPARSELM_BF1
     if (std::getenv("SPARSELM_BF16_KERNEL") == nullptr) CHECK(!amx_here());
   }
   if (!amx_here()) MESSAGE("AMX unavailable here: ", std::string(kernels::gemm_bf16_amx_status()));
+
+  // SPARSELM_BF16_KERNEL, through the uncached choice (the cached one is made once per process).
+  const char* saved = std::getenv("SPARSELM_BF16_KERNEL");
+  const std::string keep = saved ? saved : "";
+  auto with = [](const char* v) {
+    ::setenv("SPARSELM_BF16_KERNEL", v, 1);
+    return kernels::detail::choose_bf16_kernel();
+  };
+  const auto portable = with("portable");
+  CHECK(portable.kernel == gemm_bf16_path::portable);
+  CHECK(std::string(portable.reason) == "SPARSELM_BF16_KERNEL");
+  const auto amx = with("amx");
+  CHECK(amx.amx == amx_here());
+  if (amx_here()) CHECK(std::string(amx.reason) == "SPARSELM_BF16_KERNEL");
+  CHECK(with("anything else").amx == amx_here());  // not an override
+  if (kernels::gemm_bf16_native) CHECK(with("native").kernel == gemm_bf16_path::native);
+  if (saved) ::setenv("SPARSELM_BF16_KERNEL", keep.c_str(), 1);
+  else ::unsetenv("SPARSELM_BF16_KERNEL");
 }
 
 TEST_CASE_TEMPLATE("gemm_f16 matches the reference on operands rounded to half", Arch, SPARSELM_GEMM_ARCHS) {

@@ -113,7 +113,8 @@ inline bf16_kernel_choice choose_bf16_kernel() {
   bf16_kernel_choice c;
   c.amx_status = amx_status().why;
   const char* env = std::getenv("SPARSELM_BF16_KERNEL");
-  const std::string v = env ? env : "";
+  std::string v = env ? env : "";
+  if (v != "amx" && v != "native" && v != "portable") v.clear();  // other values: no override
   auto pick = [&c](gemm_bf16_path k, const char* reason) {
     c.kernel = k, c.native = k == gemm_bf16_path::native, c.amx = k == gemm_bf16_path::amx, c.reason = reason;
     return c;
