@@ -1,14 +1,22 @@
 // Dense fp32 GEMM: sparselm::kernels::gemm vs OpenBLAS cblas_sgemm, beside the measured FMA peak;
 // and the mixed-precision kernels::gemm_bf16 beside them (impl "bf16": bf16 operands, "bf16f": float
-// operands rounded to bf16 while packed), on the path this build has (native with AVX512-BF16).
+// operands rounded to bf16 while packed), on its best path (kernels::describe_compute says which);
+// "amx" and "portable" are gemm_bf16 on float operands on those two paths (amx: skipped where
+// AMX is unavailable).
 //
 // Shapes: the GPT-2 small linear layers, M = 4096 / 1024 / 256 rows (tokens) and (K, N) in
-// {(768,768), (768,3072), (3072,768), (768,2304), (768,50304)}, in NN (forward), NT (dX) and
-// TN (dW) form, at 2 and 1 threads. Counters: GFLOP/s and peak = fraction of the measured
+// {(768,768), (768,3072), (3072,768), (768,2304), (768,50304), (768,50257)}, in NN (forward), NT
+// (dX) and TN (dW) form, at 2 and 1 threads. Counters: GFLOP/s and peak = fraction of the measured
 // FMA peak for that thread count (benchmarks/common/peak.hpp); for bf16 and bf16f the fraction of
-// the measured bf16 dot-product peak when the build has AVX512-BF16 (else of the FMA peak).
+// the measured bf16 dot-product peak when the build has AVX512-BF16 (else of the FMA peak); for
+// amx the fraction of the measured TDPBF16PS peak.
 //
-// Names: gemm/<impl>/<op>/M/K/N/threads:<t>, impl in ours | openblas | bf16 | bf16f, e.g.
+// After the runs, a table per shape that ran "ours" and a bf16 impl: median GFLOP/s of each and
+// the bf16 ones over fp32, e.g. AMX vs fp32 vs portable bf16 at M = 1024, 2 threads:
+//   flock /tmp/sparselm-cpu.lock ./build/benchmarks/bench_gemm
+//     --benchmark_filter='gemm/(ours|amx|portable)/.*/1024/.*threads:2' --benchmark_repetitions=3
+//
+// Names: gemm/<impl>/<op>/M/K/N/threads:<t>, impl in ours | openblas | bf16 | bf16f | amx | portable, e.g.
 //   ./build/benchmarks/bench_gemm --benchmark_filter='gemm/ours/NN/4096/.*/threads:2'
 //   ./build/benchmarks/bench_gemm --benchmark_filter='/4096/768/768/'
 // Every benchmark runs a fixed number of calls worth ~0.4 s at 300 GFLOP/s (at least one).
@@ -19,8 +27,10 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstdio>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/peak.hpp"
@@ -32,13 +42,16 @@ namespace {
 
 using sparselm::kernels::trans;
 
-enum class impl { ours, openblas, bf16, bf16f };
+enum class impl { ours, openblas, bf16, bf16f, amx, portable };
+constexpr impl impls[] = {impl::ours, impl::openblas, impl::bf16, impl::bf16f, impl::amx, impl::portable};
 const char* impl_name(impl i) {
   switch (i) {
     case impl::ours: return "ours";
     case impl::openblas: return "openblas";
     case impl::bf16: return "bf16";
     case impl::bf16f: return "bf16f";
+    case impl::amx: return "amx";
+    case impl::portable: return "portable";
   }
   return "?";
 }
@@ -84,9 +97,12 @@ void run_gemm(impl which, const op_form& op, std::size_t M, std::size_t K, std::
   } else if (which == impl::bf16) {
     sparselm::kernels::gemm_bf16<sparselm::bf16, sparselm::bf16>(op.ta, op.tb, 1.0f, {buffers.ah.data(), ar, ac},
                                                                  {buffers.bh.data(), br, bc}, 0.0f, {buffers.c, M, N});
-  } else if (which == impl::bf16f) {
+  } else if (which == impl::bf16f || which == impl::amx || which == impl::portable) {
+    const auto path = which == impl::amx        ? sparselm::kernels::gemm_bf16_path::amx
+                      : which == impl::portable ? sparselm::kernels::gemm_bf16_path::portable
+                                                : sparselm::kernels::gemm_bf16_path::best;
     sparselm::kernels::gemm_bf16<float, float>(op.ta, op.tb, 1.0f, {buffers.a, ar, ac}, {buffers.b, br, bc}, 0.0f,
-                                               {buffers.c, M, N});
+                                               {buffers.c, M, N}, nullptr, path);
   } else {
     cblas_sgemm(CblasRowMajor, at ? CblasTrans : CblasNoTrans, bt ? CblasTrans : CblasNoTrans, int(M), int(N), int(K),
                 1.0f, buffers.a, int(ac), buffers.b, int(bc), 0.0f, buffers.c, int(N));
@@ -100,7 +116,22 @@ double bf16_peak(int threads) {
   return p[threads];
 }
 
+// The TDPBF16PS peak per thread count, measured once (0 without AMX).
+double amx_peak(int threads) {
+  static std::map<int, double> p;
+  if (!p.count(threads)) p[threads] = sparselm::kernels::gemm_bf16_amx_peak_gflops(threads);
+  return p[threads];
+}
+
+// GFLOP/s of every run (one per repetition), by (op, M, K, N, threads) and impl, for the summary.
+using shape_key = std::tuple<std::string, std::size_t, std::size_t, std::size_t, int>;
+std::map<shape_key, std::map<impl, std::vector<double>>> results;
+
 void bm_gemm(benchmark::State& state, impl which, op_form op, std::size_t M, std::size_t K, std::size_t N, int threads) {
+  if (which == impl::amx && !sparselm::kernels::gemm_bf16_amx_usable()) {
+    state.SkipWithError(sparselm::kernels::gemm_bf16_amx_status());
+    return;
+  }
   buffers.reserve(M * K, K * N, M * N);
   sparselm::set_num_threads(threads);
   openblas_set_num_threads(threads);
@@ -117,16 +148,50 @@ void bm_gemm(benchmark::State& state, impl which, op_form op, std::size_t M, std
   const double gflops = flops * double(state.iterations()) / seconds * 1e-9;
   state.counters["GFLOP/s"] = gflops;
   const bool bf16 = which == impl::bf16 || which == impl::bf16f;
-  state.counters["peak"] = gflops / (bf16 && sparselm::has_bf16_dot_peak ? bf16_peak(threads)
-                                                                        : sparselm::settled_fma_peak_gflops(threads));
+  state.counters["peak"] = gflops / (which == impl::amx                        ? amx_peak(threads)
+                                     : bf16 && sparselm::has_bf16_dot_peak ? bf16_peak(threads)
+                                                                           : sparselm::settled_fma_peak_gflops(threads));
+  results[{op.name, M, K, N, threads}][which].push_back(gflops);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// The summary table: median GFLOP/s per impl that ran, and each bf16 impl over "ours" (fp32).
+void print_summary() {
+  std::vector<impl> cols;
+  for (impl i : impls)
+    for (const auto& [key, by_impl] : results)
+      if (by_impl.count(i) && std::find(cols.begin(), cols.end(), i) == cols.end()) cols.push_back(i);
+  if (cols.size() < 2 || cols[0] != impl::ours) return;
+  std::printf("\nmedian GFLOP/s over the repetitions; x = over ours (fp32)\n| op | M | K | N | threads |");
+  for (impl i : cols) std::printf(" %s |%s", impl_name(i), i == impl::ours || i == impl::openblas ? "" : " x |");
+  std::printf("\n|---|---:|---:|---:|---:|");
+  for (impl i : cols) std::printf("---:|%s", i == impl::ours || i == impl::openblas ? "" : "---:|");
+  std::printf("\n");
+  for (const auto& [key, by_impl] : results) {
+    const auto& [op, M, K, N, threads] = key;
+    if (!by_impl.count(impl::ours)) continue;
+    const double fp32 = median(by_impl.at(impl::ours));
+    std::printf("| %s | %zu | %zu | %zu | %d |", op.c_str(), M, K, N, threads);
+    for (impl i : cols) {
+      const double g = by_impl.count(i) ? median(by_impl.at(i)) : 0.0;
+      std::printf(" %.0f |", g);
+      if (i != impl::ours && i != impl::openblas) std::printf(" %.2fx |", g / fp32);
+    }
+    std::printf("\n");
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::size_t Ms[] = {4096, 1024, 256};
-  const std::pair<std::size_t, std::size_t> KNs[] = {{768, 768}, {768, 3072}, {3072, 768}, {768, 2304}, {768, 50304}};
-  for (impl which : {impl::ours, impl::openblas, impl::bf16, impl::bf16f})
+  const std::pair<std::size_t, std::size_t> KNs[] = {{768, 768},  {768, 3072},  {3072, 768},
+                                                      {768, 2304}, {768, 50304}, {768, 50257}};
+  for (impl which : impls)
     for (int threads : {2, 1})
       for (std::size_t M : Ms)
         for (auto [K, N] : KNs)
@@ -149,8 +214,12 @@ int main(int argc, char** argv) {
   if (sparselm::has_bf16_dot_peak)
     benchmark::AddCustomContext("bf16 dot peak GFLOP/s (1 thread, 2 threads)",
                                 std::to_string(bf16_peak(1)) + ", " + std::to_string(bf16_peak(2)));
+  if (sparselm::kernels::gemm_bf16_amx_usable())
+    benchmark::AddCustomContext("AMX TDPBF16PS peak GFLOP/s (1 thread, 2 threads)",
+                                std::to_string(amx_peak(1)) + ", " + std::to_string(amx_peak(2)));
   benchmark::AddCustomContext("gemm_bf16 path (best)", sparselm::kernels::describe_compute(sparselm::dtype::bf16));
   benchmark::RunSpecifiedBenchmarks();
+  print_summary();
   benchmark::Shutdown();
   return 0;
 }

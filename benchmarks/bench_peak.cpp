@@ -1,8 +1,10 @@
 // Measured fp32 FMA peak (GFLOP/s) for 1 and 2 threads: the denominator of "% of peak" in the
-// kernel benchmarks; and the AVX512-BF16 dot-product peak, the bf16 GEMM's. Run: ./build/benchmarks/bench_peak
+// kernel benchmarks; the AVX512-BF16 dot-product peak, the native bf16 GEMM's; and the AMX
+// TDPBF16PS peak, the amx bf16 GEMM's. Run: ./build/benchmarks/bench_peak
 #include <benchmark/benchmark.h>
 
 #include "common/peak.hpp"
+#include "sparselm/kernels/gemm_bf16.hpp"
 
 static void BM_fma_peak(benchmark::State& state) {
   const int threads = int(state.range(0));
@@ -26,5 +28,20 @@ static void BM_bf16_dot_peak(benchmark::State& state) {
   state.counters["threads"] = threads;
 }
 BENCHMARK(BM_bf16_dot_peak)->Arg(1)->Arg(2)->Iterations(3)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// AMX TDPBF16PS throughput (GFLOP/s, 16 x 16 x 32 multiply-adds per instruction); only where the
+// build has AMX and this CPU and OS run it (kernels::gemm_bf16_amx_status() says why not).
+static void BM_amx_peak(benchmark::State& state) {
+  const int threads = int(state.range(0));
+  if (!sparselm::kernels::gemm_bf16_amx_usable()) {
+    state.SkipWithError(sparselm::kernels::gemm_bf16_amx_status());
+    return;
+  }
+  double g = 0;
+  for (auto _ : state) g = sparselm::kernels::gemm_bf16_amx_peak_gflops(threads);
+  state.counters["GFLOP/s"] = g;
+  state.counters["threads"] = threads;
+}
+BENCHMARK(BM_amx_peak)->Arg(1)->Arg(2)->Iterations(3)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK_MAIN();

@@ -1,4 +1,5 @@
-// Mixed-precision GEMMs (kernels::gemm_bf16, gemm_f16, gemm_as): both bf16 paths against a double-accumulating reference on
+// Mixed-precision GEMMs (kernels::gemm_bf16, gemm_f16, gemm_as): every bf16 path (portable,
+// native AVX512-BF16, AMX where this build and CPU have it) against a double-accumulating reference on
 // the bf16-rounded operands, against each other, against the fp32 GEMM within the bf16 rounding,
 // for every transpose, operand type (float / bf16), edge sizes, odd depths, depths crossing KC,
 // alpha/beta/bias, beta = 0 over NaN, NaN operands, threads, parallel regions and argument errors.
@@ -6,6 +7,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
@@ -51,6 +53,7 @@ using test::describe;
 struct bf16_result {
   double ratio;             // against the reference on rounded operands, <= 1 passes
   std::vector<float> c;     // C after the call (row-major, ld = N + pad)
+  std::vector<double> scale;  // the reference's |alpha| |op(A)| |op(B)| + |beta C| + |bias|, M x N
 };
 
 // One case with operand types SA, SB on path `path` of gemm_bf16<.., Arch>.
@@ -72,19 +75,27 @@ bf16_result run_case(const bf16_case& c, unsigned seed, gemm_bf16_path path) {
   kernels::gemm_bf16<SA, SB, Arch>(c.ta, c.tb, c.alpha, A.template view<SA>(), B.template view<SB>(), c.beta, Cv, bp,
                                    path);
   if (Cm.ld > c.N && c.M && !(C[c.N] == guard || (std::isnan(guard) && std::isnan(C[c.N]))))
-    return {std::numeric_limits<double>::infinity(), C};
-  return {test::gemm_error_ratio(want, Cv, c.K), C};
+    return {std::numeric_limits<double>::infinity(), C, want.scale};
+  return {test::gemm_error_ratio(want, Cv, c.K), C, want.scale};
 }
 
-// The paths an architecture has: portable always, native with AVX512-BF16 on AVX-512.
+// AMX runs here: compiled in, and this CPU and OS allow it. Otherwise the AMX checks are skipped
+// with a message (AMD hosts, builds without -march=native) and the other paths still run.
+bool amx_here() { return kernels::gemm_bf16_amx && kernels::gemm_bf16_amx_usable(); }
+
+// The paths an architecture has: portable always, native with AVX512-BF16 on AVX-512, amx with
+// AMX on AVX-512 where the CPU and OS run it.
 template <class Arch>
 std::vector<gemm_bf16_path> paths() {
   std::vector<gemm_bf16_path> p{gemm_bf16_path::portable};
   if (kernels::gemm_bf16_native && simd_width<float, Arch> == 16) p.push_back(gemm_bf16_path::native);
+  if (amx_here() && simd_width<float, Arch> == 16) p.push_back(gemm_bf16_path::amx);
   return p;
 }
 
-const char* name(gemm_bf16_path p) { return p == gemm_bf16_path::native ? "native" : "portable"; }
+const char* name(gemm_bf16_path p) {
+  return p == gemm_bf16_path::native ? "native" : p == gemm_bf16_path::amx ? "amx" : "portable";
+}
 
 // Runs the case for every operand-type combination and path; checks each against the reference.
 template <class Arch>
@@ -251,13 +262,109 @@ TEST_CASE("gemm_bf16: K = 0, empty products and argument errors") {
                                                 {z.data(), 4, 4}, nullptr, gemm_bf16_path::native);
   });
   CHECK(native.find("gemm_bf16: the native path needs AVX512-BF16") != std::string::npos);
+  const std::string amx = message([&] {
+    kernels::gemm_bf16<bf16, bf16, xsimd::sse2>(trans::n, trans::n, 1.0f, {x.data(), 4, 4}, {y.data(), 4, 4}, 0.0f,
+                                                {z.data(), 4, 4}, nullptr, gemm_bf16_path::amx);
+  });
+  CHECK(amx.find("gemm_bf16: the amx path is unavailable") != std::string::npos);
+}
+
+TEST_CASE("gemm_bf16 amx path: random shapes with tile edges against the reference and the portable path") {
+  // Sizes around the AMX tile (16 rows / columns, 32 in k) and its 32 x 32 micro-tile; depths
+  // crossing its depth block (1024) and rows / columns crossing MC (256) and NC (2048).
+  if (!amx_here())
+    MESSAGE("AMX unavailable, AMX checks skipped (portable and native paths still checked): ",
+            std::string(kernels::gemm_bf16_amx_status()));
+  const std::size_t edges[] = {1, 15, 16, 17, 31, 32, 33, 100};
+  std::mt19937 pick(2024);
+  auto any = [&](std::size_t n) { return edges[std::uniform_int_distribution<std::size_t>(0, n - 1)(pick)]; };
+  std::vector<bf16_case> cases;
+  for (trans ta : both)
+    for (trans tb : both)
+      for (int i = 0; i < 24; ++i) {
+        bf16_case c{ta, tb, any(8), any(8), any(8)};
+        switch (i % 5) {
+          case 0: break;
+          case 1: c.alpha = -0.5f, c.beta = 1.0f; break;
+          case 2: c.alpha = 2.0f, c.beta = 0.25f, c.bias = true; break;
+          case 3: c.bias = true, c.pad = 3, c.nan_c = true; break;
+          case 4: c.beta = 1.0f, c.pad = 1; break;
+        }
+        cases.push_back(c);
+      }
+  for (trans ta : both)
+    for (trans tb : both) {
+      cases.push_back({ta, tb, 64, 64, 2049, 1.0f, 1.0f, false, 0});   // whole tiles, 3 depth blocks, beta 1
+      cases.push_back({ta, tb, 300, 45, 1100, 1.0f, 0.0f, true, 2});  // crosses MC, depth block
+      cases.push_back({ta, tb, 33, 2100, 70, 0.5f, 0.5f, false, 0});  // crosses NC
+    }
+  unsigned seed = 7000;
+  for (const auto& c : cases) {
+    INFO(describe(c));
+    const unsigned sd = seed++;
+    const auto portable = run_case<float, bf16, native_arch>(c, sd, gemm_bf16_path::portable);
+    CHECK(portable.ratio <= 1.0);
+    if (!amx_here()) continue;
+    CHECK(run_case<float, float, native_arch>(c, sd, gemm_bf16_path::amx).ratio <= 1.0);
+    CHECK(run_case<bf16, bf16, native_arch>(c, sd, gemm_bf16_path::amx).ratio <= 1.0);
+    CHECK(run_case<bf16, float, native_arch>(c, sd, gemm_bf16_path::amx).ratio <= 1.0);
+    const auto amx = run_case<float, bf16, native_arch>(c, sd, gemm_bf16_path::amx);
+    CHECK(amx.ratio <= 1.0);
+    // Against the portable path on the same operands: the same products in another order, so
+    // within twice the fp32 GEMM's bound of each other (each is within it of the exact sum).
+    std::size_t differ = 0;
+    const std::size_t ld = c.N + c.pad;
+    for (std::size_t i = 0; i < c.M; ++i)
+      for (std::size_t j = 0; j < c.N; ++j) {
+        const double bound = 2 * (2.0 * double(c.K) + 4.0) * std::numeric_limits<float>::epsilon() * amx.scale[i * c.N + j];
+        if (!(std::abs(double(amx.c[i * ld + j]) - portable.c[i * ld + j]) <= bound)) ++differ;
+      }
+    CHECK(differ == 0);
+  }
+}
+
+TEST_CASE("gemm_bf16: the kernel choice names AMX when it runs, and SPARSELM_BF16_KERNEL") {
+  const auto& c = kernels::bf16_native_choice();
+  CHECK(std::string(c.amx_status) == kernels::gemm_bf16_amx_status());
+  CHECK(c.amx == (c.kernel == gemm_bf16_path::amx));
+  CHECK(c.native == (c.kernel == gemm_bf16_path::native));
+  const std::string said = kernels::describe_compute(dtype::bf16);
+  if (c.amx) {
+    CHECK(amx_here());
+    CHECK(said.find("AMX tiles") != std::string::npos);
+  } else {
+    CHECK(said.find("AMX tiles") == std::string::npos);
+    // Without an override, AMX is skipped only where it is unavailable.
+    if (std::getenv("SPARSELM_BF16_KERNEL") == nullptr) CHECK(!amx_here());
+  }
+  if (!amx_here()) MESSAGE("AMX unavailable here: ", std::string(kernels::gemm_bf16_amx_status()));
+
+  // SPARSELM_BF16_KERNEL, through the uncached choice (the cached one is made once per process).
+  const char* saved = std::getenv("SPARSELM_BF16_KERNEL");
+  const std::string keep = saved ? saved : "";
+  auto with = [](const char* v) {
+    ::setenv("SPARSELM_BF16_KERNEL", v, 1);
+    return kernels::detail::choose_bf16_kernel();
+  };
+  const auto portable = with("portable");
+  CHECK(portable.kernel == gemm_bf16_path::portable);
+  CHECK(std::string(portable.reason) == "SPARSELM_BF16_KERNEL");
+  const auto amx = with("amx");
+  CHECK(amx.amx == amx_here());
+  if (amx_here()) CHECK(std::string(amx.reason) == "SPARSELM_BF16_KERNEL");
+  CHECK(with("anything else").amx == amx_here());  // not an override
+  if (kernels::gemm_bf16_native) CHECK(with("native").kernel == gemm_bf16_path::native);
+  if (saved) ::setenv("SPARSELM_BF16_KERNEL", keep.c_str(), 1);
+  else ::unsetenv("SPARSELM_BF16_KERNEL");
 }
 
 TEST_CASE_TEMPLATE("gemm_f16 matches the reference on operands rounded to half", Arch, SPARSELM_GEMM_ARCHS) {
   unsigned seed = 500;
   for (trans ta : both)
     for (trans tb : both)
-      for (auto [M, N, K] : {std::tuple<std::size_t, std::size_t, std::size_t>{1, 1, 1}, {17, 33, 31}, {70, 40, 1030}}) {
+      for (const auto& shape : {std::tuple<std::size_t, std::size_t, std::size_t>{1, 1, 1}, {17, 33, 31}, {70, 40, 1030}}) {
+        // Plain variables, not structured bindings: clang 14 cannot capture those in INFO.
+        const std::size_t M = std::get<0>(shape), N = std::get<1>(shape), K = std::get<2>(shape);
         std::mt19937 g(seed++);
         operand A(ta == trans::t ? K : M, ta == trans::t ? M : K, 2, g), B(tb == trans::t ? N : K, tb == trans::t ? K : N, 1, g);
         // Half has 11 significant bits: uniform(-1, 1) floats differ from their rounding, so the
