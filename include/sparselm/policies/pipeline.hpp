@@ -7,7 +7,7 @@
 // the embedding backward.
 //
 //   none            one stage: each micro-batch forward and backward before the next one (one in
-//                   flight; every kernel uses all threads). The default.
+//                   flight; every kernel uses all threads).
 //   stages<N, O>    N stages, each a contiguous range of blocks on its own thread group
 //                   (threads / N threads each); stage 0 also runs the embedding, the last the head.
 //                   Micro-batch m's forward passes stage s to s + 1, its backward s + 1 to s. O is
@@ -18,7 +18,8 @@
 //                     gpipe        every forward, then every backward (M in flight)
 //                   Both leave (N - 1) / (M + N - 1) of each stage's time idle when the stages cost
 //                   the same (the "bubble"); more micro-batches per step shrink it.
-//   configured      the plan of the run config (trainer_options::pipeline), none when unset.
+//   configured      the plan of the run config (trainer_options::pipeline), one stage when unset;
+//                   the trainer's default.
 //
 // Placement: the stages run as threads of one process (plan::placement threads), or one stage per
 // process (ranks: under mpirun with as many ranks as stages; each process holds the whole model,
@@ -26,9 +27,10 @@
 // neighbours through a stage_link; the trainer then sums the gradients over the ranks, so every
 // rank applies the same update).
 //
-// The stages' split is given (plan::split) or balanced: the first staged step splits the blocks
-// evenly, measures every part's time and later steps use the split that minimises the slowest
-// stage (balance()). The gradients are those of the sequential order: each tensor's gradient
+// The stages' split is given (plan::split) or balanced (balance(): the split that minimises the
+// slowest stage): the first staged step weighs each part by its parameter count, the next two by
+// the part times measured in the step before, and later steps keep that split (ranks keep the
+// parameter-count split: each measures only its own stage, and all must agree). The gradients are those of the sequential order: each tensor's gradient
 // accumulates the micro-batches in the same order, except a tensor the head shares with the
 // embedding (tied weights), whose two contributions are added in another order (rounding only).
 
