@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli.hpp"
+#include "replicas.hpp"
 #include "sparselm/core/checked.hpp"
 #include "sparselm/core/program.hpp"
 
@@ -37,7 +38,9 @@
 using namespace sparselm;
 
 int main(int argc, char** argv) {
-  return run_program("bert_pretrain", [&]() -> int {
+  examples::replicas replicas;  // MPI ranks under mpirun; outlives the body (a failed rank ends the job)
+  const int status = run_program("bert_pretrain", [&]() -> int {
+    replicas.start(argc, argv);
     CLI::App app{"BERT pre-training (MLM + NSP) with LAMB on bert_data example files."};
     std::string config = std::string(SPARSELM_SOURCE_DIR) + "/configs/bert-tiny.json";
     bert_job_options o;
@@ -107,6 +110,8 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     std::string precision = "fp32";
     examples::add_precision_option(app, precision)->capture_default_str();
+    bool shard_optimizer = false;
+    examples::add_shard_option(app, shard_optimizer);
     app.add_option("--seed", o.seed, "Initialisation, data order and dropout")->capture_default_str();
     app.add_option("--threads", threads, "Threads (0: OpenMP default)")->check(CLI::Range(0, 1024));
     if (auto status = examples::parse(app, argc, argv)) return *status;
@@ -133,12 +138,14 @@ int main(int argc, char** argv) {
                 {"seed", o.seed},
                 {"init_from", o.init_from.string()},
                 {"loss_scaling", loss_scaling},
-                {"precision", precision}};
+                {"precision", precision},
+                {"shard_optimizer", shard_optimizer}};
     int rc = 0;
     registry::with_sparsity(block, [&]<class S>() {
       using model_t = bert<float, S>;
       struct policies : default_policies {
         using optimizer = optim::lamb<>;
+        using data_parallel = sparselm::data_parallel::mpi;  // one process unless started by mpirun
       };
       using trainer_t = trainer<model_t, policies>;
       model_t model(cfg, sparse_plan{sparsity});
@@ -147,6 +154,7 @@ int main(int argc, char** argv) {
       to.max_norm = float(max_norm);
       to.dropout_seed = o.seed + 1;
       to.precision = sparselm::precision::parse(precision, "--precision");
+      to.shard_optimizer = shard_optimizer;
       if (loss_scaling == "dynamic")
         to.loss_scaling = optim::loss_scale_config(json{{"type", "dynamic"}});
       else if (loss_scaling != "none")
@@ -154,6 +162,8 @@ int main(int argc, char** argv) {
       trainer_t t(model, to, optim::lamb<>(json{{"weight_decay", weight_decay}}),
                   optim::make_schedule(
                       {{"type", "up_down"}, {"max_lr", lr}, {"total_steps", o.steps}, {"warmup_frac", warmup_frac}}));
+      t.set_replicas(replicas.group());
+      const bool rank0 = replicas.group().rank() == 0;
       std::optional<dynamic_sparsity<model_t, trainer_t>> ds;
       if constexpr (S::is_sparse)
         if (update_period > 0)
@@ -161,14 +171,16 @@ int main(int argc, char** argv) {
                      sparse::update_config::from_json(
                          json{{"update_period", update_period}, {"total_steps", o.steps}, {"regrow", "rigl"}}),
                      o.seed + 7);
-      std::fprintf(stderr, "bert_pretrain: %zu parameters%s\n", model.num_parameters(),
+      if (rank0)
+        std::fprintf(stderr, "bert_pretrain: %zu parameters%s\n", model.num_parameters(),
                    S::is_sparse
                        ? (update_period ? ", block-sparse projections, dynamic" : ", block-sparse projections, static")
                        : "");
       const auto summary = bert_job(o).run(model, t, ds ? &*ds : nullptr);
-      std::printf("%s\n", summary.dump().c_str());
+      if (rank0) std::printf("%s\n", summary.dump().c_str());
       rc = summary.value("interrupted", false) ? 130 : 0;
     });
     return rc;
   });
+  return replicas.finish(status);
 }

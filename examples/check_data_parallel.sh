@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ctest examples.data_parallel: data-parallel training under mpirun gives the single-process result.
-#   check_data_parallel.sh GPT_TRAIN SPARSE_LM ENCODE_DATASET SOURCE_DIR WORK_DIR
+#   check_data_parallel.sh GPT_TRAIN SPARSE_LM ENCODE_DATASET SOURCE_DIR WORK_DIR BERT_DATA BERT_PRETRAIN
 #
 # 1. GPT, dense: 2 ranks x 2 rows per rank against 1 process x 4 rows (the same global batch):
 #    every training and validation loss, and the final weights, agree within the tolerance below.
@@ -12,7 +12,9 @@
 #    of 2 rows (rank r's rows are micro-batch r, and the pooled dense-gradient scores are summed the
 #    same way): the same pattern updates (pruned and regrown blocks, explored fractions), losses
 #    within the tolerance, identical block patterns at the end.
-# 4. Bad launches: ranks given different configs stop at once with an error naming the rank; a
+# 4. BERT pre-training (MLM + NSP, LAMB): 2 ranks x 4 sequences against 1 process x 8, losses and
+#    weights within the tolerance; with --shard-optimizer bit-identical to the unsharded 2 ranks.
+# 5. Bad launches: ranks given different configs stop at once with an error naming the rank; a
 #    rank killed (SIGKILL) mid-run ends the whole job with an error, and its last checkpoint
 #    resumes.
 #
@@ -21,7 +23,7 @@
 # Adam's division by sqrt(v) where v is tiny. Losses must agree to 1e-4 (relative) and weights to
 # 1e-3 of each tensor's largest magnitude.
 set -euo pipefail
-gpt=$1 s1=$2 encode=$3 src=$4 work=$5
+gpt=$1 s1=$2 encode=$3 src=$4 work=$5 bert_data=$6 bert=$7
 rm -rf "$work" && mkdir -p "$work"
 "$encode" --mode gpt -i "$src/data/corpus/valid" -o "$work/data.tok" --vocab "$src/data/gpt2" > /dev/null
 
@@ -56,7 +58,17 @@ s1_args=(--config "$src/configs/s1-tiny-train.json" --train "$work/data.tok" --v
 "${mpi[@]}" "$s1" "${s1_args[@]}" --batch-size 2 --out "$work/s1-2" > /dev/null 2> "$work/s1-2.err" ||
   { cat "$work/s1-2.err" >&2; exit 1; }
 
-# 4a. rank 1 with another learning rate; rank 1 with a bad flag (a usage error, exit status 2):
+"$bert_data" -i "$src/data/corpus/valid" -o "$work/bert.bex" --seq-len 64 --max-predictions 10 > /dev/null
+bert_args=(--config "$src/configs/bert-tiny.json" --train "$work/bert.bex" --valid "$work/bert.bex" --steps 10
+           --eval-every 5 --eval-batches 2 --log-every 1 --checkpoint-every 5 --dropout 0 --threads 1)
+"$bert" "${bert_args[@]}" --batch-size 8 --out "$work/bert-1" > /dev/null 2> "$work/bert-1.err" ||
+  { cat "$work/bert-1.err" >&2; exit 1; }
+"${mpi[@]}" "$bert" "${bert_args[@]}" --batch-size 4 --out "$work/bert-2" > /dev/null 2> "$work/bert-2.err" ||
+  { cat "$work/bert-2.err" >&2; exit 1; }
+"${mpi[@]}" "$bert" "${bert_args[@]}" --batch-size 4 --shard-optimizer --out "$work/bert-2s" > /dev/null \
+  2> "$work/bert-2s.err" || { cat "$work/bert-2s.err" >&2; exit 1; }
+
+# 5a. rank 1 with another learning rate; rank 1 with a bad flag (a usage error, exit status 2):
 # the job ends with an error, it does not wait for rank 1 for ever
 status=0
 timeout 120 mpirun -np 1 "${mpi_opts[@]}" "$gpt" "${gpt_args[@]}" --steps 5 --batch-size 2 --out "$work/bad" : \
@@ -70,7 +82,7 @@ timeout 120 mpirun -np 1 "${mpi_opts[@]}" "$gpt" "${gpt_args[@]}" --steps 5 --ba
   2> "$work/bad2.err" || status=$?
 grep -q "usage error" "$work/bad2.err" && [ "$status" -ne 0 ] && [ "$status" -ne 124 ] ||
   { echo "FAIL: a rank with a usage error (status $status)" >&2; cat "$work/bad2.err" >&2; exit 1; }
-# 4b. rank 1 killed after the step-10 checkpoint; the job ends; the checkpoint resumes
+# 5b. rank 1 killed after the step-10 checkpoint; the job ends; the checkpoint resumes
 timeout 300 "${mpi[@]}" "$gpt" "${gpt_args[@]}" --steps 100000 --set schedule.total_steps=100000 --batch-size 2 \
   --out "$work/killed" > /dev/null 2> "$work/killed.err" &
 launcher=$!
@@ -130,14 +142,19 @@ def same_weights(a, b, what):
     return worst
 d1 = same_losses("gpt-1", "gpt-2", "GPT 1 process x 4 rows vs 2 ranks x 2")
 w1 = same_weights("gpt-1", "gpt-2", "GPT 1 process x 4 rows vs 2 ranks x 2")
-same_losses("gpt-2", "gpt-2r", "GPT 2 ranks vs 2 ranks sharded, stopped at 20 and resumed", exact=True)
-for name in ("model.safetensors", "training_state.safetensors"):
-    a, b = tensors("gpt-2", name), tensors("gpt-2r", name)
-    if a.keys() != b.keys() or any(not np.array_equal(a[k], b[k]) for k in a):
-        fails.append(f"GPT sharded+resumed vs unsharded 2 ranks: {name} differs")
+def bit_identical(a, b, what):  # losses, weights and the whole optimiser state of the last checkpoints
+    same_losses(a, b, what, exact=True)
+    for name in ("model.safetensors", "training_state.safetensors"):
+        x, y = tensors(a, name), tensors(b, name)
+        if x.keys() != y.keys() or any(not np.array_equal(x[k], y[k]) for k in x):
+            fails.append(f"{what}: {name} differs")
+bit_identical("gpt-2", "gpt-2r", "GPT 2 ranks vs 2 ranks sharded, stopped at 20 and resumed")
 d3 = same_losses("gpt-2", "gpt-1r", "GPT 2 ranks vs its step-20 checkpoint resumed by 1 process")
 # (training losses only: the 1-process run validates on batches of 2 rows, the 2-rank run on 4)
 d4 = same_losses("s1-1", "s1-2", "S1 1 process x 2 micro-batches vs 2 ranks", kinds=("train",))
+d5 = same_losses("bert-1", "bert-2", "BERT 1 process x 8 vs 2 ranks x 4")
+w5 = same_weights("bert-1", "bert-2", "BERT 1 process x 8 vs 2 ranks x 4")
+bit_identical("bert-2", "bert-2s", "BERT 2 ranks vs 2 ranks sharded")
 w4 = same_weights("s1-1", "s1-2", "S1 1 process x 2 micro-batches vs 2 ranks")
 u1 = [j["sparsity_update"] for j in lines("s1-1") if "sparsity_update" in j]
 u2 = [j["sparsity_update"] for j in lines("s1-2") if "sparsity_update" in j]
@@ -148,5 +165,6 @@ if fails:
 print(f"OK: GPT 2 ranks = 1 process (losses {d1:.1e}, weights {w1:.1e}); sharded 2 ranks stopped and resumed "
       f"bit-identical to unsharded (weights, optimiser state); its checkpoint resumed by 1 process: "
       f"{d3:.1e}; S1 RigL 2 ranks = 2 micro-batches ({len(u1)} identical pattern updates, "
-      f"losses {d4:.1e}, weights {w4:.1e})")
+      f"losses {d4:.1e}, weights {w4:.1e}); BERT 2 ranks = 1 process (losses {d5:.1e}, weights {w5:.1e}), "
+      f"sharded = unsharded bit for bit")
 PY

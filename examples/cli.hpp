@@ -61,10 +61,14 @@ inline CLI::Option* add_precision_option(CLI::Option_group& g, std::optional<std
 
 // --shard-optimizer (run config "trainer.shard_optimizer"): under mpirun, each rank keeps 1/P of the
 // optimiser state (ZeRO stage 1; docs/distributed.md).
+inline constexpr const char* shard_option_help =
+    "Data parallel (mpirun): each rank keeps and updates 1/P of the optimiser state, then the ranks exchange the "
+    "updated weights (ZeRO stage 1; trainer.shard_optimizer)";
 inline CLI::Option* add_shard_option(CLI::Option_group& g, std::optional<bool>& v) {
-  return g.add_flag("--shard-optimizer", v,
-                    "Data parallel (mpirun): each rank keeps and updates 1/P of the optimiser state, then the ranks "
-                    "exchange the updated weights (ZeRO stage 1; trainer.shard_optimizer)");
+  return g.add_flag("--shard-optimizer", v, shard_option_help);
+}
+inline CLI::Option* add_shard_option(CLI::App& app, bool& v) {
+  return app.add_flag("--shard-optimizer", v, shard_option_help);
 }
 
 // --pipeline-stages N, --pipeline-schedule 1f1b|gpipe and --pipeline-placement threads|ranks (run

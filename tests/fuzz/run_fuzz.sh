@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses with clang and runs them (tests/fuzz/CMakeLists.txt).
 #
-#   tests/fuzz/run_fuzz.sh [--build DIR] [--runs N | --seconds S] [--seeds] [target ...]
+#   tests/fuzz/run_fuzz.sh [--build DIR] [--runs N | --seconds S] [--timeout S] [--seeds] [target ...]
 #
 #   --runs N      executions per target (the documented campaign: --runs 10000000)
 #   --seconds S   time per target instead (the ctest cases use 15)
+#   --timeout S   seconds one input may take before it counts as a hang (default 10; the fuzzers run
+#                 at nice 19, so beside other jobs on few cores a longer limit avoids false hangs)
 #   --seeds       regenerate the committed seed corpora (tests/fuzz/corpus/<target>/) first
 #   target        safetensors token_header run_config gpt2_files gpt2_encoder pattern training_state
 #                 squad email_text
@@ -15,14 +17,15 @@
 # target reports its executions. Exit status 0 only when every target ran clean.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-build=$here/../../build-fuzz runs="" seconds=60 seeds=0 targets=()
+build=$here/../../build-fuzz runs="" seconds=60 timeout=10 seeds=0 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
+    --timeout) timeout=$2; shift 2 ;;
     --seeds) seeds=1; shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
@@ -45,7 +48,7 @@ for t in "${targets[@]}"; do
   limit=(-max_total_time="$seconds")
   [ -n "$runs" ] && limit=(-runs="$runs")
   log=$build/findings/$t/last.log
-  if nice -n 19 "$build/fuzz_$t" "${limit[@]}" -max_len=65536 -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
+  if nice -n 19 "$build/fuzz_$t" "${limit[@]}" -max_len=65536 -timeout="$timeout" -rss_limit_mb=4096 -print_final_stats=1 \
        -artifact_prefix="$build/findings/$t/" "$build/corpus/$t" "$here/corpus/$t" > "$log" 2>&1; then
     echo "fuzz_$t: ok, $(grep -m1 'stat::number_of_executed_units' "$log" | awk '{print $2}') executions"
   else

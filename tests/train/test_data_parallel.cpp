@@ -15,8 +15,10 @@
 #include <thread>
 #include <vector>
 
+#include "../common/tiny_bert.hpp"
 #include "../common/tiny_gpt.hpp"
 #include "sparselm/core/threads.hpp"
+#include "sparselm/models/bert.hpp"
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/models/sparse_lm.hpp"
 #include "sparselm/parallel/replica_group.hpp"
@@ -343,4 +345,70 @@ TEST_CASE("S1 sparse LM with RigL scores: replicas sum the pooled dense gradient
   CHECK(scores[0] == scores[1]);
   REQUIRE(scores[0].size() == whole.size());
   for (std::size_t i = 0; i < whole.size(); ++i) CHECK(scores[0][i] == doctest::Approx(whole[i]).epsilon(1e-5));
+}
+
+// BERT's loss is the sum of two means (MLM over the masked positions, NSP over the labelled
+// sequences). The replicas' rows hold different numbers of each (rank 0: 4 masked, 2 labelled;
+// rank 1: 2 and 1), so averaging each rank's own means would weight rank 1's predictions double;
+// the trainer sums the counts over the replicas and each rank divides by the global ones.
+TEST_CASE("BERT: replicas with unequal masked and labelled counts train as one process") {
+  constexpr std::size_t B = 4, T = 16, S = 3;  // sequences, positions, prediction slots per sequence
+  std::vector<std::int32_t> ids(B * T), types(B * T), pos(B * S), labels(B * S, -1), nsp{0, 1, -1, 1};
+  std::mt19937 rng(5);
+  for (std::size_t i = 0; i < B * T; ++i) ids[i] = std::int32_t(rng() % 50), types[i] = (i % T) >= T / 2;
+  const std::size_t masked[B] = {3, 1, 2, 0};
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t k = 0; k < S; ++k) {
+      pos[b * S + k] = std::int32_t(1 + 4 * k + b);
+      if (k < masked[b]) labels[b * S + k] = std::int32_t(rng() % 50);
+    }
+  auto rows = [&](std::size_t lo, std::size_t hi) {
+    bert_batch b;
+    b.ids = std::span<const std::int32_t>(ids).subspan(lo * T, (hi - lo) * T);
+    b.token_types = std::span<const std::int32_t>(types).subspan(lo * T, (hi - lo) * T);
+    b.masked_positions = std::span<const std::int32_t>(pos).subspan(lo * S, (hi - lo) * S);
+    b.masked_labels = std::span<const std::int32_t>(labels).subspan(lo * S, (hi - lo) * S);
+    b.nsp_labels = std::span<const std::int32_t>(nsp).subspan(lo, hi - lo);
+    b.batch = hi - lo, b.seq = T;
+    return b;
+  };
+  struct result {
+    std::vector<double> loss, mlm, nsp;
+    std::vector<float> w;
+  };
+  auto train = [&](parallel::replica_group& g, int seed) {
+    bert<> m(test::tiny_bert_config());
+    m.init(std::uint64_t(seed));
+    trainer<bert<>, dp_policies> t(m, {}, optim::adamw<float>(nlohmann::json::object()), lr());
+    t.set_replicas(g);
+    t.sync_parameters();
+    result r;
+    const auto [lo, hi] = parallel::replica_group::slice(B, g.rank(), g.size());
+    const bert_batch b = rows(lo, hi);
+    for (int k = 0; k < 4; ++k) {
+      const auto st = t.train_step(std::span<const bert_batch>(&b, 1)).loss;
+      r.loss.push_back(st.mean_loss()), r.mlm.push_back(st.mean_ce()), r.nsp.push_back(st.aux_mean_loss());
+    }
+    r.w = test::param_snapshot(m);
+    return r;
+  };
+  result ref;
+  thread_replicas one(1);
+  one.run([&](std::size_t, parallel::replica_group& g) { ref = train(g, 3); });
+  std::vector<result> got(2);
+  thread_replicas two(2);
+  two.run([&](std::size_t r, parallel::replica_group& g) { got[r] = train(g, r == 0 ? 3 : 9); });
+  CHECK(got[1].w == got[0].w);
+  for (std::size_t k = 0; k < ref.loss.size(); ++k) {
+    CAPTURE(k);
+    CHECK(got[0].loss[k] == doctest::Approx(ref.loss[k]).epsilon(1e-5));
+    CHECK(got[0].mlm[k] == doctest::Approx(ref.mlm[k]).epsilon(1e-5));
+    CHECK(got[0].nsp[k] == doctest::Approx(ref.nsp[k]).epsilon(1e-5));
+  }
+  double worst = 0, scale = 0;
+  for (std::size_t i = 0; i < ref.w.size(); ++i) {
+    worst = std::max(worst, double(std::abs(got[0].w[i] - ref.w[i])));
+    scale = std::max(scale, double(std::abs(ref.w[i])));
+  }
+  CHECK(worst <= 1e-4 * scale);
 }

@@ -99,6 +99,15 @@ struct step_context {
   // A pipeline over ranks: this process's stage and the transport to its neighbours (null: the
   // stages are threads of this process).
   pipeline::stage_link* stage_link = nullptr;
+  // Heads whose loss is a sum of per-objective means (BERT: MLM and NSP) divide by each objective's
+  // count over the global micro-batch, i.e. summed over the data-parallel replicas:
+  // objective_counts[micro · objectives + j] (empty: each divides by its own batch's counts).
+  std::span<const double> objective_counts;
+  std::size_t objectives = 0;
+  // The global count of objective j in the current micro-batch, or `local` when none is given.
+  double objective_count(std::size_t j, double local) const noexcept {
+    return objectives ? objective_counts[micro * objectives + j] : local;
+  }
 
   std::span<const float> p(std::size_t i) const { return (*params)[i]; }
   std::span<float> g(std::size_t i) const { return (*grads)[i]; }

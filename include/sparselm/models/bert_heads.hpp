@@ -12,8 +12,12 @@
 // "embeddings.word_embeddings.weight".
 //
 // The loss of a micro-batch is its own two means (normaliser 1), so with gradient accumulation
-// the step's loss is the average of the micro-batches' losses.
+// the step's loss is the average of the micro-batches' losses. Under data parallelism the means are
+// over the global micro-batch: the trainer sums objective_counts() (masked predictions, sequences
+// with an NSP label) over the replicas and passes them in step_context::objective_counts; each rank
+// then contributes its share of the two global means (and weight_sum its share of 1).
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -152,6 +156,14 @@ class bert_pretraining_head {
     return 0.0;
   }
 
+  // The target counts of the two objectives: masked predictions, sequences with an NSP label.
+  std::array<double, 2> objective_counts(const bert_batch& b) const {
+    std::array<double, 2> n{};
+    for (auto l : b.masked_labels) n[0] += l >= 0;
+    for (auto l : b.nsp_labels) n[1] += l >= 0;
+    return n;
+  }
+
   // Loss over x (N,C); when dx has rows, also dx (assigned) and the parameter gradients of
   // grad_scale · loss. ce (optional, N) receives the MLM cross-entropy at masked rows, 0 elsewhere.
   loss_stats forward_backward(const step_context& s, const_matrix_view<float> x, const bert_batch& b, float grad_scale,
@@ -161,8 +173,12 @@ class bert_pretraining_head {
     const std::size_t C = o_.channels, M = c.mlm_rows.size(), B = b.batch;
     if (grad) std::fill_n(dx.data, dx.rows * dx.cols, 0.0f);
     if (!ce.empty()) std::fill(ce.begin(), ce.end(), 0.0f);
+    std::size_t labelled = 0;
+    for (auto t : c.nsp_targets) labelled += t != ignore_index;
+    // each objective's mean: over this batch, or over the global micro-batch the trainer counted
+    const double mlm_n = s.objective_count(0, double(M)), nsp_n = s.objective_count(1, double(labelled));
     loss_stats st;
-    st.weight_sum = 1.0;
+    st.weight_sum = s.objectives ? double(M + labelled) / (mlm_n + nsp_n) : 1.0;
 
     // masked LM
     if (M > 0) {
@@ -171,8 +187,8 @@ class bert_pretraining_head {
       transform_.forward(s, xm, z, c.transform_c);
       auto dz = grad ? c.dz.matrix(M, C) : matrix_view<float>{};
       std::vector<float> mce(M);
-      const loss_stats m = decoder_.forward_backward(s, z, c.mlm_targets, {}, grad_scale / float(M), dz, mce);
-      st.loss_sum += m.loss_sum / double(M);
+      const loss_stats m = decoder_.forward_backward(s, z, c.mlm_targets, {}, grad_scale / float(mlm_n), dz, mce);
+      st.loss_sum += m.loss_sum / mlm_n;
       st.ce_sum = m.ce_sum;
       st.correct = m.correct;
       st.count = m.count;
@@ -186,14 +202,12 @@ class bert_pretraining_head {
     }
 
     // next-sentence prediction
-    std::size_t labelled = 0;
-    for (auto t : c.nsp_targets) labelled += t != ignore_index;
     if (labelled > 0) {
       auto pooled = pooler_.forward(s, x, B, b.seq, c.pool_c);
       auto logits = c.nsp_logits.matrix(B, 2);
       classifier_.forward(s, pooled, logits, c.cls_c);
-      const auto r = kernels::cross_entropy(logits, c.nsp_targets, {}, ignore_index, grad_scale / float(labelled), grad);
-      st.loss_sum += r.loss_sum / double(labelled);
+      const auto r = kernels::cross_entropy(logits, c.nsp_targets, {}, ignore_index, grad_scale / float(nsp_n), grad);
+      st.loss_sum += r.loss_sum / nsp_n;
       st.aux_loss_sum = r.loss_sum;
       st.aux_correct = r.correct;
       st.aux_count = r.count;

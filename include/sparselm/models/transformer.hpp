@@ -93,6 +93,12 @@ class transformer {
 
   // Denominator of the batch's mean loss (the trainer scales the gradient by its inverse).
   double loss_normaliser(const Batch& b) const { return head_.loss_normaliser(b); }
+  // Target counts of the head's objectives when its loss is a sum of means (step_context::objective_counts).
+  auto objective_counts(const Batch& b) const
+    requires requires(const Head& h) { h.objective_counts(b); }
+  {
+    return head_.objective_counts(b);
+  }
 
   // The passes of a training step over micro-batches: in sequence, or over the stages of
   // Pipeline's plan (policies/pipeline.hpp) on their own threads.

@@ -10,12 +10,17 @@
 // phase 1's weights (`init_from`: a checkpoint directory; the optimiser starts afresh). `init_from`
 // may also be a HuggingFace BERT directory (io/huggingface.hpp); heads it lacks keep their
 // initialisation, and the message says which.
+// Data parallelism (a trainer with data_parallel::mpi and a replica group of P ranks): every rank
+// draws the same global batch of P x batch_size examples and assembles its own batch_size of them;
+// validation batches are global too; only rank 0 writes the run directory and prints
+// (docs/distributed.md).
 // Metrics (<out>/metrics.jsonl): "train" lines with mlm_loss, mlm_accuracy, nsp_loss,
 // nsp_accuracy, loss, lr, grad_norm, samples_per_s, tokens_per_s (and loss_scale, overflow_steps
 // when the trainer scales the loss); "eval" lines with the same losses on the validation file.
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -38,6 +43,8 @@
 #include "sparselm/train/lm_training.hpp"
 #include "sparselm/train/metrics.hpp"
 #include "sparselm/train/progress.hpp"
+#include "sparselm/train/replica_checks.hpp"
+#include "sparselm/parallel/replica_group.hpp"
 
 namespace sparselm {
 
@@ -74,6 +81,13 @@ class bert_job {
   nlohmann::json run(Model& model, Trainer& t, Sparsity* ds = nullptr) {
     namespace fs = std::filesystem;
     SPARSELM_CHECK(!o_.train.empty(), "bert_job: no training examples (--train)");
+    parallel::replica_group& group = t.replicas();
+    const std::size_t ranks = group.size(), rank = group.rank();
+    const bool writer = rank == 0;
+    rank0_ = writer;
+    check_same_config(group, o_.config, "bert_pretrain");
+    check_same_files(group, {o_.train, o_.valid}, "bert_pretrain");
+    global_ = checked_mul(o_.batch_size, ranks, "bert_pretrain: batch_size x ranks");
     data::bert_example_file train(o_.train);
     check_file(train, model);
     std::optional<data::bert_example_file> valid;
@@ -83,8 +97,12 @@ class bert_job {
     }
     // The run directory: locked for the whole job, leftovers of a killed save removed, a fresh run
     // refuses a used one unless overwrite (train/lm_job.hpp's rules).
-    io::run_lock lock(o_.out);
-    prepare_run_dir(o_.out, "bert_pretrain", o_.resume, o_.overwrite);
+    std::optional<io::run_lock> lock;
+    if (writer) {
+      lock.emplace(o_.out);
+      prepare_run_dir(o_.out, "bert_pretrain", o_.resume, o_.overwrite);
+    }
+    group.barrier();  // the other ranks read checkpoints only once rank 0 has tidied the directory
     io::checkpoint_dir cd(o_.out / "checkpoints", o_.keep_checkpoints);
     sparse::pattern_updater* up = nullptr;
     if constexpr (!std::is_same_v<Sparsity, std::nullptr_t>)
@@ -109,11 +127,20 @@ class bert_job {
         say("model weights from " + from.string() + " (" + r.summary() + ")");
       }
     }
-    fs::create_directories(o_.out);
-    io::atomic_write_text(o_.out / "config.json", o_.config.dump(2) + "\n");
-    if (o_.resume) truncate_metrics_after(o_.out / "metrics.jsonl", t.step());
-    metrics_log log(o_.out / "metrics.jsonl", /*truncate=*/!o_.resume);
+    t.sync_parameters();  // every rank starts from rank 0's weights (checked)
+    metrics_log log;
+    if (writer) {
+      fs::create_directories(o_.out);
+      io::atomic_write_text(o_.out / "config.json", o_.config.dump(2) + "\n");
+      if (o_.resume) truncate_metrics_after(o_.out / "metrics.jsonl", t.step());
+      log = metrics_log(o_.out / "metrics.jsonl", /*truncate=*/!o_.resume);
+    }
+    if (ranks > 1)
+      say("bert_pretrain: data parallel over " + group.describe() + ", " + std::to_string(o_.batch_size) +
+          " sequences per rank, global batch " + std::to_string(global_));
     log.write({{"kind", "run"},
+               {"replicas", ranks},
+               {"global_batch", global_},
                {"program", "bert_pretrain"},
                {"config", o_.config},
                {"parameters", model.num_parameters()},
@@ -123,8 +150,9 @@ class bert_job {
                {"resumed_from", t.step()}});
     if (t.compute() != dtype::f32) say(std::string("bert_pretrain") + ": precision " + kernels::describe_compute(t.compute()));
 
-    const std::size_t B = o_.batch_size, T = train.info().seq_len;
-    std::vector<std::size_t> order, pick(B);
+    // G examples per step (the global batch), of which this rank assembles B: [rank·B, (rank+1)·B)
+    const std::size_t B = o_.batch_size, G = global_, T = train.info().seq_len;
+    std::vector<std::size_t> order, global_pick(G), pick(B);
     auto shuffle = [&](std::size_t epoch) {
       order.resize(train.size());
       for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -141,12 +169,17 @@ class bert_job {
     auto evaluate = [&](std::size_t step) {
       if (!valid) return loss_stats{};
       loss_stats st;
-      const std::size_t n = std::min(valid->size() / B, o_.eval_batches ? o_.eval_batches : SIZE_MAX);
+      const std::size_t n = std::min(valid->size() / G, o_.eval_batches ? o_.eval_batches : SIZE_MAX);
       for (std::size_t k = 0; k < n; ++k) {
-        for (std::size_t i = 0; i < B; ++i) pick[i] = k * B + i;
+        for (std::size_t i = 0; i < B; ++i) pick[i] = k * G + rank * B + i;
         arrays.assemble(*valid, pick);
         st += model.evaluate(view());
       }
+      sum_over_replicas(group, st);
+      // the validation loss pools the whole evaluated set: MLM mean over its predictions plus NSP
+      // mean over its sequences (the same on any number of ranks)
+      st.loss_sum = st.mean_ce() + st.aux_mean_loss();
+      st.weight_sum = 1;
       auto j = bert_loss_json(st);
       j["kind"] = "eval";
       j["step"] = step;
@@ -162,15 +195,20 @@ class bert_job {
       SPARSELM_CHECK(all_finite(model.params()), "bert_pretrain: step ", step,
                      ": the model has non-finite parameters and is not saved; ",
                      last_good_checkpoint(cd, cd.root()));
-      const nlohmann::json run = {{"data", {{"epoch", pos.epoch}, {"next", pos.next}}}, {"config", o_.config}};
+      t.check_replicas_agree("at the checkpoint of step " + std::to_string(step));
+      t.gather_optimizer_state();  // sharded optimiser state: the whole of it to rank 0 (collective)
+      if (!writer) return;
+      const nlohmann::json run = {
+          {"data", {{"epoch", pos.epoch}, {"next", pos.next}}}, {"config", o_.config}, {"replicas", ranks}};
       cd.save(step, [&](const fs::path& dir) {
         io::save_model(dir, model);
         io::save_training_state(dir / io::state_file, t, run, up);
       });
+      t.release_gathered_state();
     };
 
     detail::stop_signals signals(true);  // SIGINT, SIGTERM, SIGHUP: checkpoint and stop
-    progress_bar bar(o_.steps, isatty(STDERR_FILENO) != 0, t.step());
+    progress_bar bar(o_.steps, writer && isatty(STDERR_FILENO) != 0, t.step());
     if (t.step() == 0 && o_.eval_every) evaluate(0);
     loss_stats window, last_eval;
     double window_sec = 0, window_norm = 0, train_sec = 0;
@@ -178,10 +216,11 @@ class bert_job {
     const bool scaling = t.scaler().is_dynamic() || t.scaler().scale() != 1.0f;
     bool interrupted = false;
     while (t.step() < o_.steps) {
-      for (std::size_t i = 0; i < B; ++i) {
+      for (std::size_t i = 0; i < G; ++i) {
         if (pos.next == order.size()) shuffle(++pos.epoch), pos.next = 0;
-        pick[i] = order[pos.next++];
+        global_pick[i] = order[pos.next++];
       }
+      std::copy_n(global_pick.begin() + std::ptrdiff_t(rank * B), B, pick.begin());
       arrays.assemble(train, pick);
       const bert_batch b = view();
       step_metrics m;
@@ -193,7 +232,7 @@ class bert_job {
         fail("bert_pretrain: ", e.what(), "; the run stops. ", last_good_checkpoint(cd, cd.root()));
       }
       train_sec += m.seconds;
-      samples += B;
+      samples += m.samples;
       overflows += m.overflow;
       if (m.skipped && !m.overflow)
         log.write({{"kind", "skipped"}, {"step", m.step}, {"loss", m.loss.mean_loss()}, {"grad_norm", m.grad_norm}});
@@ -209,8 +248,8 @@ class bert_job {
         j["step"] = m.step;
         j["lr"] = m.lr;
         j["grad_norm"] = window_steps ? window_norm / double(window_steps) : 0.0;
-        j["samples_per_s"] = window_sec > 0 ? double(window_steps * B) / window_sec : 0.0;
-        j["tokens_per_s"] = window_sec > 0 ? double(window_steps * B * T) / window_sec : 0.0;
+        j["samples_per_s"] = window_sec > 0 ? double(window_steps * G) / window_sec : 0.0;
+        j["tokens_per_s"] = window_sec > 0 ? double(window_steps * G * T) / window_sec : 0.0;
         j["epoch"] = pos.epoch;
         if (scaling) {  // the scale of the window's last step, and the steps the scaler skipped so far
           j["loss_scale"] = m.loss_scale;
@@ -221,13 +260,14 @@ class bert_job {
         log.write(j);
         char buf[160];
         std::snprintf(buf, sizeof buf, "mlm %.3f nsp %.3f | lr %.2e | %.1f samples/s", window.mean_ce(),
-                      window.aux_mean_loss(), double(m.lr), window_sec > 0 ? double(window_steps * B) / window_sec : 0.0);
+                      window.aux_mean_loss(), double(m.lr), window_sec > 0 ? double(window_steps * G) / window_sec : 0.0);
         bar.update(m.step, buf);
         window = {};
         window_sec = window_norm = 0;
         window_steps = 0;
       }
-      const bool last = m.step == o_.steps, stop = detail::stop_requested != 0;
+      // a stop request on any rank stops them all after the same step
+      const bool last = m.step == o_.steps, stop = group.any(detail::stop_requested != 0);
       if (last || (o_.eval_every && m.step % o_.eval_every == 0)) last_eval = evaluate(m.step);
       if (last || stop || (o_.checkpoint_every && m.step % o_.checkpoint_every == 0)) checkpoint(m.step);
       if (stop) {
@@ -255,12 +295,16 @@ class bert_job {
                    " exceeds the model's vocab_size ", model.vocab_size());
     SPARSELM_CHECK(f.info().seq_len <= model.max_positions(), f.name(), ": sequences of ", f.info().seq_len,
                    " tokens exceed the model's max_position_embeddings ", model.max_positions());
-    SPARSELM_CHECK(f.size() >= o_.batch_size, f.name(), ": ", f.size(), " examples, fewer than one batch of ",
-                   o_.batch_size);
+    SPARSELM_CHECK(f.size() >= global_, f.name(), ": ", f.size(), " examples, fewer than one batch of ", global_,
+                   global_ == o_.batch_size ? "" : " (the global batch of the ranks)");
   }
-  static void say(const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); }
+  void say(const std::string& s) const {
+    if (rank0_) std::fprintf(stderr, "%s\n", s.c_str());
+  }
 
   bert_job_options o_;
+  std::size_t global_ = 0;  // examples per step over all ranks
+  bool rank0_ = true;       // only rank 0 of a data-parallel run prints
 };
 
 }  // namespace sparselm

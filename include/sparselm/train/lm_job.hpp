@@ -45,11 +45,11 @@
 #include "sparselm/data/lm_batches.hpp"
 #include "sparselm/data/token_file.hpp"
 #include "sparselm/io/checkpoint.hpp"
-#include "sparselm/io/crc32c.hpp"
 #include "sparselm/io/run_dir.hpp"
 #include "sparselm/parallel/replica_group.hpp"
 #include "sparselm/train/lm_training.hpp"
 #include "sparselm/train/metrics.hpp"
+#include "sparselm/train/replica_checks.hpp"
 #include "sparselm/train/run_config.hpp"
 
 namespace sparselm {
@@ -168,7 +168,8 @@ class lm_job {
     const std::size_t ranks = group.size();
     const bool writer = procs.rank() == 0;
     rank0_ = writer;
-    if (procs.size() > 1) check_replicas_agree(procs, train_file, valid_file ? &*valid_file : nullptr);
+    check_same_config(procs, resolved_, program_);
+    check_same_files(procs, {rc_.train_data, rc_.valid_data}, program_);
     const std::size_t global_batch = checked_mul(rc_.batch_size, ranks, program_ + ": batch_size x ranks");
     data::lm_sampler sampler(train_file, {.batch_size = global_batch,
                                           .windows = {.seq_len = rc_.seq_len},
@@ -367,44 +368,6 @@ class lm_job {
   }
   void say(const std::string& s) const {
     if (rank0_) std::fprintf(stderr, "%s\n", s.c_str());
-  }
-
-  // Data parallelism: every rank must run the same resolved config on the same data. Rank 0's
-  // config is compared on each rank; the data files by size, vocabulary and a CRC-32C of their
-  // first and last MiB.
-  void check_replicas_agree(parallel::replica_group& g, const data::token_file& train, const data::token_file* valid) {
-    std::string cfg = resolved_.dump();
-    g.broadcast(cfg);
-    if (cfg != resolved_.dump()) {
-      std::string where;  // the fields that differ, as JSON pointers with both values
-      for (const auto& op : nlohmann::json::diff(nlohmann::json::parse(cfg), resolved_)) {
-        const std::string path = op.value("path", "");
-        nlohmann::json::json_pointer ptr(path);
-        const auto theirs = nlohmann::json::parse(cfg);
-        where += (where.empty() ? "" : "; ") + path + ": rank 0 " + (theirs.contains(ptr) ? theirs[ptr].dump() : "absent") +
-                 ", rank " + std::to_string(g.rank()) + " " + (resolved_.contains(ptr) ? resolved_[ptr].dump() : "absent");
-      }
-      fail(program_, ": data parallel: rank ", g.rank(), " runs another config than rank 0 (", where, ")");
-    }
-    for (const data::token_file* f : {&train, valid}) {
-      if (!f) continue;
-      const std::uint64_t mine = file_fingerprint(f->path());
-      std::vector<std::uint64_t> all(g.size());
-      g.all_gather(mine, all);
-      for (std::size_t r = 1; r < all.size(); ++r)
-        SPARSELM_CHECK(all[r] == all[0], program_, ": data parallel: rank ", r, " reads another '", f->path().string(),
-                       "' than rank 0 (size or content differs)");
-    }
-  }
-  static std::uint64_t file_fingerprint(const std::filesystem::path& p) {
-    const std::uint64_t size = std::filesystem::file_size(p);
-    std::ifstream in(p, std::ios::binary);
-    std::string head(std::size_t(std::min<std::uint64_t>(size, 1 << 20)), '\0'), tail = head;
-    in.read(head.data(), std::streamsize(head.size()));
-    in.seekg(std::streamoff(size - tail.size()));
-    in.read(tail.data(), std::streamsize(tail.size()));
-    SPARSELM_CHECK(in.good(), p.string(), ": read failed while comparing the data files of the ranks");
-    return (size << 32) ^ io::crc32c(head.data(), head.size(), io::crc32c(tail.data(), tail.size()));
   }
 
   std::string last_good(const io::checkpoint_dir& cd) const { return last_good_checkpoint(cd, checkpoints()); }

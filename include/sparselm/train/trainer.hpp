@@ -15,6 +15,7 @@
 // grad scales) -> loss_stats (grads +=; models/transformer.hpp runs the pipeline policy's schedule
 // with the recompute policy), evaluate(batch) -> loss_stats, params(), grads(), layout().
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <concepts>
@@ -24,7 +25,9 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -96,6 +99,16 @@ double loss_normaliser(const Model& m, const Batch& b) {
   else
     return b.weight_sum();
 }
+
+// How many objectives a model's loss averages separately (step_context::objective_counts): the size
+// of its objective_counts(batch) array, 0 when it has none.
+template <class Model, class Batch>
+constexpr std::size_t objective_count_v = [] {
+  if constexpr (requires(const Model& m, const Batch& b) { m.objective_counts(b); })
+    return std::tuple_size_v<decltype(std::declval<const Model&>().objective_counts(std::declval<const Batch&>()))>;
+  else
+    return std::size_t{0};
+}();
 }  // namespace detail
 
 // Sums loss statistics over the replicas of a data-parallel run, in place (every rank gets the sum).
@@ -308,24 +321,40 @@ class trainer {
     if (stage_group_) ctx.stage_link = &link_;
     scales_.resize(micro.size());
     m.loss_scale = scaler_.scale();
-    // Per micro-batch loss normaliser, then tokens and samples; summed over the replicas, whose
-    // rows together form the global micro-batch.
+    // Per micro-batch loss normaliser, then tokens and samples, then the objectives' target counts
+    // (models whose loss is a sum of means); summed over the replicas, whose rows together form the
+    // global micro-batch.
     auto& g = replicas();
-    sums_.assign(micro.size() + 2, 0.0);
-    for (std::size_t k = 0; k < micro.size(); ++k) {
+    constexpr std::size_t J = detail::objective_count_v<Model, batch_type>;
+    const std::size_t K = micro.size();
+    sums_.assign(K * (1 + J) + 2, 0.0);
+    for (std::size_t k = 0; k < K; ++k) {
       sums_[k] = detail::loss_normaliser(model_, micro[k]);
-      sums_[micro.size()] += double(micro[k].batch * micro[k].seq);
-      sums_[micro.size() + 1] += double(micro[k].batch);
+      sums_[K] += double(micro[k].batch * micro[k].seq);
+      sums_[K + 1] += double(micro[k].batch);
+      if constexpr (J > 0) {
+        const auto n = model_.objective_counts(micro[k]);
+        std::copy(n.begin(), n.end(), sums_.begin() + std::ptrdiff_t(K + 2 + k * J));
+      }
     }
     g.all_reduce(std::span<double>(sums_));
-    for (std::size_t k = 0; k < micro.size(); ++k) {
-      const double w = sums_[k];
+    if constexpr (J > 0) {
+      ctx.objective_counts = std::span<const double>(sums_).subspan(K + 2);
+      ctx.objectives = J;
+    }
+    for (std::size_t k = 0; k < K; ++k) {
+      // a sum of means over the global micro-batch has normaliser 1 when it has any target at all
+      double w = sums_[k];
+      if constexpr (J > 0) {
+        w = 0;
+        for (std::size_t j = 0; j < J; ++j) w = std::max(w, sums_[K + 2 + k * J + j] > 0 ? 1.0 : 0.0);
+      }
       SPARSELM_CHECK(w > 0, "trainer: micro-batch ", k, " of step ", step_, " has no targets to learn from");
       // gradient of the micro-batch's mean loss, times the accumulation's per-micro factor
       scales_[k] = float(o_.accumulation.micro_batch_scale() / w * double(m.loss_scale));
     }
-    m.tokens = std::size_t(sums_[micro.size()]);
-    m.samples = std::size_t(sums_[micro.size() + 1]);
+    m.tokens = std::size_t(sums_[K]);
+    m.samples = std::size_t(sums_[K + 1]);
     std::function<void(std::size_t, std::size_t)> ready;
     std::size_t started = 0;  // gradient elements whose sum over the replicas has begun
     if (g.size() > 1) {

@@ -1,0 +1,68 @@
+#pragma once
+// What the jobs (train/lm_job.hpp, train/bert_job.hpp) check before data-parallel ranks train
+// together: every rank runs the same resolved config and reads the same data files. Both are
+// collectives: every rank of the group calls them, in the same order.
+//
+//   check_same_config(group, resolved, "gpt_train");       // names the differing fields
+//   check_same_files(group, {train_path, valid_path}, "gpt_train");
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sparselm/core/error.hpp"
+#include "sparselm/io/crc32c.hpp"
+#include "sparselm/parallel/replica_group.hpp"
+
+namespace sparselm {
+
+// Size, and a CRC-32C of the first and last MiB, of a file (which ranks compare).
+inline std::uint64_t file_fingerprint(const std::filesystem::path& p) {
+  const std::uint64_t size = std::filesystem::file_size(p);
+  std::ifstream in(p, std::ios::binary);
+  std::string head(std::size_t(std::min<std::uint64_t>(size, 1 << 20)), '\0'), tail = head;
+  in.read(head.data(), std::streamsize(head.size()));
+  in.seekg(std::streamoff(size - tail.size()));
+  in.read(tail.data(), std::streamsize(tail.size()));
+  SPARSELM_CHECK(in.good(), p.string(), ": read failed while comparing the data files of the ranks");
+  return (size << 32) ^ io::crc32c(head.data(), head.size(), io::crc32c(tail.data(), tail.size()));
+}
+
+// Fails on a rank whose config differs from rank 0's, naming the fields (JSON pointers) and both
+// values.
+inline void check_same_config(parallel::replica_group& g, const nlohmann::json& resolved, const std::string& program) {
+  if (g.size() == 1) return;
+  std::string cfg = resolved.dump();
+  g.broadcast(cfg);
+  if (cfg == resolved.dump()) return;
+  const auto theirs = nlohmann::json::parse(cfg);
+  std::string where;
+  for (const auto& op : nlohmann::json::diff(theirs, resolved)) {
+    const std::string path = op.value("path", "");
+    const nlohmann::json::json_pointer ptr(path);
+    where += (where.empty() ? "" : "; ") + path + ": rank 0 " + (theirs.contains(ptr) ? theirs[ptr].dump() : "absent") +
+             ", rank " + std::to_string(g.rank()) + " " + (resolved.contains(ptr) ? resolved[ptr].dump() : "absent");
+  }
+  fail(program, ": data parallel: rank ", g.rank(), " runs another config than rank 0 (", where, ")");
+}
+
+// Fails on a rank whose files (empty paths skipped) differ from rank 0's in size or content.
+inline void check_same_files(parallel::replica_group& g, const std::vector<std::filesystem::path>& files,
+                             const std::string& program) {
+  if (g.size() == 1) return;
+  for (const auto& f : files) {
+    if (f.empty()) continue;
+    std::vector<std::uint64_t> all(g.size());
+    g.all_gather(file_fingerprint(f), all);
+    for (std::size_t r = 1; r < all.size(); ++r)
+      SPARSELM_CHECK(all[r] == all[0], program, ": data parallel: rank ", r, " reads another '", f.string(),
+                     "' than rank 0 (size or content differs)");
+  }
+}
+
+}  // namespace sparselm
