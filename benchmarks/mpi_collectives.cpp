@@ -1,7 +1,9 @@
 // The collectives a data-parallel GPT-2 small step uses, timed alone over MPI (docs/distributed.md):
 // a sum of the 124.4 M fp32 gradients (497.8 MB) as one blocking MPI_Allreduce, as one
 // MPI_Iallreduce, as 13 pieces (the trainer's per-part sums) blocking and non-blocking, and the
-// sharded optimiser's all-gather of the updated parameters.
+// sharded optimiser's collectives: a reduce-scatter of the gradients (whole and in 13 parts) and
+// the all-gather of the updated parameters; and our sum_scatter (parallel/mpi.hpp), which the
+// trainer uses instead of a reduce-scatter.
 //
 //   mpirun -np 2 --bind-to none ./build/benchmarks/mpi_collectives [elements=124439808] [reps=5]
 //
@@ -13,8 +15,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "sparselm/parallel/mpi.hpp"
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -27,6 +32,9 @@ int main(int argc, char** argv) {
   std::vector<float> x(n, 1.0f);
   const std::size_t per = n / parts;
   auto piece = [&](int k) { return k + 1 < parts ? per : n - per * (parts - 1); };
+  auto group = std::make_unique<sparselm::parallel::mpi_group>();  // released before MPI_Finalize
+  std::vector<std::size_t> bounds(std::size_t(size) + 1);
+  for (int r = 0; r <= size; ++r) bounds[std::size_t(r)] = n * std::size_t(r) / std::size_t(size);
   const std::vector<std::pair<std::string, std::function<void()>>> cases = {
       {"allreduce", [&] { MPI_Allreduce(MPI_IN_PLACE, x.data(), int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); }},
       {"iallreduce",
@@ -47,6 +55,22 @@ int main(int argc, char** argv) {
            MPI_Iallreduce(MPI_IN_PLACE, x.data() + k * per, int(piece(k)), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q[k]);
          MPI_Waitall(parts, q.data(), MPI_STATUSES_IGNORE);
        }},
+      {"reduce_scatter",  // the sharded optimiser's gradient sum: each rank gets the sum of its 1/P
+       [&] {
+         std::vector<int> counts(std::size_t(size), int(n / std::size_t(size)));
+         counts.back() += int(n % std::size_t(size));
+         MPI_Reduce_scatter(MPI_IN_PLACE, x.data(), counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+       }},
+      {"reduce_scatter_13_parts",
+       [&] {
+         for (int k = 0; k < parts; ++k) {
+           std::vector<int> counts(std::size_t(size), int(piece(k) / std::size_t(size)));
+           counts.back() += int(piece(k) % std::size_t(size));
+           MPI_Reduce_scatter(MPI_IN_PLACE, x.data() + k * per, counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+         }
+       }},
+      {"sum_scatter",  // ours (parallel/mpi.hpp): point-to-point exchange of the parts, then the sums
+       [&] { group->sum_scatter(x, bounds); }},
       {"allgather_params",
        [&] {
          const int each = int(n / std::size_t(size));
@@ -66,6 +90,7 @@ int main(int argc, char** argv) {
       std::printf("{\"collective\": \"%s\", \"ranks\": %d, \"bytes\": %zu, \"median_s\": %.4f, \"min_s\": %.4f}\n",
                   name.c_str(), size, n * sizeof(float), t[t.size() / 2], t[0]);
   }
+  group.reset();
   MPI_Finalize();
   return 0;
 }

@@ -49,6 +49,13 @@ TEST_CASE("global norm: double-accumulated, frozen tensors excluded, same for ev
     double r = ((*md.layout)[i].flags & param_frozen) ? 0.0 : ref_sq(md.grads[i]);
     CHECK(per[i] == Approx(r).epsilon(1e-6));
   }
+  // over a range of offsets (a replica's shard): the tensors starting in it, the same bits
+  const std::size_t lo = (*md.layout)[1].offset, hi = (*md.layout)[md.layout->count() - 1].offset;
+  const auto ranged = optim::tensor_sum_squares(md.grads, lo, hi);
+  for (std::size_t i = 0; i < md.layout->count(); ++i) {
+    const std::size_t at = (*md.layout)[i].offset;
+    CHECK(ranged[i] == (at >= lo && at < hi ? per[i] : 0.0));
+  }
   // a float sum of squares would overflow here; the block is summed again in double
   for (float& x : md.grads[md.big]) x = 1e30f;
   CHECK(optim::global_norm(md.grads) == Approx(ref_norm(md.grads)).epsilon(1e-6));

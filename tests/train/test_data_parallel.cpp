@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <barrier>
 #include <functional>
+#include <limits>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -80,8 +81,24 @@ class thread_replicas {
       ++sums_started;
       reduce(x, parallel::reduce_op::sum);
     }
+    // Only this rank's part is summed (in rank order); the rest of x becomes NaN, so a trainer that
+    // read another rank's part after a sharded sum would fail the tests.
+    void sum_scatter(std::span<float> x, std::span<const std::size_t> b) override {
+      ++scatters_started;
+      publish(x.data(), x.size());
+      std::vector<float> mine(b[r_ + 1] - b[r_]);
+      for (std::size_t i = 0; i < mine.size(); ++i) {
+        float a = static_cast<float*>(g_.ptr_[0])[b[r_] + i];
+        for (std::size_t q = 1; q < g_.p_; ++q) a += static_cast<float*>(g_.ptr_[q])[b[r_] + i];
+        mine[i] = a;
+      }
+      g_.sync_.arrive_and_wait();
+      std::fill(x.begin(), x.end(), std::numeric_limits<float>::quiet_NaN());
+      std::copy(mine.begin(), mine.end(), x.begin() + std::ptrdiff_t(b[r_]));
+    }
     void progress() override {}
     void wait() override {}
+    std::size_t scatters_started = 0;
     std::size_t sums_started = 0;
 
    private:
@@ -267,14 +284,18 @@ TEST_CASE("sharded optimiser state is bit-identical to unsharded and gathers int
       m.init(5);
       trainer_options o;
       o.shard_optimizer = shard;
+      o.clip = clip_mode::global_norm;
+      o.max_norm = 0.05f;  // clipping on every step: the sharded norm must equal the unsharded one
       trainer<gpt<>, dp_policies> t(m, o, optim::adamw<float>(nlohmann::json::object()), lr());
       t.set_replicas(g);
       CHECK(t.sharded() == shard);
       for (int k = 0; k < 4; ++k) {
         const auto [lo, hi] = parallel::replica_group::slice(4, r, P);
         const token_batch b = d.rows(k, lo, hi);
-        t.train_step(std::span<const token_batch>(&b, 1));
+        CHECK(t.train_step(std::span<const token_batch>(&b, 1)).grad_norm > 0.05);
       }
+      // sharded: each rank summed only its own tensors (the others' became NaN in this group)
+      CHECK((static_cast<thread_replicas::member&>(g).scatters_started > 0) == shard);
       (shard ? w_shard : w_plain)[r] = test::param_snapshot(m);
       t.gather_optimizer_state();
       if (r == 0) {

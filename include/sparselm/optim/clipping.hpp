@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "sparselm/core/arena.hpp"
@@ -25,11 +26,16 @@
 
 namespace sparselm::optim {
 
-// Σ g² per non-frozen tensor (index = tensor; frozen tensors 0).
+// Σ g² per non-frozen tensor (index = tensor; frozen tensors 0). With a range [lo, hi) of flat
+// offsets, only the tensors that start in it (the others 0; the same sums, bit for bit).
 template <class Arch = native_arch>
-std::vector<double> tensor_sum_squares(const arena<float>& grads) {
+std::vector<double> tensor_sum_squares(const arena<float>& grads, std::size_t lo = 0, std::size_t hi = SIZE_MAX) {
   SPARSELM_CHECK(!grads.empty(), "tensor_sum_squares: empty gradient arena");
-  const auto segs = detail::split_segments(grads.layout());
+  auto segs = detail::split_segments(grads.layout());
+  std::erase_if(segs, [&](const detail::segment& s) {
+    const std::size_t at = grads.layout()[s.tensor].offset;
+    return at < lo || at >= hi;
+  });
   std::vector<double> part(segs.size(), 0.0);
   const float* g = grads.all().data();
   parallel_for(0, segs.size(),

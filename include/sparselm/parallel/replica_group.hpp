@@ -60,6 +60,16 @@ class replica_group {
 
   // Non-blocking in-place sums (see above). Ranges must stay valid and untouched until wait().
   virtual void start_sum(std::span<float> x) = 0;
+  // Sharded optimiser state: an in-place sum of x over the replicas that each rank needs only for
+  // its own part, elements [bounds[r], bounds[r+1]) of x (bounds: size() + 1 offsets into x, from
+  // 0 to x.size()). On return rank r's part holds the sum; the rest of x is unspecified. Blocking.
+  // Summing everywhere is a correct implementation (the default); a transport can send each rank
+  // only its part, half the traffic of an all-reduce.
+  virtual void sum_scatter(std::span<float> x, std::span<const std::size_t> bounds) {
+    SPARSELM_CHECK(bounds.size() == size() + 1 && bounds.front() == 0 && bounds.back() == x.size(),
+                   "sum_scatter: ", bounds.size(), " bounds for ", size(), " ranks over ", x.size(), " elements");
+    all_reduce(x, reduce_op::sum);
+  }
   virtual void progress() = 0;
   virtual void wait() = 0;
 

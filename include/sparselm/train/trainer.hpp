@@ -360,7 +360,7 @@ class trainer {
     if (g.size() > 1) {
       // Each part's gradient range is summed over the replicas as soon as backward has finished it.
       ready = [&](std::size_t begin, std::size_t end) {
-        g.start_sum(model_.grads().all().subspan(begin, end - begin));
+        sum_gradients(g, begin, end);
         started += end - begin;
         g.progress();
       };
@@ -374,7 +374,7 @@ class trainer {
     // The gradients hold loss_scale × the true ones; final_scale folds the un-scaling in.
     const float final_scale = float(o_.accumulation.final_scale()) / m.loss_scale;
     float grad_scale = final_scale;
-    m.grad_norm = optim::global_norm(model_.grads()) * double(final_scale);
+    m.grad_norm = gradient_norm() * double(final_scale);
     // Dynamic loss scaling: overflowing gradients with a finite loss skip the step and back off.
     if (scaler_.is_dynamic() && std::isfinite(m.loss.loss_sum)) {
       const bool finite = std::isfinite(m.grad_norm);
@@ -430,8 +430,10 @@ class trainer {
   // pooling) and the loss statistics, so every rank holds the global step's numbers.
   void reduce_over_replicas(parallel::replica_group& g, std::size_t started, bool dense_grad, loss_stats& loss) {
     auto all = model_.grads().all();
-    if (started == 0) g.start_sum(all);
-    else
+    if (started == 0) {
+      if (&g == group_) sum_gradients(g, 0, all.size());
+      else g.start_sum(all);
+    } else
       SPARSELM_CHECK(started == all.size(), "trainer: the model reported ", started, " of ", all.size(),
                      " gradient elements as finished (a part reported twice or not at all)");
     g.wait();
@@ -441,6 +443,30 @@ class trainer {
           g.all_reduce(w.pooled_grad, w.pooled_by_max ? parallel::reduce_op::max : parallel::reduce_op::sum);
     }
     sum_over_replicas(g, loss);
+  }
+
+  // Starts the sum over the replicas of gradient elements [begin, end). Sharded optimiser state:
+  // each rank needs the sum of its own tensors only (sum_scatter, half an all-reduce's traffic).
+  void sum_gradients(parallel::replica_group& g, std::size_t begin, std::size_t end) {
+    auto x = model_.grads().all().subspan(begin, end - begin);
+    if (!sharded()) return g.start_sum(x);
+    scatter_bounds_.resize(shard_bounds_.size());
+    for (std::size_t r = 0; r < shard_bounds_.size(); ++r)
+      scatter_bounds_[r] = std::clamp(shard_bounds_[r], begin, end) - begin;
+    g.sum_scatter(x, scatter_bounds_);
+  }
+
+  // The global gradient norm. Sharded, each rank holds the summed gradients of its own tensors
+  // only: the per-tensor sums of squares of its tensors (the others' 0) are summed over the
+  // replicas, each entry from one rank, so the norm is the unsharded one bit for bit.
+  double gradient_norm() {
+    if (!sharded()) return optim::global_norm(model_.grads());
+    const std::size_t r = replicas().rank();
+    auto sq = optim::tensor_sum_squares(model_.grads(), shard_bounds_[r], shard_bounds_[r + 1]);
+    replicas().all_reduce(std::span<double>(sq));
+    double s = 0.0;
+    for (double x : sq) s += x;
+    return std::sqrt(s);
   }
 
   // Fixes the compute type (a policy that names one refuses options naming another) and gives
@@ -478,6 +504,7 @@ class trainer {
   parallel::replica_group* stage_group_ = nullptr;  // a pipeline over ranks (policies/pipeline.hpp)
   detail::group_stage_link link_;
   std::vector<std::size_t> shard_bounds_;        // sharded: flat element offsets of each rank's tensors
+  std::vector<std::size_t> scatter_bounds_;      // sharded: shard_bounds_ within one part's range
   std::vector<arena<slot_type>> full_slots_;     // sharded: whole-layout slots of a checkpoint
   parallel::single_replica single_;
   std::size_t step_ = 0;
