@@ -380,7 +380,7 @@ TEST_CASE("a pipeline over ranks (threads as processes): the ranks' gradients su
   const lm_data d(5, 64);
   const auto mb = d.batches();
   const std::span<const token_batch> s(mb);
-  for (const pipeline::plan plan : {pipeline::plan{2, order::one_f_one_b, {}, pipeline::placement::ranks},
+  for (const pipeline::plan& plan : {pipeline::plan{2, order::one_f_one_b, {}, pipeline::placement::ranks},
                                     pipeline::plan{3, order::gpipe, {}, pipeline::placement::ranks},
                                     pipeline::plan{4, order::one_f_one_b, {}, pipeline::placement::ranks}}) {
     CAPTURE(plan.stages);

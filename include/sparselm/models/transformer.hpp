@@ -35,6 +35,7 @@
 #include "sparselm/layers/linear.hpp"
 #include "sparselm/layers/lm_head.hpp"
 #include "sparselm/layers/visit.hpp"
+#include "sparselm/models/grad_parts.hpp"
 #include "sparselm/models/lm_loss.hpp"
 #include "sparselm/models/stack.hpp"
 #include "sparselm/models/stage_runner.hpp"
@@ -224,7 +225,7 @@ class transformer {
     layout_ = std::move(layout);
     params_ = arena<float>(layout_);
     grads_ = arena<float>(layout_);
-    grad_ranges_ = part_ranges();
+    grad_ranges_ = gradient_part_ranges(*layout_, emb_, stack_, head_);
   }
 
   // The model's name, vocabulary and longest sequence (with its config field, for errors).
@@ -442,42 +443,7 @@ class transformer {
     return s;
   }
 
-  // The flat gradient range each part finishes: the embedding [0, block 0), block l up to block
-  // l + 1, the head from the end of the last block; the ranges tile the arena. A tensor the head
-  // shares with the embedding (tied weights) lies in the embedding's range, whose backward comes
-  // last. Empty when the layout does not follow that order (the gradients are then combined
-  // after the whole backward).
-  std::vector<std::pair<std::size_t, std::size_t>> part_ranges() const {
-    const arena_layout& L = *layout_;
-    auto span_of = [&](const auto& part) {
-      std::size_t lo = L.total(), hi = 0;
-      for (const auto& p : parameters_of(part)) {
-        lo = std::min(lo, L[p.index].offset);
-        hi = std::max(hi, L[p.index].offset + L[p.index].size);
-      }
-      return std::pair{lo, hi};
-    };
-    const std::size_t n = stack_.size();
-    if (n == 0) return {};
-    std::vector<std::pair<std::size_t, std::size_t>> r(n + 2);
-    std::vector<std::pair<std::size_t, std::size_t>> used(n);
-    for (std::size_t l = 0; l < n; ++l) used[l] = span_of(stack_[l]);
-    for (std::size_t l = 0; l < n; ++l) {
-      r[1 + l] = {used[l].first, l + 1 < n ? used[l + 1].first : used[l].second};
-      if (used[l].first > used[l].second || r[1 + l].second < used[l].second) return {};
-    }
-    r[0] = {0, used[0].first};
-    r[n + 1] = {used[n - 1].second, L.total()};
-    if (span_of(emb_).second > r[0].second) return {};
-    for (const auto& p : parameters_of(head_)) {
-      const std::size_t lo = L[p.index].offset, hi = lo + L[p.index].size;
-      const bool in_emb = hi <= r[0].second, in_head = lo >= r[n + 1].first;
-      if (!in_emb && !in_head) return {};
-    }
-    return r;
-  }
-
-  std::vector<std::pair<std::size_t, std::size_t>> grad_ranges_;
+  std::vector<std::pair<std::size_t, std::size_t>> grad_ranges_;  // gradient_part_ranges (models/grad_parts.hpp)
   std::vector<std::size_t> backward_done_;
   std::string name_ = "model", max_seq_field_ = "the maximum sequence length";
   std::size_t vocab_ = 0, max_seq_ = 0;

@@ -1,17 +1,13 @@
 #pragma once
 // The machinery the optimisers share (namespace detail): the work split of an arena into
-// segments, the slot arenas with their checkpoint state, a SIMD lane driver and deterministic
-// sums of squares.
+// segments and the slot arenas with their checkpoint state. The element-wise part (a SIMD lane
+// driver, deterministic sums of squares, slot conversions) is in optim/lanes.hpp.
 //
 // Work split. The non-frozen tensors of a layout are cut into segments of at most
 // `segment_elems` elements, each starting at a multiple of `segment_elems` from its tensor's
 // start. One thread handles a whole segment; a reduction (LAMB norms, the global gradient norm)
 // keeps one partial sum per segment and adds the partials in segment order. The split depends
 // only on the layout, so results are identical for every thread count.
-//
-// Memory traffic. An update reads params, grads and slots once and writes params and slots
-// once. Slots stored as bf16/half are converted to float in blocks of `block_elems` that stay in
-// L1, and rounded back to nearest even after the block is done.
 
 #include <algorithm>
 #include <array>
@@ -35,12 +31,12 @@
 #include "sparselm/core/simd.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/optim/concepts.hpp"
+#include "sparselm/optim/lanes.hpp"
 #include "sparselm/optim/shard.hpp"
 
 namespace sparselm::optim::detail {
 
-inline constexpr std::size_t segment_elems = 16384;  // one thread's unit of work
-inline constexpr std::size_t block_elems = 512;      // slot conversion and norm flush unit
+inline constexpr std::size_t segment_elems = 16384;  // one thread's unit of work (block_elems: optim/lanes.hpp)
 static_assert(segment_elems % block_elems == 0 && block_elems % arena_layout::align_elems == 0);
 
 // A contiguous range [begin, end) of the flat arena inside one tensor.
@@ -64,200 +60,6 @@ inline std::vector<segment> split_segments(const arena_layout& layout) {
       out.push_back({i, t.offset + b, t.offset + std::min(t.size, b + segment_elems), t.flags});
   }
   return out;
-}
-
-// ---- SIMD lanes -------------------------------------------------------------------------------
-
-inline float vsqrt(float x) noexcept { return std::sqrt(x); }
-template <class A>
-xsimd::batch<float, A> vsqrt(const xsimd::batch<float, A>& x) noexcept {
-  return xsimd::sqrt(x);
-}
-
-template <class V, class P>
-V load_lane(P* p, std::size_t i) noexcept {
-  if constexpr (std::is_same_v<V, float>)
-    return p[i];
-  else
-    return V::load_unaligned(p + i);
-}
-template <class V, class P>
-void store_lane(P* p, std::size_t i, const V& v) noexcept {
-  if constexpr (!std::is_const_v<P>) {
-    if constexpr (std::is_same_v<V, float>)
-      p[i] = v;
-    else
-      v.store_unaligned(p + i);
-  }
-}
-template <class V, class F, class Ptrs, std::size_t... K>
-void lane_at(std::size_t i, F& f, const Ptrs& p, std::index_sequence<K...>) {
-  std::tuple<decltype(load_lane<V>(std::get<K>(p), i))...> v{load_lane<V>(std::get<K>(p), i)...};
-  f(std::get<K>(v)...);
-  (store_lane(std::get<K>(p), i, std::get<K>(v)), ...);
-}
-
-// Calls f(x0&, x1&, ...) on n lanes: simd<float, Arch>::size at a time, then one float at a time
-// for the tail, so f is written once as a generic lambda. Streams passed as `float*` are stored
-// back; `const float*` streams are only read.
-template <class Arch, class F, class... P>
-void lanes(std::size_t n, F&& f, P*... p) {
-  using B = simd<float, Arch>;
-  constexpr std::size_t W = B::size;
-  auto ptrs = std::make_tuple(p...);
-  auto seq = std::index_sequence_for<P...>{};
-  std::size_t i = 0;
-  for (; i + W <= n; i += W) lane_at<B>(i, f, ptrs, seq);
-  for (; i < n; ++i) lane_at<float>(i, f, ptrs, seq);
-}
-
-// Sum of squares over lanes, flushed to double once per block (call flush() after each block).
-template <class Arch>
-struct square_sum {
-  simd<float, Arch> lanes = simd<float, Arch>(0.0f);  // not {0.0f}: that is the initializer-list constructor
-  float tail = 0.0f;
-  double total = 0.0;
-  void add(const simd<float, Arch>& x) noexcept { lanes = xsimd::fma(x, x, lanes); }
-  void add(float x) noexcept { tail += x * x; }
-  void flush() noexcept {
-    total += double(xsimd::hadd(lanes)) + double(tail);
-    lanes = simd<float, Arch>(0.0f);
-    tail = 0.0f;
-  }
-};
-
-// Σ x² over [x, x + n): float lanes per block, double across blocks; a block whose float sum
-// overflows is summed again in double. Deterministic for a given n and Arch.
-template <class Arch = native_arch>
-double sum_squares(const float* x, std::size_t n) {
-  double total = 0.0;
-  for (std::size_t b = 0; b < n; b += block_elems) {
-    std::size_t len = std::min(block_elems, n - b);
-    square_sum<Arch> acc;
-    lanes<Arch>(
-        len, [&](auto& v) { acc.add(v); }, x + b);
-    acc.flush();
-    if (!std::isfinite(acc.total)) {
-      double s = 0.0;
-      for (std::size_t i = 0; i < len; ++i) s += double(x[b + i]) * double(x[b + i]);
-      acc.total = s;
-    }
-    total += acc.total;
-  }
-  return total;
-}
-
-// ---- slots --------------------------------------------------------------------------------------
-
-// Branch-free conversions that the compiler vectorises (the scalar half conversions in
-// core/dtype.hpp branch per value, which makes a half-slot update compute bound). Results are
-// bit-identical to half::to_float / half::from_float (round to nearest even, subnormals, NaN
-// quieted, overflow to infinity); tests/optim check that.
-inline float half_to_float_fast(std::uint16_t h) noexcept {
-  const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
-  const std::uint32_t em = h & 0x7fffu;
-  const std::uint32_t normal = (em << 13) + (112u << 23);  // rebias exponent
-  const std::uint32_t sub = std::bit_cast<std::uint32_t>(float(std::int32_t(em)) * 5.9604644775390625e-08f);
-  const std::uint32_t is_sub = 0u - std::uint32_t(em < 0x0400u);       // all ones or zero
-  const std::uint32_t is_special = 0u - std::uint32_t(em >= 0x7c00u);  // inf / NaN
-  std::uint32_t r = (sub & is_sub) | (normal & ~is_sub);
-  r |= is_special & 0x7f800000u;
-  return std::bit_cast<float>(r | sign);
-}
-inline std::uint16_t float_to_half_fast(float f) noexcept {
-  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
-  const std::uint32_t sign = (u >> 16) & 0x8000u;
-  const std::uint32_t a = u & 0x7fffffffu;
-  // normal results: rebias, round the 23-bit mantissa to 10 bits (nearest even)
-  const std::uint32_t r = a - (112u << 23);
-  const std::uint32_t normal = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;
-  // subnormal results (|f| < 2^-14): adding 0.5 aligns the half's last mantissa bit with the
-  // float's, so the float addition rounds to nearest even; the low bits are then the result
-  const std::uint32_t sub = std::bit_cast<std::uint32_t>(std::bit_cast<float>(a) + 0.5f) - 0x3f000000u;
-  std::uint32_t h = a < 0x38800000u ? sub : normal;
-  h = a >= 0x477ff000u ? 0x7c00u : h;  // overflow and inf
-  h = a > 0x7f800000u ? 0x7e00u : h;   // NaN
-  return std::uint16_t(h | sign);
-}
-
-// Second-moment slots (Adam/LAMB v) stored as half hold sqrt(v) instead of v: v spans twice
-// the exponent range of the gradients, which half (normal range 2^-14 .. 2^16) cannot hold —
-// for |g| below ~1e-2, v would be subnormal or zero and m/sqrt(v) garbage. sqrt(v) has the
-// range of |g|. The slot is then named "sqrt_v" in the optimiser state. float and bf16 store v.
-template <storage_type S>
-inline constexpr bool store_sqrt_v = std::is_same_v<S, half>;
-
-// Float values of n slots of type S, and back (nearest even). Sqrt: the slot holds sqrt(value).
-template <storage_type S, bool Sqrt = false>
-void slots_to_float(const S* src, float* dst, std::size_t n) noexcept {
-  if constexpr (std::is_same_v<S, half>)
-    for (std::size_t i = 0; i < n; ++i) dst[i] = half_to_float_fast(src[i].bits);
-  else
-    for (std::size_t i = 0; i < n; ++i) dst[i] = to_float(src[i]);
-  if constexpr (Sqrt)
-    for (std::size_t i = 0; i < n; ++i) dst[i] *= dst[i];
-}
-template <storage_type S, bool Sqrt = false>
-void float_to_slots(const float* src, S* dst, std::size_t n) noexcept {
-  if constexpr (Sqrt) {
-    // through a small buffer: std::sqrt's errno path would keep the conversion loop scalar
-    alignas(64) float root[64];
-    for (std::size_t b = 0; b < n; b += 64) {
-      std::size_t len = std::min<std::size_t>(64, n - b);
-      lanes<native_arch>(
-          len, [](auto& r, auto& x) { r = vsqrt(x); }, root, src + b);
-      float_to_slots<S, false>(root, dst + b, len);
-    }
-  } else if constexpr (std::is_same_v<S, half>) {
-    for (std::size_t i = 0; i < n; ++i) dst[i].bits = float_to_half_fast(src[i]);
-  } else {
-    for (std::size_t i = 0; i < n; ++i) dst[i] = from_float<S>(src[i]);
-  }
-}
-
-// Bit k of SqrtMask: slot k holds the square root of its value (only used with store_sqrt_v).
-template <std::size_t SqrtMask, std::size_t K>
-inline constexpr bool sqrt_slot = ((SqrtMask >> K) & 1u) != 0;
-
-// Rounds float slot values to what storing them as S gives back, in place (no-op for float).
-template <storage_type S, bool Sqrt = false>
-void round_trip(float* p, std::size_t n) noexcept {
-  if constexpr (!std::is_same_v<S, float>) {
-    S tmp[block_elems];
-    for (std::size_t b = 0; b < n; b += block_elems) {
-      std::size_t len = std::min(block_elems, n - b);
-      float_to_slots<S, Sqrt>(p + b, tmp, len);
-      slots_to_float<S, Sqrt>(tmp, p + b, len);
-    }
-  }
-}
-
-// Calls body(off, len, std::array<float*, N> s) over consecutive blocks of [0, n), where s[k]
-// points at the float values of slot k for element `off`: the slot memory itself for float
-// slots, a converted copy for bf16/half slots that is rounded back (nearest even) afterwards
-// unless WriteBack is false. SqrtMask marks slots stored as square roots.
-template <storage_type S, std::size_t N, bool WriteBack = true, std::size_t SqrtMask = 0, class Body>
-void with_slots(std::size_t n, const std::array<S*, N>& base, Body&& body) {
-  for (std::size_t off = 0; off < n; off += block_elems) {
-    std::size_t len = std::min(block_elems, n - off);
-    if constexpr (std::is_same_v<S, float>) {
-      std::array<float*, N> s;
-      for (std::size_t k = 0; k < N; ++k) s[k] = base[k] + off;
-      body(off, len, s);
-    } else {
-      alignas(64) float buf[N == 0 ? 1 : N][block_elems];
-      std::array<float*, N> s;
-      [&]<std::size_t... K>(std::index_sequence<K...>) {
-        ((s[K] = buf[K], slots_to_float<S, sqrt_slot<SqrtMask, K>>(base[K] + off, buf[K], len)), ...);
-      }
-      (std::make_index_sequence<N>{});
-      body(off, len, s);
-      if constexpr (WriteBack) [&]<std::size_t... K>(std::index_sequence<K...>) {
-          (float_to_slots<S, sqrt_slot<SqrtMask, K>>(buf[K], base[K] + off, len), ...);
-        }
-      (std::make_index_sequence<N>{});
-    }
-  }
 }
 
 // Base of the optimisers: owns the layout, the segment plan, up to N slot arenas and the step

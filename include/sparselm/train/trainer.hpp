@@ -51,6 +51,7 @@
 #include "sparselm/policies/pipeline.hpp"
 #include "sparselm/policies/precision.hpp"
 #include "sparselm/policies/recompute.hpp"
+#include "sparselm/train/replica_sums.hpp"
 #include "sparselm/train/trainer_options.hpp"
 
 namespace sparselm {
@@ -90,43 +91,7 @@ class group_stage_link final : public pipeline::stage_link {
   parallel::replica_group* g_;
 };
 
-// Denominator of a micro-batch's mean loss: the model's own (loss options such as S1's weighted
-// loss, models/lm_loss.hpp) when it has one, else the batch's Σ weights.
-template <class Model, class Batch>
-double loss_normaliser(const Model& m, const Batch& b) {
-  if constexpr (requires { { m.loss_normaliser(b) } -> std::convertible_to<double>; })
-    return m.loss_normaliser(b);
-  else
-    return b.weight_sum();
-}
-
-// How many objectives a model's loss averages separately (step_context::objective_counts): the size
-// of its objective_counts(batch) array, 0 when it has none.
-template <class Model, class Batch>
-constexpr std::size_t objective_count_v = [] {
-  if constexpr (requires(const Model& m, const Batch& b) { m.objective_counts(b); })
-    return std::tuple_size_v<decltype(std::declval<const Model&>().objective_counts(std::declval<const Batch&>()))>;
-  else
-    return std::size_t{0};
-}();
 }  // namespace detail
-
-// Sums loss statistics over the replicas of a data-parallel run, in place (every rank gets the sum).
-inline void sum_over_replicas(parallel::replica_group& g, loss_stats& st) {
-  if (g.size() == 1) return;
-  double v[8] = {st.loss_sum,       st.weight_sum,   st.ce_sum,
-                 double(st.correct), double(st.count), st.aux_loss_sum,
-                 double(st.aux_correct), double(st.aux_count)};
-  g.all_reduce(std::span<double>(v));
-  st.loss_sum = v[0];
-  st.weight_sum = v[1];
-  st.ce_sum = v[2];
-  st.correct = std::size_t(v[3]);
-  st.count = std::size_t(v[4]);
-  st.aux_loss_sum = v[5];
-  st.aux_correct = std::size_t(v[6]);
-  st.aux_count = std::size_t(v[7]);
-}
 
 struct step_metrics {
   std::size_t step = 0;      // optimiser steps completed, including this one
@@ -211,16 +176,13 @@ class trainer {
       const arena_layout& L = *model_.layout();
       const auto parts = optim::partition_tensors(L, g.size());
       opt_.attach(model_.layout(), parts[g.rank()]);
-      shard_bounds_.resize(g.size() + 1);  // flat element offsets of each rank's tensors
-      for (std::size_t r = 0; r < g.size(); ++r)
-        shard_bounds_[r] = parts[r].begin < L.count() ? L[parts[r].begin].offset : L.total();
-      shard_bounds_[g.size()] = L.total();
+      shards_.assign(L, parts);
     } else {
       fail("trainer: shard_optimizer: the optimiser '", optimizer_type::name, "' cannot shard its state");
     }
   }
   // Whether this replica keeps only its shard of the optimiser state (trainer_options::shard_optimizer).
-  bool sharded() const noexcept { return !shard_bounds_.empty(); }
+  bool sharded() const noexcept { return shards_.active(); }
   // Bytes of optimiser slots this replica holds (all of them unless sharded).
   std::size_t optimizer_state_bytes() {
     std::size_t n = 0;
@@ -249,8 +211,7 @@ class trainer {
     const auto own = opt_.state();
     full_slots_.clear();
     full_slots_.reserve(own.slots.size());
-    std::vector<std::size_t> bytes(shard_bounds_.size());
-    for (std::size_t r = 0; r < bytes.size(); ++r) bytes[r] = shard_bounds_[r] * sizeof(slot_type);
+    const auto bytes = shards_.byte_bounds(sizeof(slot_type));
     for (std::size_t k = 0; k < own.slots.size(); ++k) {
       full_slots_.push_back(g.rank() == 0 ? arena<slot_type>(model_.layout()) : arena<slot_type>());
       const auto mine = std::as_bytes(own.slots[k].slots->all());
@@ -321,40 +282,22 @@ class trainer {
     if (stage_group_) ctx.stage_link = &link_;
     scales_.resize(micro.size());
     m.loss_scale = scaler_.scale();
-    // Per micro-batch loss normaliser, then tokens and samples, then the objectives' target counts
-    // (models whose loss is a sum of means); summed over the replicas, whose rows together form the
-    // global micro-batch.
+    // The micro-batches' normalisers, tokens, samples and objective counts over the replicas,
+    // whose rows together form the global micro-batches.
     auto& g = replicas();
-    constexpr std::size_t J = detail::objective_count_v<Model, batch_type>;
-    const std::size_t K = micro.size();
-    sums_.assign(K * (1 + J) + 2, 0.0);
-    for (std::size_t k = 0; k < K; ++k) {
-      sums_[k] = detail::loss_normaliser(model_, micro[k]);
-      sums_[K] += double(micro[k].batch * micro[k].seq);
-      sums_[K + 1] += double(micro[k].batch);
-      if constexpr (J > 0) {
-        const auto n = model_.objective_counts(micro[k]);
-        std::copy(n.begin(), n.end(), sums_.begin() + std::ptrdiff_t(K + 2 + k * J));
-      }
+    sums_.compute(model_, micro, g);
+    if constexpr (step_sums_type::objectives > 0) {
+      ctx.objective_counts = sums_.objective_counts();
+      ctx.objectives = step_sums_type::objectives;
     }
-    g.all_reduce(std::span<double>(sums_));
-    if constexpr (J > 0) {
-      ctx.objective_counts = std::span<const double>(sums_).subspan(K + 2);
-      ctx.objectives = J;
-    }
-    for (std::size_t k = 0; k < K; ++k) {
-      // a sum of means over the global micro-batch has normaliser 1 when it has any target at all
-      double w = sums_[k];
-      if constexpr (J > 0) {
-        w = 0;
-        for (std::size_t j = 0; j < J; ++j) w = std::max(w, sums_[K + 2 + k * J + j] > 0 ? 1.0 : 0.0);
-      }
+    for (std::size_t k = 0; k < micro.size(); ++k) {
+      const double w = sums_.normaliser(k);
       SPARSELM_CHECK(w > 0, "trainer: micro-batch ", k, " of step ", step_, " has no targets to learn from");
       // gradient of the micro-batch's mean loss, times the accumulation's per-micro factor
       scales_[k] = float(o_.accumulation.micro_batch_scale() / w * double(m.loss_scale));
     }
-    m.tokens = std::size_t(sums_[K]);
-    m.samples = std::size_t(sums_[K + 1]);
+    m.tokens = sums_.tokens();
+    m.samples = sums_.samples();
     std::function<void(std::size_t, std::size_t)> ready;
     std::size_t started = 0;  // gradient elements whose sum over the replicas has begun
     if (g.size() > 1) {
@@ -367,10 +310,10 @@ class trainer {
       ctx.grads_ready = &ready;
     }
     m.loss = model_.template forward_backward<recompute_policy, pipeline_policy>(ctx, micro, scales_);
-    if (g.size() > 1) reduce_over_replicas(g, started, ctx.need_dense_grad, m.loss);
+    if (g.size() > 1) reduce_over_replicas(g, true, started, ctx.need_dense_grad, m.loss);
     // A pipeline over ranks: each rank holds its stage's gradients (and the loss on the last one);
     // their sum is the whole gradient on every rank, which then applies the same update.
-    if (stage_group_) reduce_over_replicas(*stage_group_, 0, ctx.need_dense_grad, m.loss);
+    if (stage_group_) reduce_over_replicas(*stage_group_, false, 0, ctx.need_dense_grad, m.loss);
     // The gradients hold loss_scale × the true ones; final_scale folds the un-scaling in.
     const float final_scale = float(o_.accumulation.final_scale()) / m.loss_scale;
     float grad_scale = final_scale;
@@ -409,11 +352,7 @@ class trainer {
     }
     m.lr = sched_(step_);
     opt_.step(model_.params(), model_.grads(), m.lr, grad_scale);
-    if (sharded()) {  // each replica updated its own tensors: share them
-      std::vector<std::size_t> bytes(shard_bounds_.size());
-      for (std::size_t r = 0; r < bytes.size(); ++r) bytes[r] = shard_bounds_[r] * sizeof(float);
-      replicas().all_gather_bytes(std::as_writable_bytes(model_.params().all()), bytes);
-    }
+    if (sharded()) shards_.share_params(replicas(), model_.params());  // each replica updated its own tensors
     ++step_;
     if (hooks_.after_update) hooks_.after_update(step_);
     m.step = step_;
@@ -427,11 +366,13 @@ class trainer {
  private:
   // After backward on P > 1 replicas: completes the gradient sums (all of the arena when the model
   // did not report its parts), sums the pooled dense gradients of a RigL step (max for max
-  // pooling) and the loss statistics, so every rank holds the global step's numbers.
-  void reduce_over_replicas(parallel::replica_group& g, std::size_t started, bool dense_grad, loss_stats& loss) {
+  // pooling) and the loss statistics, so every rank holds the global step's numbers. `replicas`:
+  // g is the data-parallel group (whose sums follow the optimiser's shards), not pipeline stages.
+  void reduce_over_replicas(parallel::replica_group& g, bool replicas, std::size_t started, bool dense_grad,
+                            loss_stats& loss) {
     auto all = model_.grads().all();
     if (started == 0) {
-      if (&g == group_) sum_gradients(g, 0, all.size());
+      if (replicas) sum_gradients(g, 0, all.size());
       else g.start_sum(all);
     } else
       SPARSELM_CHECK(started == all.size(), "trainer: the model reported ", started, " of ", all.size(),
@@ -446,27 +387,15 @@ class trainer {
   }
 
   // Starts the sum over the replicas of gradient elements [begin, end). Sharded optimiser state:
-  // each rank needs the sum of its own tensors only (sum_scatter, half an all-reduce's traffic).
+  // each rank needs the sum of its own tensors only (train/replica_sums.hpp).
   void sum_gradients(parallel::replica_group& g, std::size_t begin, std::size_t end) {
-    auto x = model_.grads().all().subspan(begin, end - begin);
-    if (!sharded()) return g.start_sum(x);
-    scatter_bounds_.resize(shard_bounds_.size());
-    for (std::size_t r = 0; r < shard_bounds_.size(); ++r)
-      scatter_bounds_[r] = std::clamp(shard_bounds_[r], begin, end) - begin;
-    g.sum_scatter(x, scatter_bounds_);
+    if (!sharded()) return g.start_sum(model_.grads().all().subspan(begin, end - begin));
+    shards_.start_sum(g, model_.grads().all(), begin, end);
   }
 
-  // The global gradient norm. Sharded, each rank holds the summed gradients of its own tensors
-  // only: the per-tensor sums of squares of its tensors (the others' 0) are summed over the
-  // replicas, each entry from one rank, so the norm is the unsharded one bit for bit.
+  // The global gradient norm (sharded: from each rank's own tensors, bit-identical).
   double gradient_norm() {
-    if (!sharded()) return optim::global_norm(model_.grads());
-    const std::size_t r = replicas().rank();
-    auto sq = optim::tensor_sum_squares(model_.grads(), shard_bounds_[r], shard_bounds_[r + 1]);
-    replicas().all_reduce(std::span<double>(sq));
-    double s = 0.0;
-    for (double x : sq) s += x;
-    return std::sqrt(s);
+    return sharded() ? shards_.norm(replicas(), model_.grads()) : optim::global_norm(model_.grads());
   }
 
   // Fixes the compute type (a policy that names one refuses options naming another) and gives
@@ -499,12 +428,12 @@ class trainer {
   hooks hooks_;
   optim::loss_scaler scaler_;
   std::vector<float> scales_;  // per micro-batch gradient scale
-  std::vector<double> sums_;   // normalisers, tokens and samples summed over the replicas
+  using step_sums_type = step_sums<Model, batch_type>;
+  step_sums_type sums_;        // normalisers, tokens, samples and objective counts over the replicas
   parallel::replica_group* group_ = nullptr;
   parallel::replica_group* stage_group_ = nullptr;  // a pipeline over ranks (policies/pipeline.hpp)
   detail::group_stage_link link_;
-  std::vector<std::size_t> shard_bounds_;        // sharded: flat element offsets of each rank's tensors
-  std::vector<std::size_t> scatter_bounds_;      // sharded: shard_bounds_ within one part's range
+  gradient_shards shards_;                       // sharded: each rank's flat range
   std::vector<arena<slot_type>> full_slots_;     // sharded: whole-layout slots of a checkpoint
   parallel::single_replica single_;
   std::size_t step_ = 0;
