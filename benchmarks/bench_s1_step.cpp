@@ -1,9 +1,10 @@
 // The S1 dynamic-sparse LM's training step at its large shapes (configs/s1-large.json: hidden 1600,
 // ff 6400, 16 heads x qkv 32, embedding 128, vocab 50000, sequence 256) with fewer layers: the
 // block-sparse model (B = 16, s = 0.9) against the same model dense, in one process, alternating
-// so that both see the same machine. One JSON line per variant, then the ratios.
+// so that both see the same machine. One JSON line per variant, then the ratios. --precision bf16
+// (or fp16) trains both with that compute type (docs/precision.md says which products it reaches).
 //
-//   ./build/benchmarks/bench_s1_step --layers 4 --batch 4 --seq 256 --steps 5 --threads 2
+//   ./build/benchmarks/bench_s1_step --layers 4 --batch 4 --seq 256 --steps 5 --threads 2 [--precision bf16]
 //
 // FLOPs per token: 6 x the parameters that take part in matmuls (the sparse model counts its
 // active blocks; LayerNorm gains and biases are < 0.1 % and counted too) plus 12·L·(heads·qkv)·T for
@@ -45,9 +46,10 @@ struct variant {
   std::vector<std::int32_t> in, tg;
   std::size_t B, T, step = 0;
 
-  variant(const sparse_lm_config& cfg, std::size_t B_, std::size_t T_) : model(cfg), in(B_ * T_), tg(B_ * T_), B(B_), T(T_) {
+  variant(const sparse_lm_config& cfg, std::size_t B_, std::size_t T_, dtype compute)
+      : model(cfg), in(B_ * T_), tg(B_ * T_), B(B_), T(T_) {
     model.init(1);
-    t.emplace(model, trainer_options{.clip = clip_mode::none},
+    t.emplace(model, trainer_options{.clip = clip_mode::none, .precision = compute},
               optim::adam<>(json{{"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-2}}),
               optim::schedule(optim::constant_schedule(1e-4f)));
   }
@@ -65,13 +67,15 @@ struct variant {
   }
 };
 
-void print(const char* name, const result& r, std::size_t B, std::size_t T, int threads, double peak, double sparsity) {
+void print(const char* name, const result& r, std::size_t B, std::size_t T, int threads, double peak, double sparsity,
+           dtype compute) {
   const double tps = double(B * T) / r.seconds;
   std::printf(
-      "{\"impl\": \"sparselm\", \"model\": \"s1\", \"variant\": \"%s\", \"sparsity\": %.3f, \"batch\": %zu, \"seq\": %zu, "
+      "{\"impl\": \"sparselm\", \"model\": \"s1\", \"variant\": \"%s\", \"precision\": \"%s\", \"sparsity\": %.3f, "
+      "\"batch\": %zu, \"seq\": %zu, "
       "\"threads\": %d, \"parameters\": %zu, \"step_seconds\": %.4f, \"tokens_per_second\": %.1f, "
       "\"model_gflops_per_s\": %.1f, \"fma_peak_gflops\": %.1f, \"mfu\": %.4f}\n",
-      name, sparsity, B, T, threads, r.parameters, r.seconds, tps, tps * r.flops_per_token / 1e9, peak,
+      name, std::string(precision::name(compute)).c_str(), sparsity, B, T, threads, r.parameters, r.seconds, tps, tps * r.flops_per_token / 1e9, peak,
       tps * r.flops_per_token / 1e9 / peak);
 }
 
@@ -82,6 +86,7 @@ int main(int argc, char** argv) {
   std::size_t B = 4, T = 256, steps = 5, warmup = 1, layers = 4;
   int threads = 2;
   double sparsity = 0.9;
+  std::string precision_name = "fp32";
   for (int i = 1; i < argc; ++i) {
     auto arg = [&](const char* name) { return std::strcmp(argv[i], name) == 0 && i + 1 < argc; };
     if (arg("--config")) config = argv[++i];
@@ -92,16 +97,18 @@ int main(int argc, char** argv) {
     else if (arg("--warmup")) warmup = std::stoul(argv[++i]);
     else if (arg("--threads")) threads = std::stoi(argv[++i]);
     else if (arg("--sparsity")) sparsity = std::stod(argv[++i]);
+    else if (arg("--precision")) precision_name = argv[++i];
     else {
       std::fprintf(stderr,
                    "usage: %s [--config s1.json] [--layers 4] [--batch 4] [--seq 256] [--steps 5] [--warmup 1] "
-                   "[--threads 2] [--sparsity 0.9]\n",
+                   "[--threads 2] [--sparsity 0.9] [--precision fp32|bf16|fp16]\n",
                    argv[0]);
       return 2;
     }
   }
   try {
     set_num_threads(threads);
+    const dtype compute = precision::parse(precision_name, "bench_s1_step: --precision");
     json j = read_json_file(config);
     json m = j.contains("model") ? j["model"] : j;
     m["layers"] = layers;
@@ -113,8 +120,8 @@ int main(int argc, char** argv) {
     const auto sparse_cfg = sparse_lm_config::from_json(m, config);
     SPARSELM_CHECK(T <= dense_cfg.sequence_length, "bench_s1_step: --seq ", T, " exceeds sequence_length ",
                    dense_cfg.sequence_length);
-    variant<dense> d(dense_cfg, B, T);
-    variant<block_sparse<16>> s(sparse_cfg, B, T);
+    variant<dense> d(dense_cfg, B, T, compute);
+    variant<block_sparse<16>> s(sparse_cfg, B, T, compute);
     const double attention = 12.0 * double(layers) * double(dense_cfg.attention_heads * dense_cfg.qkv_length) * double(T);
     result rd, rs;
     rd.parameters = d.model.num_parameters();
@@ -131,8 +138,8 @@ int main(int argc, char** argv) {
     rd.seconds = td[td.size() / 2];
     rs.seconds = ts[ts.size() / 2];
     const double peak = bench::measure_fma_peak_gflops(threads);
-    print("dense", rd, B, T, threads, peak, 0.0);
-    print("block_sparse_16", rs, B, T, threads, peak, sparsity);
+    print("dense", rd, B, T, threads, peak, 0.0, compute);
+    print("block_sparse_16", rs, B, T, threads, peak, sparsity, compute);
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
     std::printf("{\"speedup\": %.2f, \"flop_ceiling\": %.2f, \"layers\": %zu, \"peak_rss_mb\": %.1f}\n",

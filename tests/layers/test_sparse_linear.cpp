@@ -1,8 +1,9 @@
 // Block-sparse linear layer: finite-difference gradients for every block size, agreement with the
-// dense layer on the densified weight, pooled RigL scores, bad input; sparse GPT gradients and a
-// pattern update inside training.
+// dense layer on the densified weight, pooled RigL scores, the bf16 products, bad input; sparse GPT
+// gradients and a pattern update inside training.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "sparselm/testing/layer_check.hpp"
@@ -83,6 +84,80 @@ TEST_CASE("block-sparse linear equals the dense layer on the densified weight; p
         for (std::size_t c = 0; c < B; ++c) m += std::fabs(gdw[(br * B + r) * out + bc * B + c]);
       CHECK(pooled[br * (out / B) + bc] == doctest::Approx(m / (B * B)).epsilon(1e-4));
     }
+}
+
+// bf16 compute: each product equals the double product of the bf16-rounded operands (the products
+// of two bf16 values are exact in fp32; only the fp32 sums round: 1e-5 of the sum of |terms|), and differs from
+// the fp32 layer's result, so the rounding happened. B = 1 has no bf16 kernels: its bf16 step is the
+// fp32 step, bit for bit.
+TEST_CASE_TEMPLATE("block-sparse linear under bf16 compute: the products of bf16-rounded operands", S,
+                   block_sparse<1>, block_sparse<4>, block_sparse<8>, block_sparse<16>) {
+  constexpr std::size_t B = S::block, in = 4 * B, out = 6 * B, N = 9;
+  auto layout = std::make_shared<arena_layout>();
+  sparse_plan plan{0.5};
+  linear<float, S> l(*layout, "w", in, out, true, &plan);
+  const std::shared_ptr<const arena_layout> cl = layout;
+  arena<float> p(cl), g16(cl), g32(cl);
+  l.init(p, counter_rng(11), 0.4f);
+  counter_rng(12).fill_normal(p.at("w.bias"), 0, 0.0f, 1.0f);
+  std::vector<float> x(N * in), dy(N * out), y16(N * out), y32(N * out), dx16(N * in), dx32(N * in), wd(in * out);
+  counter_rng(13).fill_normal(x, 0, 0.0f, 1.0f);
+  counter_rng(14).fill_normal(dy, 0, 0.0f, 1.0f);
+  l.to_dense(p, wd);
+  scratch tmp;
+  step_context s16{&p, &g16, &tmp}, s32{&p, &g32, &tmp};
+  s16.compute = dtype::bf16;
+  typename linear<float, S>::cache c16, c32;
+  g16.zero();
+  g32.zero();
+  l.forward(s16, {x.data(), N, in}, {y16.data(), N, out}, c16);
+  l.forward(s32, {x.data(), N, in}, {y32.data(), N, out}, c32);
+  l.backward(s16, {dy.data(), N, out}, {dx16.data(), N, in}, c16);
+  l.backward(s32, {dy.data(), N, out}, {dx32.data(), N, in}, c32);
+  if constexpr (B == 1) {
+    CHECK(y16 == y32);
+    CHECK(dx16 == dx32);
+    CHECK(std::equal(g16.all().begin(), g16.all().end(), g32.all().begin()));
+  } else {
+    auto r = [](float v) { return double(to_float(bf16(v))); };
+    const auto bias = p.at("w.bias");
+    double diff = 0;  // largest |bf16 - fp32| of the forward
+    for (std::size_t n = 0; n < N; ++n)
+      for (std::size_t o = 0; o < out; ++o) {
+        double ref = bias[o], mag = std::fabs(bias[o]);
+        for (std::size_t i = 0; i < in; ++i) {
+          ref += r(x[n * in + i]) * r(wd[i * out + o]);
+          mag += std::fabs(r(x[n * in + i]) * r(wd[i * out + o]));
+        }
+        CHECK(std::fabs(y16[n * out + o] - ref) <= 1e-5 * mag + 1e-6);
+        diff = std::max(diff, double(std::fabs(y16[n * out + o] - y32[n * out + o])));
+      }
+    CHECK(diff > 1e-4);
+    for (std::size_t n = 0; n < N; ++n)
+      for (std::size_t i = 0; i < in; ++i) {
+        double ref = 0, mag = 0;
+        for (std::size_t o = 0; o < out; ++o) {
+          ref += r(dy[n * out + o]) * r(wd[i * out + o]);
+          mag += std::fabs(r(dy[n * out + o]) * r(wd[i * out + o]));
+        }
+        CHECK(std::fabs(dx16[n * in + i] - ref) <= 1e-5 * mag + 1e-6);
+      }
+    const auto& pat = l.state().pattern;
+    const auto gw = g16.at("w.weight");
+    for (std::size_t k = 0; k < pat.nnz(); ++k)
+      for (std::size_t a = 0; a < B; ++a)
+        for (std::size_t b = 0; b < B; ++b) {
+          const std::size_t i = pat.row[k] * B + a, o = pat.col[k] * B + b;
+          double ref = 0, mag = 0;
+          for (std::size_t n = 0; n < N; ++n) {
+            ref += r(x[n * in + i]) * r(dy[n * out + o]);
+            mag += std::fabs(r(x[n * in + i]) * r(dy[n * out + o]));
+          }
+          CHECK(std::fabs(gw[k * B * B + a * B + b] - ref) <= 1e-5 * mag + 1e-6);
+        }
+    // the bias gradient is the fp32 column sum under every precision
+    CHECK(std::equal(g16.at("w.bias").begin(), g16.at("w.bias").end(), g32.at("w.bias").begin()));
+  }
 }
 
 TEST_CASE("block-sparse linear: bad sizes and sparsity are errors naming the weight") {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../common/scratch.hpp"
@@ -58,12 +59,15 @@ struct run {
   std::vector<float> scales;
 };
 
-template <class Policies = default_policies>
+template <class Policies = default_policies, class Model = gpt<>>
 run train(trainer_options o, int steps) {
   stream s(steps);
-  gpt<> m(small());
+  Model m = [] {
+    if constexpr (std::is_same_v<Model, gpt<>>) return Model(small());
+    else return Model(small(), sparse_plan{0.5});
+  }();
   m.init(11);
-  trainer<gpt<>, Policies> t(m, o, optim::adamw<>(), constant_lr());
+  trainer<Model, Policies> t(m, o, optim::adamw<>(), constant_lr());
   run r;
   for (int k = 0; k < steps; ++k) {
     const auto st = t.train_step(s.micro(k));
@@ -145,6 +149,20 @@ TEST_CASE("precision: bf16 and fp16 training follow the fp32 run within their ro
   CHECK(h16.scales.front() == 65536.0f);
   CHECK(f32.scales.front() == 1.0f);
   CHECK(b16.scales.front() == 1.0f);
+}
+
+TEST_CASE("precision: a block-sparse GPT (B = 16) trains in bf16 like fp32, deterministically") {
+  using sparse_gpt = gpt<float, block_sparse<16>>;
+  constexpr int steps = 30;
+  const run f32 = train<default_policies, sparse_gpt>(with_precision(dtype::f32), steps);
+  const run b16 = train<default_policies, sparse_gpt>(with_precision(dtype::bf16), steps);
+  CHECK(f32.losses.back() < f32.losses.front() - 1.0);
+  for (int k = 0; k < steps; ++k) {
+    INFO("step ", k + 1);
+    CHECK(std::abs(b16.losses[std::size_t(k)] - f32.losses[std::size_t(k)]) <= 0.02 * f32.losses[std::size_t(k)]);
+  }
+  CHECK(b16.params != f32.params);
+  CHECK(train<default_policies, sparse_gpt>(with_precision(dtype::bf16), steps).params == b16.params);
 }
 
 TEST_CASE("precision: policies fix the compute type; options and policies that disagree are refused") {

@@ -12,6 +12,11 @@
 //             pooled |xᵀ·dy| per block, all blocks      dense_grad_pooled — only when the step
 //             context asks for it (RigL update steps), into state().pooled
 //
+// Precision: when the step computes in bf16 (step_context::compute), B = 4, 8 and 16 run the bf16
+// products of kernels/bsr_bf16.hpp (operands rounded to bf16, fp32 accumulation; AVX512-BF16 where
+// the build has it, else the portable path); B = 1, fp16 steps and the pooled RigL scores compute in
+// fp32. Values, gradients and bias stay fp32.
+//
 // The number of blocks comes from a sparse_plan given at construction: uniform sparsity, or a
 // per-weight count (e.g. ERK allocation computed by the model over all its weights).
 
@@ -23,6 +28,7 @@
 
 #include "sparselm/core/arena.hpp"
 #include "sparselm/kernels/bsr.hpp"
+#include "sparselm/kernels/bsr_bf16.hpp"
 #include "sparselm/kernels/reduce.hpp"
 #include "sparselm/layers/context.hpp"
 #include "sparselm/layers/linear.hpp"
@@ -97,15 +103,30 @@ class linear<T, block_sparse<B>> {
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
     detail::check_linear_forward(w_, in_, out_, x, y);
     c.x = x;
-    kernels::bsr_matmul<B>(x, state_->pattern, s.p(w_.index).data(), 0.0f, y,
-                           has_bias_ ? s.p(b_.index).data() : nullptr);
+    const float* bias = has_bias_ ? s.p(b_.index).data() : nullptr;
+    if constexpr (has_bf16_kernels) {
+      if (s.compute == dtype::bf16)
+        return kernels::bsr_matmul_bf16<B>(x, state_->pattern, s.p(w_.index).data(), 0.0f, y, bias);
+    }
+    kernels::bsr_matmul<B>(x, state_->pattern, s.p(w_.index).data(), 0.0f, y, bias);
   }
 
   void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
                 bool accumulate_dx = false) const {
-    if (detail::check_linear_backward(w_, in_, out_, c.x, dy, dx))
-      kernels::bsr_matmul_t<B>(dy, state_->pattern, s.p(w_.index).data(), accumulate_dx ? 1.0f : 0.0f, dx);
-    kernels::bsr_weight_grad<B>(c.x, dy, state_->pattern, s.g(w_.index).data());
+    const float beta = accumulate_dx ? 1.0f : 0.0f;
+    const bool need_dx = detail::check_linear_backward(w_, in_, out_, c.x, dy, dx);
+    bool done = false;  // by the bf16 products
+    if constexpr (has_bf16_kernels) {
+      if (s.compute == dtype::bf16) {
+        if (need_dx) kernels::bsr_matmul_t_bf16<B>(dy, state_->pattern, s.p(w_.index).data(), beta, dx);
+        kernels::bsr_weight_grad_bf16<B>(c.x, dy, state_->pattern, s.g(w_.index).data());
+        done = true;
+      }
+    }
+    if (!done) {
+      if (need_dx) kernels::bsr_matmul_t<B>(dy, state_->pattern, s.p(w_.index).data(), beta, dx);
+      kernels::bsr_weight_grad<B>(c.x, dy, state_->pattern, s.g(w_.index).data());
+    }
     if (has_bias_) kernels::add_column_sums(dy, s.g(b_.index));
     if (s.need_dense_grad) {
       // Scores are pooled per micro-batch and summed over the step's micro-batches (max: maximum).
@@ -142,6 +163,9 @@ class linear<T, block_sparse<B>> {
   }
 
  private:
+  // Block sizes with bf16 products (the others compute in fp32 under every precision).
+  static constexpr bool has_bf16_kernels = B == 4 || B == 8 || B == 16;
+
   std::size_t in_ = 0, out_ = 0, nnz_ = 0;
   bool has_bias_ = false;
   linear_role role_ = linear_role::inner;
