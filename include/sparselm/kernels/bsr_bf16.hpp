@@ -18,6 +18,12 @@
 //   portable - any CPU: the operands are rounded to bf16 values held in float and the fp32 kernels
 //              multiply them (fp32 speed).
 //   best     - native when available, else portable.
+//
+// bsr_bf16_pays(): whether the native path is faster than the fp32 kernels on this CPU (vdpbf16ps
+// measured at >= 1.2x the FMA rate, the probe of kernels/gemm_bf16.hpp). The block_sparse<B> layers
+// use these products under bf16 compute only then: on the Intel Xeon (Sapphire Rapids class) of
+// the project's VM vdpbf16ps runs at half the FMA rate and these kernels at 0.64-0.89x the fp32 ones
+// (docs/precision.md), and the portable path only adds rounding passes.
 
 #include <cstddef>
 
@@ -25,6 +31,7 @@
 #include "sparselm/core/simd.hpp"
 #include "sparselm/core/view.hpp"
 #include "sparselm/kernels/bsr.hpp"
+#include "sparselm/kernels/gemm_bf16.hpp"
 #include "sparselm/kernels/detail/bsr_bf16.hpp"
 #include "sparselm/sparse/block_pattern.hpp"
 
@@ -35,6 +42,10 @@ enum class bsr_bf16_path { best, native, portable };
 // True when this program was compiled with AVX512-BF16 (and AVX-512 BW/VL): the native path exists
 // for AVX-512 architectures.
 inline constexpr bool bsr_bf16_native = SPARSELM_GEMM_BF16_NATIVE != 0;
+
+// Whether the native path exists in this build and pays on this CPU (measured once per process;
+// SPARSELM_BF16_KERNEL=native forces yes, =portable no).
+inline bool bsr_bf16_pays() { return bsr_bf16_native && bf16_native_choice().dot_products; }
 
 namespace detail {
 

@@ -81,6 +81,8 @@ struct bf16_kernel_choice {
   bool native = false;      // kernel == native (the vdpbf16ps kernel)
   bool amx = false;         // kernel == amx (AMX tiles)
   double ratio = 0;         // measured bf16 dot-product FLOP rate / fp32 FMA FLOP rate, one thread (0: not measured)
+  bool dot_products = false;  // vdpbf16ps pays where no AMX kernel exists (the block-sparse products):
+                              // ratio >= 1.2, or SPARSELM_BF16_KERNEL=native
   const char* reason = "";  // "AMX", "measured", "SPARSELM_BF16_KERNEL", "no AVX512-BF16 in this build"
   const char* amx_status = "";  // gemm_bf16_amx_status(): why AMX is (not) used
 };
@@ -120,19 +122,25 @@ inline bf16_kernel_choice choose_bf16_kernel() {
     return c;
   };
   if (v == "portable") return pick(gemm_bf16_path::portable, "SPARSELM_BF16_KERNEL");
+#if SPARSELM_GEMM_BF16_NATIVE
+  c.dot_products = v == "native";
+  if (v.empty()) {
+    // Best of 5 short runs each (the fastest is the least disturbed); a vdpbf16ps does 64 flops, an FMA 32.
+    constexpr long iters = 1L << 13;
+    double dot = 1e30, fma = 1e30;
+    for (int r = 0; r < 5; ++r) {
+      dot = std::min(dot, bf16_probe_seconds<true>(iters));
+      fma = std::min(fma, bf16_probe_seconds<false>(iters));
+    }
+    c.ratio = dot > 0 ? 2.0 * fma / dot : 0.0;
+    c.dot_products = c.ratio >= 1.2;
+  }
+#endif
   if (amx_status().usable && (v.empty() || v == "amx"))
     return pick(gemm_bf16_path::amx, v.empty() ? "AMX" : "SPARSELM_BF16_KERNEL");
 #if SPARSELM_GEMM_BF16_NATIVE
   if (v == "native") return pick(gemm_bf16_path::native, "SPARSELM_BF16_KERNEL");
-  // Best of 5 short runs each (the fastest is the least disturbed); a vdpbf16ps does 64 flops, an FMA 32.
-  constexpr long iters = 1L << 13;
-  double dot = 1e30, fma = 1e30;
-  for (int r = 0; r < 5; ++r) {
-    dot = std::min(dot, bf16_probe_seconds<true>(iters));
-    fma = std::min(fma, bf16_probe_seconds<false>(iters));
-  }
-  c.ratio = dot > 0 ? 2.0 * fma / dot : 0.0;
-  pick(c.ratio >= 1.2 ? gemm_bf16_path::native : gemm_bf16_path::portable, "measured");
+  pick(c.dot_products ? gemm_bf16_path::native : gemm_bf16_path::portable, "measured");
 #else
   c.reason = "no AVX512-BF16 in this build";
 #endif
@@ -205,9 +213,12 @@ inline std::string describe_compute(dtype d) {
     case dtype::f32: return "fp32";
     case dtype::bf16: {
       const auto& c = bf16_native_choice();
+      // The block-sparse products (layers/sparse_linear.hpp) use bf16 only where its dot products pay.
+      const std::string sparse = c.dot_products ? "; block-sparse products (B = 4, 8, 16) on AVX512-BF16 dot products"
+                                                : "; block-sparse products in fp32";
       if (c.amx)
         return std::string("bf16 (dense GEMMs on AMX tiles, TDPBF16PS, fp32 accumulation") +
-               (c.reason == std::string("SPARSELM_BF16_KERNEL") ? "; SPARSELM_BF16_KERNEL=amx" : "") + ")";
+               (c.reason == std::string("SPARSELM_BF16_KERNEL") ? "; SPARSELM_BF16_KERNEL=amx" : "") + sparse + ")";
       char ratio[96] = "";
       if (c.ratio > 0)
         std::snprintf(ratio, sizeof ratio, "; measured: AVX512-BF16 dot products at %.2fx the fp32 FMA rate", c.ratio);
@@ -216,13 +227,15 @@ inline std::string describe_compute(dtype d) {
       const std::string no_amx = gemm_bf16_amx && !forced ? std::string("; no AMX: ") + c.amx_status : std::string();
       if (c.native)
         return std::string("bf16 (dense GEMMs on AVX512-BF16 dot products, fp32 accumulation") + ratio +
-               (forced ? "; SPARSELM_BF16_KERNEL=native" : "") + no_amx + ")";
+               (forced ? "; SPARSELM_BF16_KERNEL=native" : "") + no_amx + sparse + ")";
       if (!gemm_bf16_native)
         return "bf16 (portable path: this build has no AVX512-BF16, so the dense GEMMs multiply bf16-rounded operands "
-               "at the fp32 rate)";
-      if (forced) return "bf16 (portable path: bf16-rounded operands multiplied at the fp32 rate; SPARSELM_BF16_KERNEL=portable)";
+               "at the fp32 rate" + sparse + ")";
+      if (forced)
+        return "bf16 (portable path: bf16-rounded operands multiplied at the fp32 rate; SPARSELM_BF16_KERNEL=portable" +
+               sparse + ")";
       return std::string("bf16 (portable path: bf16-rounded operands multiplied at the fp32 rate, faster on this CPU") +
-             ratio + no_amx + ")";
+             ratio + no_amx + sparse + ")";
     }
     case dtype::f16: return "fp16 (dense GEMM operands rounded to IEEE half, fp32 arithmetic; dynamic loss scaling)";
   }

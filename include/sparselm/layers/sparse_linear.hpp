@@ -12,10 +12,10 @@
 //             pooled |xᵀ·dy| per block, all blocks      dense_grad_pooled — only when the step
 //             context asks for it (RigL update steps), into state().pooled
 //
-// Precision: when the step computes in bf16 (step_context::compute), B = 4, 8 and 16 run the bf16
-// products of kernels/bsr_bf16.hpp (operands rounded to bf16, fp32 accumulation; AVX512-BF16 where
-// the build has it, else the portable path); B = 1, fp16 steps and the pooled RigL scores compute in
-// fp32. Values, gradients and bias stay fp32.
+// Precision: when the step computes in bf16 (step_context::compute) and the CPU's bf16 dot products
+// are faster than its FMAs (kernels::bsr_bf16_pays()), B = 4, 8 and 16 run the bf16 products of
+// kernels/bsr_bf16.hpp (operands rounded to bf16, fp32 accumulation). Otherwise, and for B = 1,
+// fp16 steps and the pooled RigL scores, the products are fp32. Values, gradients, bias stay fp32.
 //
 // The number of blocks comes from a sparse_plan given at construction: uniform sparsity, or a
 // per-weight count (e.g. ERK allocation computed by the model over all its weights).
@@ -105,7 +105,7 @@ class linear<T, block_sparse<B>> {
     c.x = x;
     const float* bias = has_bias_ ? s.p(b_.index).data() : nullptr;
     if constexpr (has_bf16_kernels) {
-      if (s.compute == dtype::bf16)
+      if (bf16_products(s))
         return kernels::bsr_matmul_bf16<B>(x, state_->pattern, s.p(w_.index).data(), 0.0f, y, bias);
     }
     kernels::bsr_matmul<B>(x, state_->pattern, s.p(w_.index).data(), 0.0f, y, bias);
@@ -117,7 +117,7 @@ class linear<T, block_sparse<B>> {
     const bool need_dx = detail::check_linear_backward(w_, in_, out_, c.x, dy, dx);
     bool done = false;  // by the bf16 products
     if constexpr (has_bf16_kernels) {
-      if (s.compute == dtype::bf16) {
+      if (bf16_products(s)) {
         if (need_dx) kernels::bsr_matmul_t_bf16<B>(dy, state_->pattern, s.p(w_.index).data(), beta, dx);
         kernels::bsr_weight_grad_bf16<B>(c.x, dy, state_->pattern, s.g(w_.index).data());
         done = true;
@@ -165,6 +165,7 @@ class linear<T, block_sparse<B>> {
  private:
   // Block sizes with bf16 products (the others compute in fp32 under every precision).
   static constexpr bool has_bf16_kernels = B == 4 || B == 8 || B == 16;
+  static bool bf16_products(const step_context& s) { return s.compute == dtype::bf16 && kernels::bsr_bf16_pays(); }
 
   std::size_t in_ = 0, out_ = 0, nnz_ = 0;
   bool has_bias_ = false;
