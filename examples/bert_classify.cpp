@@ -11,6 +11,8 @@
 // bias correction (ε 1e-6) and the linear schedule, checkpoints, exact --resume, SIGINT saves and
 // stops. The evaluation goes to <out>/eval.json and stdout. The SpamAssassin split is fixed by
 // each message's MD5 (sparselm/data/text_classification.hpp); --held-out sets its fraction.
+// Under mpirun the fine-tuning is data parallel (docs/distributed.md): --batch-size examples per
+// rank, --shard-optimizer for ZeRO-1; rank 0 writes the run directory and evaluates.
 
 #include <CLI/CLI.hpp>
 
@@ -20,11 +22,13 @@
 
 #include "cli.hpp"
 #include "finetune_cli.hpp"
+#include "replicas.hpp"
 #include "sparselm/core/checked.hpp"
 #include "sparselm/core/program.hpp"
 #include "sparselm/data/text_classification.hpp"
 #include "sparselm/data/wordpiece.hpp"
 #include "sparselm/io/atomic_file.hpp"
+#include "sparselm/io/crc32c.hpp"
 #include "sparselm/models/bert_finetune.hpp"
 
 using namespace sparselm;
@@ -53,6 +57,15 @@ struct classify_task {
     }
   }
   std::size_t size() const { return ids.size(); }
+  // CRC-32C of every example's ids and label (data parallelism: equal on every rank).
+  std::uint32_t fingerprint() const {
+    std::uint32_t c = 0;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      c = io::crc32c(ids[i].data(), ids[i].size() * sizeof(std::int32_t), c);
+      c = io::crc32c(&labels[i], sizeof(std::int32_t), c);
+    }
+    return c;
+  }
   bert_classify_batch batch(std::span<const std::size_t> pick, bool with_labels = true) {
     const std::size_t B = pick.size();
     b_ids.assign(B * seq, 0);
@@ -108,7 +121,10 @@ nlohmann::json classification_report(const std::vector<std::int32_t>& truth, con
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_program("bert_classify", [&]() -> int {
+  examples::replicas replicas;  // MPI ranks under mpirun; outlives the body (a failed rank ends the job)
+  const int status = run_program("bert_classify", [&]() -> int {
+    replicas.start(argc, argv);
+    const bool rank0 = replicas.group().rank() == 0;
     CLI::App app{"Fine-tune BERT for sequence classification (SpamAssassin or labelled JSON lines) and evaluate it."};
     examples::finetune_cli cli;
     cli.job.program = "bert_classify";
@@ -165,9 +181,10 @@ int main(int argc, char** argv) {
     SPARSELM_CHECK(max_seq <= cfg.max_position_embeddings, "bert_classify: --max-seq ", max_seq,
                    " exceeds the model's max_position_embeddings ", cfg.max_position_embeddings);
     classify_task train(wp, set.train, max_seq), test(wp, set.test, max_seq);
-    cli.resolve_steps(app, train.size());
-    std::fprintf(stderr, "bert_classify: %zu training and %zu held-out examples (%zu labels), %zu steps\n",
-                 train.size(), test.size(), set.label_names.size(), cli.job.steps);
+    cli.resolve_steps(app, train.size(), replicas.group().size());
+    if (rank0)
+      std::fprintf(stderr, "bert_classify: %zu training and %zu held-out examples (%zu labels), %zu steps\n",
+                   train.size(), test.size(), set.label_names.size(), cli.job.steps);
 
     cli.job.config = cli.run_config();
     cli.job.config["model"] = cfg.to_json();
@@ -180,9 +197,11 @@ int main(int argc, char** argv) {
     bert_classifier<> model(cfg, set.label_names.size());
     model.init(cli.job.seed);
     auto t = cli.make_trainer(model);
+    t.set_replicas(replicas.group());
     const auto summary = finetune_job(cli.job).run(model, t, train);
-    std::fprintf(stderr, "%s\n", summary.dump().c_str());
     if (summary.value("interrupted", false)) return 130;
+    if (!rank0) return 0;  // rank 0 evaluates and writes
+    std::fprintf(stderr, "%s\n", summary.dump().c_str());
 
     // Held-out evaluation: argmax of the logits.
     const std::size_t B = cli.job.batch_size, K = set.label_names.size();
@@ -207,4 +226,5 @@ int main(int argc, char** argv) {
                  cli.job.out.string().c_str());
     return 0;
   });
+  return replicas.finish(status);
 }

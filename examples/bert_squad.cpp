@@ -11,6 +11,8 @@
 // --max-answer tokens that start in a token's max-context window, mapped back to the context text.
 // Training: AdamW without bias correction (ε 1e-6), the linear schedule, checkpoints, exact
 // --resume, SIGINT saves and stops. <out>/predictions.json and <out>/eval.json hold the results.
+// Under mpirun the fine-tuning is data parallel (docs/distributed.md): --batch-size examples per
+// rank, --shard-optimizer for ZeRO-1; rank 0 writes the run directory and evaluates.
 
 #include <CLI/CLI.hpp>
 
@@ -21,6 +23,7 @@
 
 #include "cli.hpp"
 #include "finetune_cli.hpp"
+#include "replicas.hpp"
 #include "sparselm/core/checked.hpp"
 #include "sparselm/core/program.hpp"
 #include "sparselm/data/squad.hpp"
@@ -28,6 +31,7 @@
 #include "sparselm/data/squad_features.hpp"
 #include "sparselm/data/wordpiece.hpp"
 #include "sparselm/io/atomic_file.hpp"
+#include "sparselm/io/crc32c.hpp"
 #include "sparselm/models/bert_finetune.hpp"
 
 using namespace sparselm;
@@ -41,6 +45,17 @@ struct span_task {
   std::vector<std::int32_t> ids, types, lengths, starts, ends;
 
   std::size_t size() const { return features->size(); }
+  // CRC-32C of every feature's ids, segments and targets (data parallelism: equal on every rank).
+  std::uint32_t fingerprint() const {
+    std::uint32_t c = 0;
+    for (const auto& f : *features) {
+      c = io::crc32c(f.ids.data(), f.ids.size() * sizeof(std::int32_t), c);
+      c = io::crc32c(f.segments.data(), f.segments.size() * sizeof(std::int32_t), c);
+      const std::uint64_t se[2] = {f.start, f.end};
+      c = io::crc32c(se, sizeof se, c);
+    }
+    return c;
+  }
   bert_span_batch batch(std::span<const std::size_t> pick, bool with_labels = true) {
     const std::size_t B = pick.size();
     ids.resize(B * seq);
@@ -80,7 +95,10 @@ struct span_task {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_program("bert_squad", [&]() -> int {
+  examples::replicas replicas;  // MPI ranks under mpirun; outlives the body (a failed rank ends the job)
+  const int status = run_program("bert_squad", [&]() -> int {
+    replicas.start(argc, argv);
+    const bool rank0 = replicas.group().rank() == 0;
     CLI::App app{"Fine-tune BERT on SQuAD v1.1 and write + score predictions."};
     examples::finetune_cli cli;
     cli.job.program = "bert_squad";
@@ -120,14 +138,16 @@ int main(int argc, char** argv) {
                    " exceeds the model's max_position_embeddings ", cfg.max_position_embeddings);
 
     const data::squad_dataset train_set = data::read_squad(train_path);
-    for (const std::string& m : train_set.skipped.messages)
-      std::fprintf(stderr, "%s: skipped: %s\n", train_path.string().c_str(), m.c_str());
+    if (rank0)
+      for (const std::string& m : train_set.skipped.messages)
+        std::fprintf(stderr, "%s: skipped: %s\n", train_path.string().c_str(), m.c_str());
     const auto train_examples = data::squad_examples(train_set);
     const auto train_features = data::squad_features(train_examples, wp, fo, /*training=*/true);
     SPARSELM_CHECK(!train_features.empty(), train_path.string(), ": no training question");
     span_task task{&train_features, fo.max_seq, {}, {}, {}, {}, {}};
-    cli.resolve_steps(app, task.size());
-    std::fprintf(stderr, "bert_squad: %zu questions -> %zu training features, %zu steps\n", train_examples.size(),
+    cli.resolve_steps(app, task.size(), replicas.group().size());
+    if (rank0)
+      std::fprintf(stderr, "bert_squad: %zu questions -> %zu training features, %zu steps\n", train_examples.size(),
                  train_features.size(), cli.job.steps);
 
     cli.job.config = cli.run_config();
@@ -139,9 +159,11 @@ int main(int argc, char** argv) {
     bert_qa<> model(cfg);
     model.init(cli.job.seed);
     auto t = cli.make_trainer(model);
+    t.set_replicas(replicas.group());
     const auto summary = finetune_job(cli.job).run(model, t, task);
-    std::fprintf(stderr, "%s\n", summary.dump().c_str());
     if (summary.value("interrupted", false)) return 130;
+    if (!rank0) return 0;  // rank 0 predicts, scores and writes
+    std::fprintf(stderr, "%s\n", summary.dump().c_str());
     if (predict_path.empty()) {
       std::printf("%s\n", nlohmann::json{{"train", summary}}.dump().c_str());
       return 0;
@@ -190,4 +212,5 @@ int main(int argc, char** argv) {
                  predict_path.string().c_str(), tot.exact_match, tot.f1, tot.questions, cli.job.out.string().c_str());
     return 0;
   });
+  return replicas.finish(status);
 }

@@ -2,7 +2,8 @@
 // Options and set-up shared by the fine-tuning programs (bert_classify, bert_squad): the model
 // config (--config, or the --init-from checkpoint's), AdamW without bias correction (ε 1e-6,
 // weight decay not on norms and biases) and the linear schedule (warm-up, then linear decay),
-// the run directory and its checkpoints (train/finetune_job.hpp).
+// the run directory and its checkpoints (train/finetune_job.hpp). Under mpirun (examples/replicas.hpp)
+// the trainer is data parallel: --batch-size examples per rank, the global batch P times that.
 
 #include <CLI/CLI.hpp>
 
@@ -30,6 +31,7 @@ struct finetune_cli {
   double lr = 5e-5, warmup_frac = 0.1, weight_decay = 0.01, max_norm = 1.0, epochs = 2.0;
   std::optional<double> dropout;
   int threads = 0;
+  bool shard_optimizer = false;
 
   void add(CLI::App& app) {
     app.add_option("-c,--config", config,
@@ -46,7 +48,7 @@ struct finetune_cli {
         ->capture_default_str();
     app.add_option("--steps", job.steps, "Optimiser steps in total (overrides --epochs)")
         ->check(CLI::Range(1ul, 1ul << 40));
-    app.add_option("--batch-size", job.batch_size, "Sequences per step")
+    app.add_option("--batch-size", job.batch_size, "Sequences per step (per rank under mpirun)")
         ->check(CLI::Range(1ul, 1ul << 16))
         ->capture_default_str();
     app.add_option("--lr", lr, "Peak learning rate of the linear schedule")
@@ -71,6 +73,7 @@ struct finetune_cli {
     add_precision_option(app, precision)->capture_default_str();
     app.add_option("--seed", job.seed, "Initialisation, data order and dropout")->capture_default_str();
     app.add_option("--threads", threads, "Threads (0: OpenMP default)")->check(CLI::Range(0, 1024));
+    add_shard_option(app, shard_optimizer);
   }
 
   // The model config: --config, else the --init-from checkpoint's, else bert-tiny.
@@ -86,10 +89,11 @@ struct finetune_cli {
     return sparselm::bert_config::from_json(j, path);
   }
 
-  // Steps from --epochs unless --steps was given.
-  void resolve_steps(const CLI::App& app, std::size_t train_examples) {
+  // Steps from --epochs unless --steps was given (ranks: the data-parallel replicas, whose global
+  // batch is ranks x --batch-size).
+  void resolve_steps(const CLI::App& app, std::size_t train_examples, std::size_t ranks = 1) {
     if (app.count("--steps") == 0) {
-      const double s = epochs * double(train_examples) / double(job.batch_size);
+      const double s = epochs * double(train_examples) / (double(job.batch_size) * double(ranks));
       job.steps = std::max<std::size_t>(1, std::size_t(s + 0.999999));
     }
   }
@@ -99,16 +103,22 @@ struct finetune_cli {
             {"warmup_frac", warmup_frac},  {"weight_decay", weight_decay}, {"max_norm", max_norm},
             {"seed", job.seed},            {"init_from", job.init_from.string()},
             {"optimizer", {{"type", "adamw"}, {"eps", 1e-6}, {"bias_correction", false}}},
-            {"schedule", "linear"},        {"precision", precision}};
+            {"schedule", "linear"},        {"precision", precision},
+            {"shard_optimizer", shard_optimizer}};
   }
 
+  // Data parallel over MPI ranks when started by mpirun, else one process (set_replicas next).
+  struct policies : sparselm::default_policies {
+    using data_parallel = sparselm::data_parallel::mpi;
+  };
   template <class Model>
   auto make_trainer(Model& model) const {
     sparselm::trainer_options to;
+    to.shard_optimizer = shard_optimizer;
     to.max_norm = float(max_norm);
     to.dropout_seed = job.seed + 1;
     to.precision = sparselm::precision::parse(precision, "--precision");
-    return sparselm::trainer<Model>(
+    return sparselm::trainer<Model, policies>(
         model, to,
         sparselm::optim::adamw<>(nlohmann::json{{"weight_decay", weight_decay}, {"eps", 1e-6}, {"bias_correction", false}}),
         sparselm::optim::make_schedule(

@@ -128,13 +128,7 @@ class bert_job {
       }
     }
     t.sync_parameters();  // every rank starts from rank 0's weights (checked)
-    metrics_log log;
-    if (writer) {
-      fs::create_directories(o_.out);
-      io::atomic_write_text(o_.out / "config.json", o_.config.dump(2) + "\n");
-      if (o_.resume) truncate_metrics_after(o_.out / "metrics.jsonl", t.step());
-      log = metrics_log(o_.out / "metrics.jsonl", /*truncate=*/!o_.resume);
-    }
+    metrics_log log = open_run_files(writer, o_.out, o_.config, o_.resume, t.step());
     if (ranks > 1)
       say("bert_pretrain: data parallel over " + group.describe() + ", " + std::to_string(o_.batch_size) +
           " sequences per rank, global batch " + std::to_string(global_));

@@ -10,6 +10,7 @@
 //     batch_type batch(std::span<const std::size_t> examples);  // valid until the next call
 //     nlohmann::json loss_json(const loss_stats&) const;        // logged metrics of a window
 //     std::string brief(const loss_stats&) const;               // progress-bar text
+//     std::uint32_t fingerprint() const;   // optional: a checksum of the examples (checked equal on every rank)
 //   };
 //   finetune_job job({.out = "runs/squad", .program = "bert_squad", .steps = 500, .batch_size = 16});
 //   nlohmann::json summary = job.run(model, trainer, task);
@@ -19,11 +20,21 @@
 // initialisation (io/huggingface.hpp), and the message says which.
 // Metrics (<out>/metrics.jsonl): a "run" line, then "train" lines with the task's losses, lr,
 // grad_norm, samples_per_s and epoch.
+//
+// Data parallelism (a trainer with data_parallel::mpi and a replica group of P ranks, as
+// bert_job): every rank draws the same global batch of P x batch_size examples from the same
+// shuffled order and takes its rows [rank·B, (rank+1)·B); the trainer divides by the global count,
+// so P ranks train what one process does with the global batch. The task's data files
+// (data_files) and the resolved config must be equal on every rank; only rank 0 writes the run
+// directory and prints; a stop request on any rank stops all after the same step.
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -40,6 +51,7 @@
 #include "sparselm/train/lm_training.hpp"
 #include "sparselm/train/metrics.hpp"
 #include "sparselm/train/progress.hpp"
+#include "sparselm/train/replica_checks.hpp"
 
 namespace sparselm {
 
@@ -52,6 +64,7 @@ struct finetune_job_options {
   std::uint64_t seed = 1234;
   bool resume = false, overwrite = false;
   nlohmann::json config;  // the resolved run config (logged and saved)
+  std::vector<std::filesystem::path> data_files;  // the task's inputs (checked equal on every rank)
 };
 
 class finetune_job {
@@ -64,8 +77,23 @@ class finetune_job {
     const std::string& prog = o_.program;
     SPARSELM_CHECK(task.size() > 0, prog, ": no training examples");
     SPARSELM_CHECK(o_.batch_size > 0, prog, ": batch size 0");
-    io::run_lock lock(o_.out);
-    prepare_run_dir(o_.out, prog, o_.resume, o_.overwrite);
+    parallel::replica_group& group = t.replicas();
+    const std::size_t ranks = group.size(), rank = group.rank();
+    const bool writer = rank == 0;
+    rank0_ = writer;
+    check_same_config(group, o_.config, prog);
+    check_same_files(group, o_.data_files, prog);
+    if constexpr (requires { task.fingerprint(); })
+      check_same_fingerprint(group, std::uint64_t(task.fingerprint()), prog, "training examples");
+    const std::size_t B = o_.batch_size, G = checked_mul(B, ranks, prog + ": batch_size x ranks"), N = task.size();
+    // The run directory: locked for the whole job, leftovers of a killed save removed, a fresh run
+    // refuses a used one unless overwrite (train/lm_job.hpp's rules); rank 0's alone.
+    std::optional<io::run_lock> lock;
+    if (writer) {
+      lock.emplace(o_.out);
+      prepare_run_dir(o_.out, prog, o_.resume, o_.overwrite);
+    }
+    group.barrier();  // the other ranks read checkpoints only once rank 0 has tidied the directory
     io::checkpoint_dir cd(o_.out / "checkpoints", o_.keep_checkpoints);
     std::size_t epoch = 0, next = 0;  // where the shuffled pass over the examples stands
     if (o_.resume) {
@@ -88,12 +116,15 @@ class finetune_job {
       const auto r = io::load_pretrained(from, model, io::hf_bert_map());
       say("model weights from " + from.string() + " (" + r.summary() + ")");
     }
-    fs::create_directories(o_.out);
-    io::atomic_write_text(o_.out / "config.json", o_.config.dump(2) + "\n");
-    if (o_.resume) truncate_metrics_after(o_.out / "metrics.jsonl", t.step());
-    metrics_log log(o_.out / "metrics.jsonl", /*truncate=*/!o_.resume);
+    t.sync_parameters();  // every rank starts from rank 0's weights (checked)
+    metrics_log log = open_run_files(writer, o_.out, o_.config, o_.resume, t.step());
+    if (ranks > 1)
+      say(prog + ": data parallel over " + group.describe() + ", " + std::to_string(B) +
+          " examples per rank, global batch " + std::to_string(G));
     log.write({{"kind", "run"},
                {"program", prog},
+               {"replicas", ranks},
+               {"global_batch", G},
                {"config", o_.config},
                {"parameters", model.num_parameters()},
                {"train_examples", task.size()},
@@ -101,8 +132,8 @@ class finetune_job {
                {"resumed_from", t.step()}});
     if (t.compute() != dtype::f32) say(std::string(prog) + ": precision " + kernels::describe_compute(t.compute()));
 
-    const std::size_t B = o_.batch_size, N = task.size();
-    std::vector<std::size_t> order, pick(B);
+    // G examples per step (the global batch), of which this rank assembles B: [rank·B, (rank+1)·B)
+    std::vector<std::size_t> order, global_pick(G), pick(B);
     auto shuffle = [&](std::size_t e) {
       order.resize(N);
       for (std::size_t i = 0; i < N; ++i) order[i] = i;
@@ -113,24 +144,30 @@ class finetune_job {
     auto checkpoint = [&](std::size_t step) {
       SPARSELM_CHECK(all_finite(model.params()), prog, ": step ", step,
                      ": the model has non-finite parameters and is not saved; ", last_good_checkpoint(cd, cd.root()));
-      const nlohmann::json run = {{"data", {{"epoch", epoch}, {"next", next}}}, {"config", o_.config}};
+      t.check_replicas_agree("at the checkpoint of step " + std::to_string(step));
+      t.gather_optimizer_state();  // sharded optimiser state: the whole of it to rank 0 (collective)
+      if (!writer) return;
+      const nlohmann::json run = {
+          {"data", {{"epoch", epoch}, {"next", next}}}, {"config", o_.config}, {"replicas", ranks}};
       cd.save(step, [&](const fs::path& dir) {
         io::save_model(dir, model);
         io::save_training_state(dir / io::state_file, t, run);
       });
+      t.release_gathered_state();
     };
 
     detail::stop_signals signals(true);  // SIGINT, SIGTERM, SIGHUP: checkpoint and stop
-    progress_bar bar(o_.steps, isatty(STDERR_FILENO) != 0, t.step());
+    progress_bar bar(o_.steps, writer && isatty(STDERR_FILENO) != 0, t.step());
     loss_stats window, total;
     double window_sec = 0, window_norm = 0, train_sec = 0;
     std::size_t window_steps = 0, samples = 0;
     bool interrupted = false;
     while (t.step() < o_.steps) {
-      for (std::size_t i = 0; i < B; ++i) {
+      for (std::size_t i = 0; i < G; ++i) {
         if (next == N) shuffle(++epoch), next = 0;
-        pick[i] = order[next++];
+        global_pick[i] = order[next++];
       }
+      std::copy_n(global_pick.begin() + std::ptrdiff_t(rank * B), B, pick.begin());
       const auto b = task.batch(pick);
       step_metrics m;
       try {
@@ -141,7 +178,7 @@ class finetune_job {
         fail(prog, ": ", e.what(), "; the run stops. ", last_good_checkpoint(cd, cd.root()));
       }
       train_sec += m.seconds;
-      samples += B;
+      samples += m.samples;
       if (!m.skipped) {
         window += m.loss;
         total += m.loss;
@@ -155,18 +192,19 @@ class finetune_job {
         j["step"] = m.step;
         j["lr"] = m.lr;
         j["grad_norm"] = window_steps ? window_norm / double(window_steps) : 0.0;
-        j["samples_per_s"] = window_sec > 0 ? double(window_steps * B) / window_sec : 0.0;
+        j["samples_per_s"] = window_sec > 0 ? double(window_steps * G) / window_sec : 0.0;
         j["epoch"] = epoch;
         log.write(j);
         char buf[64];
         std::snprintf(buf, sizeof buf, " | lr %.2e | %.1f samples/s", double(m.lr),
-                      window_sec > 0 ? double(window_steps * B) / window_sec : 0.0);
+                      window_sec > 0 ? double(window_steps * G) / window_sec : 0.0);
         bar.update(m.step, task.brief(window) + buf);
         window = {};
         window_sec = window_norm = 0;
         window_steps = 0;
       }
-      const bool last = m.step == o_.steps, stop = detail::stop_requested != 0;
+      // a stop request on any rank stops them all after the same step
+      const bool last = m.step == o_.steps, stop = group.any(detail::stop_requested != 0);
       if (last || stop || (o_.checkpoint_every && m.step % o_.checkpoint_every == 0)) checkpoint(m.step);
       if (stop) {
         interrupted = true;
@@ -186,8 +224,11 @@ class finetune_job {
   }
 
  private:
-  static void say(const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); }
+  void say(const std::string& s) const {
+    if (rank0_) std::fprintf(stderr, "%s\n", s.c_str());
+  }
   finetune_job_options o_;
+  bool rank0_ = true;  // only rank 0 of a data-parallel run prints
 };
 
 }  // namespace sparselm

@@ -114,6 +114,18 @@ inline void prepare_run_dir(const std::filesystem::path& out, const std::string&
                  "); pass --resume to continue that run, --overwrite to start it again, or choose another --out");
 }
 
+// The files a BERT job (bert_job, finetune_job) writes as it starts, on rank 0 (`writer`):
+// config.json, and the metrics log, cut after `step` on resume. Other ranks get a log that
+// writes nothing.
+inline metrics_log open_run_files(bool writer, const std::filesystem::path& out, const nlohmann::json& config,
+                                  bool resume, std::size_t step) {
+  if (!writer) return {};
+  std::filesystem::create_directories(out);
+  io::atomic_write_text(out / "config.json", config.dump(2) + "\n");
+  if (resume) truncate_metrics_after(out / "metrics.jsonl", step);
+  return metrics_log(out / "metrics.jsonl", /*truncate=*/!resume);
+}
+
 struct lm_job_options {
   bool resume = false;          // continue from the newest checkpoint in <out>/checkpoints
   bool overwrite = false;       // fresh run: delete the run's checkpoints, metrics and config first

@@ -65,4 +65,15 @@ inline void check_same_files(parallel::replica_group& g, const std::vector<std::
   }
 }
 
+// Fails on a rank whose fingerprint of something it computed (e.g. a task's encoded training
+// examples) differs from rank 0's; `what` names it.
+inline void check_same_fingerprint(parallel::replica_group& g, std::uint64_t mine, const std::string& program,
+                                   const std::string& what) {
+  if (g.size() == 1) return;
+  std::vector<std::uint64_t> all(g.size());
+  g.all_gather(mine, all);
+  for (std::size_t r = 1; r < all.size(); ++r)
+    SPARSELM_CHECK(all[r] == all[0], program, ": data parallel: rank ", r, " has other ", what, " than rank 0");
+}
+
 }  // namespace sparselm
