@@ -12,6 +12,9 @@
 #include <limits>
 #include <cmath>
 #include <cstring>
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
 #include <vector>
@@ -23,6 +26,8 @@
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/models/sparse_lm.hpp"
 #include "sparselm/parallel/replica_group.hpp"
+#include "sparselm/train/lm_job.hpp"
+#include "sparselm/train/replica_checks.hpp"
 #include "sparselm/train/trainer.hpp"
 
 using namespace sparselm;
@@ -158,9 +163,9 @@ class thread_replicas {
 gpt_config small() { return test::small_gpt_config(); }
 
 // Batches of 4 rows x 16 positions; rows [lo, hi) of batch k as a token_batch.
-struct data {
+struct toy_data {
   std::vector<std::vector<std::int32_t>> ids, targets;
-  explicit data(int n) {
+  explicit toy_data(int n) {
     std::mt19937 g(11);
     for (int b = 0; b < n; ++b) {
       std::vector<std::int32_t> x, y;
@@ -187,7 +192,7 @@ optim::schedule lr() { return optim::make_schedule({{"type", "constant"}, {"lr",
 // losses and the final parameters.
 template <class Model>
 std::pair<std::vector<double>, std::vector<float>> train_replica(Model& model, parallel::replica_group& g,
-                                                                 const data& d, int steps, bool shard) {
+                                                                 const toy_data& d, int steps, bool shard) {
   trainer_options o;
   o.shard_optimizer = shard;
   trainer<Model, dp_policies> t(model, o, optim::adamw<float>(nlohmann::json::object()), lr());
@@ -209,7 +214,7 @@ TEST_CASE("the model reports every part's gradient range once per step, and the 
   for (std::size_t micro : {1u, 2u, 3u}) {
     gpt<> m(small());
     m.init(1);
-    const data d(3);
+    const toy_data d(3);
     std::vector<std::pair<std::size_t, std::size_t>> got;
     std::function<void(std::size_t, std::size_t)> ready = [&](std::size_t b, std::size_t e) {
       got.emplace_back(b, e);
@@ -236,7 +241,7 @@ TEST_CASE("the model reports every part's gradient range once per step, and the 
 }
 
 TEST_CASE("2 and 3 replicas on their rows train as one process on the whole batch") {
-  const data d(6);
+  const toy_data d(6);
   gpt<> single(small());
   single.init(3);
   thread_replicas one(1);
@@ -274,7 +279,7 @@ TEST_CASE("2 and 3 replicas on their rows train as one process on the whole batc
 }
 
 TEST_CASE("sharded optimiser state is bit-identical to unsharded and gathers into the whole state") {
-  const data d(4);
+  const toy_data d(4);
   const std::size_t P = 2;
   std::vector<std::vector<float>> w_plain(P), w_shard(P), slots_plain, slots_shard;
   for (bool shard : {false, true}) {
@@ -329,7 +334,7 @@ TEST_CASE("S1 sparse LM with RigL scores: replicas sum the pooled dense gradient
   // unweighted loss: both halves have 2 x 12 targets, so the micro-batch means of one process
   // and the replicas' global mean scale the gradients alike
   c.loss = lm_loss_options{false, 4};
-  const data d(1);
+  const toy_data d(1);
   std::vector<std::vector<float>> scores(2);
   std::vector<float> whole;
   auto pooled = [](auto& m) {
@@ -432,4 +437,79 @@ TEST_CASE("BERT: replicas with unequal masked and labelled counts train as one p
     scale = std::max(scale, double(std::abs(ref.w[i])));
   }
   CHECK(worst <= 1e-4 * scale);
+}
+
+// What a job checks before its ranks train together (train/replica_checks.hpp): each check is a
+// collective, and the rank that differs from rank 0 fails with a message naming what differs.
+TEST_CASE("replica checks: a rank with another config, other data or other examples fails and says which") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("sparselm-replica-checks-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name, std::ios::binary) << text;
+    return dir / name;
+  };
+  const fs::path a = write("a.bin", "tokens tokens"), a2 = write("a2.bin", "tokens tokens"),
+                 b = write("b.bin", "tokens tokenz");
+  thread_replicas g(2);
+  // Equal everywhere: no error on any rank.
+  g.run([&](std::size_t r, parallel::replica_group& m) {
+    check_same_config(m, {{"lr", 0.1}, {"steps", 5}}, "prog");
+    check_same_files(m, {r == 0 ? a : a2, fs::path()}, "prog");  // same contents, empty paths skipped
+    check_same_fingerprint(m, 42, "prog", "training examples");
+  });
+  // The message each rank fails with ("" for none).
+  auto errors = [&](const std::function<void(std::size_t, parallel::replica_group&)>& f) {
+    std::vector<std::string> msg(2);
+    g.run([&](std::size_t r, parallel::replica_group& m) {
+      try {
+        f(r, m);
+      } catch (const error& e) {
+        msg[r] = e.what();
+      }
+    });
+    return msg;
+  };
+  // A config: rank 1 compares with rank 0's and fails alone, naming the differing field.
+  const auto cfg = errors([](std::size_t r, parallel::replica_group& m) {
+    check_same_config(m, {{"lr", r == 0 ? 0.1 : 0.2}, {"steps", 5}}, "prog");
+  });
+  CHECK(cfg[0].empty());
+  CHECK(cfg[1].find("prog: data parallel: rank 1 runs another config than rank 0") != std::string::npos);
+  CHECK(cfg[1].find("/lr: rank 0 0.1, rank 1 0.2") != std::string::npos);
+  CHECK(cfg[1].find("steps") == std::string::npos);
+  // Files and fingerprints: every rank sees all of them, so every rank fails, naming rank 1.
+  const auto files = errors([&](std::size_t r, parallel::replica_group& m) {
+    check_same_files(m, {r == 0 ? a : b}, "prog");
+  });
+  CHECK(files[0].find("prog: data parallel: rank 1 has other contents in '" + a.string() + "'") == 0);  // its path
+  CHECK(files[1].find("prog: data parallel: rank 1 has other contents in '" + b.string() + "'") == 0);
+  const auto ex = errors([](std::size_t r, parallel::replica_group& m) {
+    check_same_fingerprint(m, r == 0 ? 42 : 43, "prog", "training examples");
+  });
+  CHECK(ex[0] == ex[1]);
+  CHECK(ex[1] == "prog: data parallel: rank 1 has other training examples than rank 0");
+  // The run directory: rank 0 takes the lock and tidies; a fresh run in it afterwards is refused.
+  const fs::path out = dir / "run";
+  g.run([&](std::size_t r, parallel::replica_group& m) {
+    std::optional<io::run_lock> lock;
+    claim_run_dir(m, lock, out, "prog", false, false);
+    CHECK(lock.has_value() == (r == 0));
+    CHECK(fs::exists(out / io::lock_file));  // created before the barrier rank 1 waited at
+  });
+  write("run/metrics.jsonl", "{}\n");
+  std::string refused;
+  g.run([&](std::size_t r, parallel::replica_group& m) {
+    std::optional<io::run_lock> lock;
+    try {
+      claim_run_dir(m, lock, out, "prog", false, false);
+    } catch (const error& e) {
+      CHECK(r == 0);
+      refused = e.what();
+      m.barrier();  // the barrier rank 1 waits at (a real job then ends every rank)
+    }
+  });
+  CHECK(refused.find("prog: '" + out.string() + "' is not empty (it holds 'metrics.jsonl'") == 0);
+  fs::remove_all(dir);
 }

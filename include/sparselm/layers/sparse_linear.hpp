@@ -115,18 +115,7 @@ class linear<T, block_sparse<B>> {
                 bool accumulate_dx = false) const {
     const float beta = accumulate_dx ? 1.0f : 0.0f;
     const bool need_dx = detail::check_linear_backward(w_, in_, out_, c.x, dy, dx);
-    bool done = false;  // by the bf16 products
-    if constexpr (has_bf16_kernels) {
-      if (bf16_products(s)) {
-        if (need_dx) kernels::bsr_matmul_t_bf16<B>(dy, state_->pattern, s.p(w_.index).data(), beta, dx);
-        kernels::bsr_weight_grad_bf16<B>(c.x, dy, state_->pattern, s.g(w_.index).data());
-        done = true;
-      }
-    }
-    if (!done) {
-      if (need_dx) kernels::bsr_matmul_t<B>(dy, state_->pattern, s.p(w_.index).data(), beta, dx);
-      kernels::bsr_weight_grad<B>(c.x, dy, state_->pattern, s.g(w_.index).data());
-    }
+    products_backward(s, dy, need_dx, beta, dx, c.x);
     if (has_bias_) kernels::add_column_sums(dy, s.g(b_.index));
     if (s.need_dense_grad) {
       // Scores are pooled per micro-batch and summed over the step's micro-batches (max: maximum).
@@ -166,6 +155,21 @@ class linear<T, block_sparse<B>> {
   // Block sizes with bf16 products (the others compute in fp32 under every precision).
   static constexpr bool has_bf16_kernels = B == 4 || B == 8 || B == 16;
   static bool bf16_products(const step_context& s) { return s.compute == dtype::bf16 && kernels::bsr_bf16_pays(); }
+
+  // dx = dy·Wᵀ (+ beta·dx) when need_dx, and dW += xᵀ·dy on the active blocks.
+  void products_backward(const step_context& s, const_matrix_view<float> dy, bool need_dx, float beta,
+                         matrix_view<float> dx, const_matrix_view<float> x) const {
+    const float* w = s.p(w_.index).data();
+    float* dw = s.g(w_.index).data();
+    if constexpr (has_bf16_kernels) {
+      if (bf16_products(s)) {
+        if (need_dx) kernels::bsr_matmul_t_bf16<B>(dy, state_->pattern, w, beta, dx);
+        return kernels::bsr_weight_grad_bf16<B>(x, dy, state_->pattern, dw);
+      }
+    }
+    if (need_dx) kernels::bsr_matmul_t<B>(dy, state_->pattern, w, beta, dx);
+    kernels::bsr_weight_grad<B>(x, dy, state_->pattern, dw);
+  }
 
   std::size_t in_ = 0, out_ = 0, nnz_ = 0;
   bool has_bias_ = false;

@@ -95,14 +95,8 @@ class bert_job {
       valid.emplace(o_.valid);
       check_file(*valid, model);
     }
-    // The run directory: locked for the whole job, leftovers of a killed save removed, a fresh run
-    // refuses a used one unless overwrite (train/lm_job.hpp's rules).
-    std::optional<io::run_lock> lock;
-    if (writer) {
-      lock.emplace(o_.out);
-      prepare_run_dir(o_.out, "bert_pretrain", o_.resume, o_.overwrite);
-    }
-    group.barrier();  // the other ranks read checkpoints only once rank 0 has tidied the directory
+    std::optional<io::run_lock> lock;  // the run directory's, held for the whole job (lm_job.hpp's rules)
+    claim_run_dir(group, lock, o_.out, "bert_pretrain", o_.resume, o_.overwrite);
     io::checkpoint_dir cd(o_.out / "checkpoints", o_.keep_checkpoints);
     sparse::pattern_updater* up = nullptr;
     if constexpr (!std::is_same_v<Sparsity, std::nullptr_t>)

@@ -24,8 +24,8 @@
 // Data parallelism (a trainer with data_parallel::mpi and a replica group of P ranks, as
 // bert_job): every rank draws the same global batch of P x batch_size examples from the same
 // shuffled order and takes its rows [rank·B, (rank+1)·B); the trainer divides by the global count,
-// so P ranks train what one process does with the global batch. The task's data files
-// (data_files) and the resolved config must be equal on every rank; only rank 0 writes the run
+// so P ranks train what one process does with the global batch. The resolved config and the
+// task's training examples (a CRC-32C of them, Task::fingerprint()) must be equal on every rank; only rank 0 writes the run
 // directory and prints; a stop request on any rank stops all after the same step.
 
 #include <unistd.h>
@@ -64,7 +64,6 @@ struct finetune_job_options {
   std::uint64_t seed = 1234;
   bool resume = false, overwrite = false;
   nlohmann::json config;  // the resolved run config (logged and saved)
-  std::vector<std::filesystem::path> data_files;  // the task's inputs (checked equal on every rank)
 };
 
 class finetune_job {
@@ -82,18 +81,11 @@ class finetune_job {
     const bool writer = rank == 0;
     rank0_ = writer;
     check_same_config(group, o_.config, prog);
-    check_same_files(group, o_.data_files, prog);
     if constexpr (requires { task.fingerprint(); })
       check_same_fingerprint(group, std::uint64_t(task.fingerprint()), prog, "training examples");
     const std::size_t B = o_.batch_size, G = checked_mul(B, ranks, prog + ": batch_size x ranks"), N = task.size();
-    // The run directory: locked for the whole job, leftovers of a killed save removed, a fresh run
-    // refuses a used one unless overwrite (train/lm_job.hpp's rules); rank 0's alone.
-    std::optional<io::run_lock> lock;
-    if (writer) {
-      lock.emplace(o_.out);
-      prepare_run_dir(o_.out, prog, o_.resume, o_.overwrite);
-    }
-    group.barrier();  // the other ranks read checkpoints only once rank 0 has tidied the directory
+    std::optional<io::run_lock> lock;  // the run directory's, held for the whole job (lm_job.hpp's rules)
+    claim_run_dir(group, lock, o_.out, prog, o_.resume, o_.overwrite);
     io::checkpoint_dir cd(o_.out / "checkpoints", o_.keep_checkpoints);
     std::size_t epoch = 0, next = 0;  // where the shuffled pass over the examples stands
     if (o_.resume) {

@@ -114,6 +114,18 @@ inline void prepare_run_dir(const std::filesystem::path& out, const std::string&
                  "); pass --resume to continue that run, --overwrite to start it again, or choose another --out");
 }
 
+// Every job's start in its run directory, a collective over the ranks `g` (one process: g of 1):
+// rank 0 locks the directory (held while `lock` lives) and tidies it (prepare_run_dir); the other
+// ranks wait for it, since they read their checkpoints from it.
+inline void claim_run_dir(parallel::replica_group& g, std::optional<io::run_lock>& lock,
+                          const std::filesystem::path& out, const std::string& program, bool resume, bool overwrite) {
+  if (g.rank() == 0) {
+    lock.emplace(out);
+    prepare_run_dir(out, program, resume, overwrite);
+  }
+  g.barrier();
+}
+
 // The files a BERT job (bert_job, finetune_job) writes as it starts, on rank 0 (`writer`):
 // config.json, and the metrics log, cut after `step` on resume. Other ranks get a log that
 // writes nothing.
@@ -188,13 +200,8 @@ class lm_job {
                                           .order = rc_.order == "sequential" ? data::lm_order::sequential
                                                                              : data::lm_order::shuffled,
                                           .seed = rc_.seed});
-    // The run directory: locked for the whole job, leftovers of a killed save removed.
-    std::optional<io::run_lock> lock;
-    if (writer) {
-      lock.emplace(out());
-      prepare_run_dir(o);
-    }
-    procs.barrier();  // the other ranks read checkpoints only once rank 0 has tidied the directory
+    std::optional<io::run_lock> lock;  // the run directory's, held for the whole job
+    claim_run_dir(procs, lock, out(), program_, o.resume, o.overwrite);
     io::checkpoint_dir cd(checkpoints(), o.keep_checkpoints);
     const fs::path metrics_path = out() / "metrics.jsonl";
     sparse::pattern_updater* up = nullptr;
@@ -383,7 +390,6 @@ class lm_job {
   }
 
   std::string last_good(const io::checkpoint_dir& cd) const { return last_good_checkpoint(cd, checkpoints()); }
-  void prepare_run_dir(const lm_job_options& o) const { sparselm::prepare_run_dir(out(), program_, o.resume, o.overwrite); }
 
   lm_run_config rc_;
   nlohmann::json resolved_;

@@ -51,20 +51,6 @@ inline void check_same_config(parallel::replica_group& g, const nlohmann::json& 
   fail(program, ": data parallel: rank ", g.rank(), " runs another config than rank 0 (", where, ")");
 }
 
-// Fails on a rank whose files (empty paths skipped) differ from rank 0's in size or content.
-inline void check_same_files(parallel::replica_group& g, const std::vector<std::filesystem::path>& files,
-                             const std::string& program) {
-  if (g.size() == 1) return;
-  for (const auto& f : files) {
-    if (f.empty()) continue;
-    std::vector<std::uint64_t> all(g.size());
-    g.all_gather(file_fingerprint(f), all);
-    for (std::size_t r = 1; r < all.size(); ++r)
-      SPARSELM_CHECK(all[r] == all[0], program, ": data parallel: rank ", r, " reads another '", f.string(),
-                     "' than rank 0 (size or content differs)");
-  }
-}
-
 // Fails on a rank whose fingerprint of something it computed (e.g. a task's encoded training
 // examples) differs from rank 0's; `what` names it.
 inline void check_same_fingerprint(parallel::replica_group& g, std::uint64_t mine, const std::string& program,
@@ -74,6 +60,16 @@ inline void check_same_fingerprint(parallel::replica_group& g, std::uint64_t min
   g.all_gather(mine, all);
   for (std::size_t r = 1; r < all.size(); ++r)
     SPARSELM_CHECK(all[r] == all[0], program, ": data parallel: rank ", r, " has other ", what, " than rank 0");
+}
+
+// Fails on a rank whose files (empty paths skipped) differ from rank 0's in size or content.
+inline void check_same_files(parallel::replica_group& g, const std::vector<std::filesystem::path>& files,
+                             const std::string& program) {
+  if (g.size() == 1) return;
+  for (const auto& f : files)
+    if (!f.empty())
+      check_same_fingerprint(g, file_fingerprint(f), program,
+                             "contents in '" + f.string() + "' (size or first and last MiB)");
 }
 
 }  // namespace sparselm
