@@ -6,12 +6,14 @@
 //
 // parse() first gives every unsigned option (CLI11 type UINT, plain or std::optional) a check
 // that refuses negative numbers: CLI11 2.1 reads "-1" into a std::size_t as 2^64 - 1, which turned
-// `--max-new-tokens -1` into "for ever". A value that does not fit its type is refused too.
+// `--max-new-tokens -1` into "for ever". A value that does not fit its type is refused too, and
+// every floating-point option refuses nan and inf.
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
@@ -108,10 +110,28 @@ inline void refuse_negative_unsigned(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands(std::function<bool(CLI::App*)>{})) refuse_negative_unsigned(*sub);
 }
 
+// Adds a check that refuses nan and inf to every floating-point option of `app` and its option
+// groups: "--lr nan" would otherwise reach the config as JSON null and be reported under the
+// config's field name.
+inline void refuse_non_finite(CLI::App& app) {
+  for (CLI::Option* o : app.get_options())
+    if (o->get_type_name().rfind("FLOAT", 0) == 0)
+      o->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            char* end = nullptr;
+            const double v = std::strtod(s.c_str(), &end);
+            if (s.empty() || end != s.c_str() + s.size()) return "must be a number, got '" + s + "'";
+            return std::isfinite(v) ? "" : "must be a finite number, got " + s;
+          },
+          "", "finite"));
+  for (CLI::App* sub : app.get_subcommands(std::function<bool(CLI::App*)>{})) refuse_non_finite(*sub);
+}
+
 // Parses the command line: nullopt to go on, or the exit status (0 after --help, 2 for a usage
 // error, whose message CLI11 has printed).
 inline std::optional<int> parse(CLI::App& app, int argc, char** argv) {
   refuse_negative_unsigned(app);
+  refuse_non_finite(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
