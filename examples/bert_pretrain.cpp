@@ -30,6 +30,7 @@
 #include "sparselm/core/threads.hpp"
 #include "sparselm/models/bert.hpp"
 #include "sparselm/optim/lamb.hpp"
+#include "sparselm/optim/slot_choice.hpp"
 #include "sparselm/train/bert_job.hpp"
 #include "sparselm/train/dynamic_sparsity.hpp"
 #include "sparselm/train/registry.hpp"
@@ -110,6 +111,10 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     std::string precision = "fp32";
     examples::add_precision_option(app, precision)->capture_default_str();
+    std::string slots = "float";
+    app.add_option("--slots", slots, "Storage type of LAMB's m and v: float, bf16 or half (updates compute in fp32)")
+        ->check(CLI::IsMember({"float", "bf16", "half"}))
+        ->capture_default_str();
     bool shard_optimizer = false;
     examples::add_shard_option(app, shard_optimizer);
     app.add_option("--seed", o.seed, "Initialisation, data order and dropout")->capture_default_str();
@@ -139,12 +144,13 @@ int main(int argc, char** argv) {
                 {"init_from", o.init_from.string()},
                 {"loss_scaling", loss_scaling},
                 {"precision", precision},
+                {"slots", slots},
                 {"shard_optimizer", shard_optimizer}};
     int rc = 0;
     registry::with_sparsity(block, [&]<class S>() {
       using model_t = bert<float, S>;
       struct policies : default_policies {
-        using optimizer = optim::lamb<>;
+        using optimizer = optim::slot_choice<optim::lamb>;
         using data_parallel = sparselm::data_parallel::mpi;  // one process unless started by mpirun
       };
       using trainer_t = trainer<model_t, policies>;
@@ -159,7 +165,7 @@ int main(int argc, char** argv) {
         to.loss_scaling = optim::loss_scale_config(json{{"type", "dynamic"}});
       else if (loss_scaling != "none")
         to.loss_scaling = optim::loss_scale_config(json(std::stod(loss_scaling)));
-      trainer_t t(model, to, optim::lamb<>(json{{"weight_decay", weight_decay}}),
+      trainer_t t(model, to, typename policies::optimizer(json{{"weight_decay", weight_decay}, {"slots", slots}}),
                   optim::make_schedule(
                       {{"type", "up_down"}, {"max_lr", lr}, {"total_steps", o.steps}, {"warmup_frac", warmup_frac}}));
       t.set_replicas(replicas.group());

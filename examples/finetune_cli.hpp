@@ -19,6 +19,7 @@
 #include "sparselm/models/bert.hpp"
 #include "sparselm/optim/adam.hpp"
 #include "sparselm/optim/schedules.hpp"
+#include "sparselm/optim/slot_choice.hpp"
 #include "sparselm/train/finetune_job.hpp"
 #include "sparselm/train/trainer.hpp"
 
@@ -27,6 +28,7 @@ namespace examples {
 struct finetune_cli {
   std::string config;  // empty: the --init-from checkpoint's
   std::string precision = "fp32";  // --precision: compute type of the dense GEMMs
+  std::string slots = "float";     // --slots: storage type of AdamW's m and v
   sparselm::finetune_job_options job;
   double lr = 5e-5, warmup_frac = 0.1, weight_decay = 0.01, max_norm = 1.0, epochs = 2.0;
   std::optional<double> dropout;
@@ -59,6 +61,9 @@ struct finetune_cli {
         ->capture_default_str();
     app.add_option("--weight-decay", weight_decay, "AdamW weight decay (not on norms and biases)")
         ->check(CLI::Range(0.0, 1.0))
+        ->capture_default_str();
+    app.add_option("--slots", slots, "Storage type of AdamW's m and v: float, bf16 or half (updates compute in fp32)")
+        ->check(CLI::IsMember({"float", "bf16", "half"}))
         ->capture_default_str();
     app.add_option("--max-norm", max_norm, "Global-norm gradient clipping")
         ->check(CLI::Range(1e-6, 1e6))
@@ -102,7 +107,7 @@ struct finetune_cli {
     return {{"steps", job.steps},          {"batch_size", job.batch_size}, {"lr", lr},
             {"warmup_frac", warmup_frac},  {"weight_decay", weight_decay}, {"max_norm", max_norm},
             {"seed", job.seed},            {"init_from", job.init_from.string()},
-            {"optimizer", {{"type", "adamw"}, {"eps", 1e-6}, {"bias_correction", false}}},
+            {"optimizer", {{"type", "adamw"}, {"eps", 1e-6}, {"bias_correction", false}, {"slots", slots}}},
             {"schedule", "linear"},        {"precision", precision},
             {"shard_optimizer", shard_optimizer}};
   }
@@ -110,6 +115,7 @@ struct finetune_cli {
   // Data parallel over MPI ranks when started by mpirun, else one process (set_replicas next).
   struct policies : sparselm::default_policies {
     using data_parallel = sparselm::data_parallel::mpi;
+    using optimizer = sparselm::optim::slot_choice<sparselm::optim::adamw>;
   };
   template <class Model>
   auto make_trainer(Model& model) const {
@@ -120,7 +126,8 @@ struct finetune_cli {
     to.precision = sparselm::precision::parse(precision, "--precision");
     return sparselm::trainer<Model, policies>(
         model, to,
-        sparselm::optim::adamw<>(nlohmann::json{{"weight_decay", weight_decay}, {"eps", 1e-6}, {"bias_correction", false}}),
+        policies::optimizer(nlohmann::json{
+            {"weight_decay", weight_decay}, {"eps", 1e-6}, {"bias_correction", false}, {"slots", slots}}),
         sparselm::optim::make_schedule(
             {{"type", "linear"}, {"max_lr", lr}, {"total_steps", job.steps}, {"warmup_proportion", warmup_frac}}));
   }

@@ -42,7 +42,7 @@ sparselm::parallel::replica_group* replica_group = nullptr;
 lm_job_options job_options;  // --resume, --overwrite, --no-verify
 
 struct cli_values {
-  std::optional<std::string> train, valid, out, optimizer, clip, precision, recompute, order, allocation, regrow, init_from;
+  std::optional<std::string> train, valid, out, optimizer, slots, clip, precision, recompute, order, allocation, regrow, init_from;
   std::optional<std::size_t> steps, batch_size, seq_len, accumulation, warmup_steps, eval_every, eval_batches, log_every,
       checkpoint_every, layers, heads, embd, vocab, positions, block_size, update_period;
   std::optional<double> max_lr, min_lr, weight_decay, max_norm, dropout, sparsity;
@@ -83,6 +83,7 @@ void apply_flags(json& j, const cli_values& c) {
     if (!j.contains("optimizer") || j["optimizer"].value("type", "") != *c.optimizer) j["optimizer"] = json::object();
     j["optimizer"]["type"] = *c.optimizer;
   }
+  if (c.slots) j["optimizer"]["slots"] = *c.slots;
   if (c.weight_decay) j["optimizer"]["weight_decay"] = *c.weight_decay;
   if (c.clip) j["trainer"]["clip"] = *c.clip;
   if (c.max_norm) j["trainer"]["max_norm"] = *c.max_norm;
@@ -216,6 +217,10 @@ int main(int argc, char** argv) {
     o->add_option("--accumulation", c.accumulation, "Micro-batches per optimiser step (trainer.accumulation.steps)")
         ->check(examples::at_most(limits::accumulation));
     o->add_option("--optimizer", c.optimizer, "adamw, adam, sgd or lamb");
+    o->add_option("--slots", c.slots,
+                  "Storage type of the optimiser's slots (Adam m and v, momentum): float, bf16 or half "
+                  "(optimizer.slots; updates compute in fp32)")
+        ->check(CLI::IsMember({"float", "bf16", "half"}));
     o->add_option("--weight-decay", c.weight_decay, "Weight decay (optimizer.weight_decay)");
     o->add_option("--lr", c.max_lr, "Peak learning rate (schedule.max_lr)");
     o->add_option("--min-lr", c.min_lr, "Final learning rate of the cosine (schedule.min_lr)");

@@ -42,7 +42,7 @@ struct cli_values {
   std::optional<double> sparsity, prune_ratio, phase_delay, period, peak_lr, min_lr, decay_power, max_norm, dropout;
   std::optional<std::size_t> block_size, update_period, zero_steps, layers, hidden, ff, heads, qkv, embedding, sequence,
       vocab, steps, batch_size, seq_len, accumulation, warmup_steps, cooldown_steps, autoregression_offset;
-  std::optional<std::string> regrow, pooling, prune_metric, optimizer, clip, dtype, precision, allocation, train, valid, out;
+  std::optional<std::string> regrow, pooling, prune_metric, optimizer, slots, clip, dtype, precision, allocation, train, valid, out;
   std::optional<bool> static_sparsity, weight_repeats, shard_optimizer;
   examples::pipeline_flags pipeline;
   std::optional<std::uint64_t> seed;
@@ -94,6 +94,7 @@ void apply_flags(json& j, const cli_values& c) {
     if (!j.contains("optimizer") || j["optimizer"].value("type", "") != *c.optimizer) j["optimizer"] = json::object();
     j["optimizer"]["type"] = *c.optimizer;
   }
+  if (c.slots) j["optimizer"]["slots"] = *c.slots;
   if (c.clip) j["trainer"]["clip"] = *c.clip;
   put(j["trainer"], "max_norm", c.max_norm);
   put(j["trainer"], "precision", c.precision);
@@ -219,6 +220,10 @@ int main(int argc, char** argv) {
     o->add_option("--accumulation", c.accumulation, "Micro-batches per optimiser step")
         ->check(examples::at_most(limits::accumulation));
     o->add_option("--optimizer", c.optimizer, "adam (S1; eps 1e-2), adamw, sgd or lamb");
+    o->add_option("--slots", c.slots,
+                  "Storage type of the optimiser's slots (Adam m and v, momentum): float, bf16 or half "
+                  "(optimizer.slots; updates compute in fp32)")
+        ->check(CLI::IsMember({"float", "bf16", "half"}));
     o->add_option("--clip", c.clip, "Gradient clipping: per_tensor (S1), global_norm or none");
     o->add_option("--max-norm", c.max_norm, "Clipping norm");
     examples::add_precision_option(*o, c.precision);

@@ -4,6 +4,7 @@
 // numbered checkpoint directory of a run.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "sparselm/data/token_file.hpp"
 #include "../common/scratch.hpp"
 #include "sparselm/io/checkpoint.hpp"
+#include "sparselm/optim/slot_choice.hpp"
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/train/dynamic_sparsity.hpp"
 #include "sparselm/train/lm_training.hpp"
@@ -244,13 +246,14 @@ TEST_CASE("checkpoint: block-sparse GPT keeps its patterns; dense export loads i
 namespace {
 // A small token stream and the full training set-up around a model type, rebuilt from scratch
 // for each segment of a run so that nothing but the checkpoint carries state across.
-template <class Model>
+template <class Model, class Policies = default_policies>
 struct run_fixture {
   fs::path dir;
   data::token_file file;
   gpt_config cfg;
   sparse_plan plan;
   bool dynamic;
+  json optimizer = {{"weight_decay", 0.1}};
   run_fixture(fs::path d, float dropout, double sparsity, bool dyn)
       : dir(std::move(d)), file(make_tokens(dir)), cfg(tiny(dropout)), plan{sparsity}, dynamic(dyn) {}
 
@@ -269,9 +272,10 @@ struct run_fixture {
     m.init(21);
     trainer_options o;
     o.dropout_seed = 4;
-    trainer<Model> t(m, o, optim::adamw<>(json{{"weight_decay", 0.1}}),
-                     optim::make_schedule({{"type", "warmup_cosine"}, {"max_lr", 3e-3}, {"warmup_steps", 2}, {"total_steps", 12}}));
-    std::optional<dynamic_sparsity<Model, trainer<Model>>> ds;
+    using trainer_t = trainer<Model, Policies>;
+    trainer_t t(m, o, typename Policies::optimizer(optimizer),
+                optim::make_schedule({{"type", "warmup_cosine"}, {"max_lr", 3e-3}, {"warmup_steps", 2}, {"total_steps", 12}}));
+    std::optional<dynamic_sparsity<Model, trainer_t>> ds;
     if (dynamic)
       ds.emplace(m, t,
                  sparse::update_config::from_json(
@@ -320,6 +324,47 @@ TEST_CASE("resume: dense GPT with dropout continues bit-identically") {
 
 TEST_CASE("resume: block-sparse GPT with RigL updates before and after the checkpoint") {
   check_exact_resume<gpt<float, block_sparse<4>>>("resume-sparse", 0.0f, 0.6, true);
+}
+
+// The optimiser slots' storage type from the config ("optimizer.slots", optim/slot_choice.hpp):
+// bf16 and half slots resume bit-identically; the checkpoint holds them as F32 values and names
+// the type; a run resumes bf16 slots as float ones, and refuses half <-> bf16 naming both.
+TEST_CASE("resume: optimiser slots stored as bf16 or half (optimizer.slots)") {
+  struct chosen_slots : default_policies {
+    using optimizer = optim::slot_choice<optim::adamw>;
+  };
+  std::vector<double> last;
+  for (const char* slots : {"float", "bf16", "half"}) {
+    INFO("slots ", slots);
+    run_fixture<gpt<>, chosen_slots> f(io_dir(std::string("resume-slots-") + slots), 0.0f, 0.0, false);
+    f.optimizer["slots"] = slots;
+    const auto full = f.train(0, 12);
+    auto first = f.train(0, 5);
+    const auto second = f.train(5, 12);
+    first.insert(first.end(), second.begin(), second.end());
+    REQUIRE(first.size() == full.size());
+    for (std::size_t i = 0; i < full.size(); ++i) CHECK_MESSAGE(first[i] == full[i], "step ", i + 1);
+    last.push_back(full.back());
+    io::safetensors_file st(f.dir / "ck" / io::state_file);
+    const auto meta = json::parse(st.metadata("sparselm.training_state"));
+    CHECK(meta.at("optimizer_slots") == slots);
+    CHECK(st.contains(std::string("optimizer.") + (std::string(slots) == "half" ? "sqrt_v" : "v") + ".wte.weight"));
+    for (const auto& t : st.tensors())
+      if (t.name.rfind("optimizer.", 0) == 0) CHECK(t.dtype == io::st_dtype::f32);
+  }
+  CHECK(last[1] != last[0]);  // the storage type is used: 16-bit moments change the run
+  CHECK(last[2] != last[0]);
+  // Across types: bf16 -> float resumes (the saved values widen), bf16 -> half is refused.
+  run_fixture<gpt<>, chosen_slots> f(io_dir("resume-slots-across"), 0.0f, 0.0, false);
+  f.optimizer["slots"] = "bf16";
+  f.train(0, 4);
+  f.optimizer["slots"] = "float";
+  const auto more = f.train(4, 6);
+  CHECK(more.size() == 2);
+  CHECK(std::isfinite(more.back()));
+  f.optimizer["slots"] = "half";
+  CHECK_THROWS_WITH_AS(f.train(6, 7), doctest::Contains("the optimiser slots were saved as float and this run keeps them as half"),
+                       error);
 }
 
 TEST_CASE("training state: mismatches are errors naming the cause") {

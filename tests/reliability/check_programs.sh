@@ -47,6 +47,11 @@ cli)  # negative numbers, sizes past the limits, overflowing products: usage err
   expect 2 "--steps: must not be negative" "$bin/sparse_lm" --steps -5
   expect 2 "--seq-len: must not be negative" "$bin/encode_dataset" -i x -o y --seq-len -1
   expect 2 "--layers" "$bin/sparse_lm" --layers 99999999
+  expect 2 "--lr: must be a finite number, got nan" "$bin/gpt_train" --lr nan
+  expect 2 "--lr: must be a finite number, got inf" "$bin/sparsity_study" --lr inf
+  expect 2 "--lr: Value inf not in range" "$bin/bert_squad" --lr inf
+  expect 2 "--dropout: must be a finite number, got -nan" "$bin/sparse_lm" --dropout -nan
+  expect 2 "--temperature: must be a finite number" "$bin/generate" --checkpoint x --prompt hi --temperature infinity
   echo '{"model": {"n_layer": 1e30}}' > huge.json
   expect 1 "n_layer" "$bin/gpt_train" --config huge.json
   echo '{"model": {"n_layer": 100000, "n_embd": 64, "n_head": 2}}' > many.json
@@ -57,6 +62,9 @@ cli)  # negative numbers, sizes past the limits, overflowing products: usage err
   expect 1 "activations per buffer" "$bin/gpt_train" "${tiny[@]}" --positions 1000000 --seq-len 1000000 \
     --batch-size 1000000 --out big
   expect 1 "steps" "$bin/gpt_train" "${tiny[@]}" --set steps=1e15 --out steps
+  expect 2 "--slots" "$bin/gpt_train" "${tiny[@]}" --slots fp8 --out slots
+  expect 1 "adamw config: field 'slots' is 'fp8'; expected float, bf16 or half" "$bin/gpt_train" "${tiny[@]}" \
+    --set optimizer.slots=fp8 --out slots2
   ;;
 inputs)  # files that are not what they claim: FIFOs, loops, long names, deep or null JSON, same in/out
   mkfifo fifo.json fifo.tok

@@ -35,6 +35,7 @@
 #include "sparselm/core/json.hpp"
 #include "sparselm/io/atomic_file.hpp"
 #include "sparselm/io/safetensors.hpp"
+#include "sparselm/optim/slot_choice.hpp"
 #include "sparselm/sparse/pattern_io.hpp"
 #include "sparselm/sparse/update.hpp"
 
@@ -208,7 +209,10 @@ void save_training_state(const std::filesystem::path& path, Trainer& t, const nl
       if (ti.flags & param_frozen) continue;
       w.add("optimizer." + s.name + "." + ti.name, dtype_of<S>(), ti.shape, (*s.slots)[i].data());
     }
-  nlohmann::json meta = {{"step", t.step()}, {"optimizer_step", st.step}, {"run", run}};
+  nlohmann::json meta = {{"step", t.step()},
+                         {"optimizer_step", st.step},
+                         {"optimizer_slots", optim::slot_dtype_name(optim::slot_storage_of(t.optimizer()))},
+                         {"run", run}};
   if constexpr (requires { t.scaler().state(); }) meta["loss_scaler"] = t.scaler().state();
   if (updater) {
     auto ws = detail::sparse_weights_of(model);
@@ -239,6 +243,17 @@ nlohmann::json load_training_state(const std::filesystem::path& path, Trainer& t
   for (const char* k : {"step", "optimizer_step"})
     SPARSELM_CHECK(meta.contains(k) && meta[k].is_number_unsigned(), path.string(), ": training state has no '", k,
                    "'");
+  // Slots saved as another storage type: float and bf16 convert (the file holds their values),
+  // half holds sqrt(v) under another name (optim/slot_choice.hpp) and is refused.
+  if (meta.contains("optimizer_slots")) {
+    SPARSELM_CHECK(meta["optimizer_slots"].is_string(), path.string(), ": training state field 'optimizer_slots' is not a string");
+    const std::string theirs = meta["optimizer_slots"].get<std::string>();
+    const std::string ours(optim::slot_dtype_name(optim::slot_storage_of(t.optimizer())));
+    SPARSELM_CHECK(theirs == ours || (theirs != "half" && ours != "half"), path.string(),
+                   ": the optimiser slots were saved as ", theirs, " and this run keeps them as ", ours,
+                   " (half slots hold sqrt(v), the others v); resume with optimizer.slots = ", theirs, " (--slots ",
+                   theirs, ")");
+  }
   // read into the optimiser's own slots, or (sharded) into whole-layout ones of which restore()
   // keeps this replica's part
   auto st = [&] {

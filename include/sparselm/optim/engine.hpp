@@ -190,6 +190,13 @@ class slot_optimizer {
 
   std::size_t step_count() const noexcept { return step_; }
 
+  // Bytes of slot storage held (the owned tensors' only, when sharded).
+  std::size_t slot_bytes() const noexcept {
+    std::size_t n = 0;
+    for (std::size_t k = 0; k < active_; ++k) n += slots_[k].all().size() * sizeof(S);
+    return n;
+  }
+
  protected:
   slot_optimizer(std::string_view who, std::array<const char*, N> names) : who_(who), names_(names) {}
 

@@ -30,6 +30,7 @@
 #include "sparselm/optim/adam.hpp"
 #include "sparselm/optim/lamb.hpp"
 #include "sparselm/optim/sgd.hpp"
+#include "sparselm/optim/slot_choice.hpp"
 #include "sparselm/policies/recompute.hpp"
 #include "sparselm/sparse/sparsity.hpp"
 
@@ -43,7 +44,9 @@ struct type_list {};
 // Weight sparsity, keyed by block size (0: dense).
 using sparsities = type_list<dense, block_sparse<1>, block_sparse<4>, block_sparse<8>, block_sparse<16>>;
 using recomputes = type_list<recompute::none, recompute::blocks>;
-using optimizers = type_list<optim::adamw<float>, optim::adam<float>, optim::sgd<float>, optim::lamb<float>>;
+// Slot storage (float, bf16, half) is a run-time choice inside each ("optimizer.slots").
+using optimizers = type_list<optim::slot_choice<optim::adamw>, optim::slot_choice<optim::adam>,
+                             optim::slot_choice<optim::sgd>, optim::slot_choice<optim::lamb>>;
 
 template <kernels::gelu_kind K>
 struct activation {

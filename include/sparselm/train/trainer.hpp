@@ -185,9 +185,13 @@ class trainer {
   bool sharded() const noexcept { return shards_.active(); }
   // Bytes of optimiser slots this replica holds (all of them unless sharded).
   std::size_t optimizer_state_bytes() {
-    std::size_t n = 0;
-    for (const auto& s : opt_.state().slots) n += s.slots->all().size() * sizeof(typename optimizer_type::slot_type);
-    return n;
+    if constexpr (requires { opt_.slot_bytes(); }) {
+      return opt_.slot_bytes();
+    } else {
+      std::size_t n = 0;
+      for (const auto& s : opt_.state().slots) n += s.slots->all().size() * sizeof(typename optimizer_type::slot_type);
+      return n;
+    }
   }
 
   using slot_type = typename optimizer_type::slot_type;
