@@ -110,12 +110,18 @@ void check_result(const float* got, const expected& e, const std::string& what) 
   CHECK(bad == 0);
 }
 
-std::vector<bsr_bf16_path> paths() {
-  if (kernels::bsr_bf16_native && simd_width<float> == 16) return {bsr_bf16_path::native, bsr_bf16_path::portable};
-  return {bsr_bf16_path::portable};
+// The paths this build and CPU run: AMX for B = 16 where usable, native, portable.
+std::vector<bsr_bf16_path> paths(std::size_t B = 0) {
+  std::vector<bsr_bf16_path> r;
+  if (B == 16 && kernels::bsr_bf16_amx && kernels::gemm_bf16_amx_usable()) r.push_back(bsr_bf16_path::amx);
+  if (kernels::bsr_bf16_native && simd_width<float> == 16) r.push_back(bsr_bf16_path::native);
+  r.push_back(bsr_bf16_path::portable);
+  return r;
 }
 
-const char* path_name(bsr_bf16_path p) { return p == bsr_bf16_path::native ? "native" : "portable"; }
+const char* path_name(bsr_bf16_path p) {
+  return p == bsr_bf16_path::amx ? "amx" : p == bsr_bf16_path::native ? "native" : "portable";
+}
 
 struct shape {
   std::size_t M, rows_b, cols_b;
@@ -142,8 +148,8 @@ void check_products(const shape& sh, std::size_t nblocks, layout lay, std::uint3
   INFO("B = ", B, ", M = ", M, ", in = ", in, ", out = ", out, ", blocks = ", p.nnz(), ", arch = ",
        std::string(Arch::name()), ", threads = ", num_threads());
   std::vector<float> first_y, first_dx;  // the first path's results, for the agreement check
-  for (bsr_bf16_path path : paths()) {
-    if (path == bsr_bf16_path::native && !kernels::detail::arch_is_avx512<Arch>) continue;
+  for (bsr_bf16_path path : paths(B)) {
+    if (path != bsr_bf16_path::portable && !kernels::detail::arch_is_avx512<Arch>) continue;
     for (float beta : {0.0f, 1.0f, 0.5f})
       for (bool with_bias : {false, true}) {
         INFO("path ", std::string(path_name(path)), ", beta = ", beta, ", bias = ", with_bias);
@@ -162,7 +168,7 @@ void check_products(const shape& sh, std::size_t nblocks, layout lay, std::uint3
         check_result(dX.data(), reference(true, dY.data(), ldy, M, p, values.data(), beta, dX0.data(), ldx, nullptr),
                      "bsr_matmul_t_bf16");
         if (beta != 1.0f) continue;
-        // Native and portable agree within twice the bound of each against the reference.
+        // The paths agree within twice the bound of each against the reference.
         if (first_y.empty()) {
           first_y = Y;
           first_dx = dX;
@@ -172,13 +178,13 @@ void check_products(const shape& sh, std::size_t nblocks, layout lay, std::uint3
             ey.want[i] = first_y[i];
             ey.bound[i] *= 2.0;
           }
-          check_result(Y.data(), ey, "bsr_matmul_bf16 native vs portable");
+          check_result(Y.data(), ey, "bsr_matmul_bf16: two paths");
           auto ex = reference(true, dY.data(), ldy, M, p, values.data(), beta, dX0.data(), ldx, nullptr);
           for (std::size_t i = 0; i < ex.want.size(); ++i) {
             ex.want[i] = first_dx[i];
             ex.bound[i] *= 2.0;
           }
-          check_result(dX.data(), ex, "bsr_matmul_t_bf16 native vs portable");
+          check_result(dX.data(), ex, "bsr_matmul_t_bf16: two paths");
         }
       }
   }
@@ -186,8 +192,8 @@ void check_products(const shape& sh, std::size_t nblocks, layout lay, std::uint3
   if (p.nnz() == 0) return;
   const auto dv0 = random_vec(p.nnz() * B * B, seed + 7);
   std::vector<float> first_dv;
-  for (bsr_bf16_path path : paths()) {
-    if (path == bsr_bf16_path::native && !kernels::detail::arch_is_avx512<Arch>) continue;
+  for (bsr_bf16_path path : paths(B)) {
+    if (path != bsr_bf16_path::portable && !kernels::detail::arch_is_avx512<Arch>) continue;
     INFO("path ", std::string(path_name(path)));
     auto dv = dv0;
     kernels::bsr_weight_grad_bf16<B, Arch>({X.data(), M, in, ldx}, {dY.data(), M, out, ldy}, p, dv.data(), path);
@@ -201,7 +207,7 @@ void check_products(const shape& sh, std::size_t nblocks, layout lay, std::uint3
       e.want[i] = first_dv[i];
       e.bound[i] *= 2.0;
     }
-    check_result(dv.data(), e, "bsr_weight_grad_bf16 native vs portable");
+    check_result(dv.data(), e, "bsr_weight_grad_bf16: two paths");
   }
 }
 
@@ -265,7 +271,8 @@ TEST_CASE("bf16 rounding happens: the result differs from the fp32 product where
   const auto p = make_pattern(16, 1, 1, 1, 1, layout::random);
   std::vector<float> X(16, 1.0f + 0x1p-10f), values(256, 0.0f), Y(16);
   for (std::size_t a = 0; a < 16; ++a) values[a * 16 + a] = 1.0f;
-  for (bsr_bf16_path path : paths()) {
+  for (bsr_bf16_path path : paths(16)) {
+    INFO("path ", std::string(path_name(path)));
     kernels::bsr_matmul_bf16<16>({X.data(), 1, 16}, p, values.data(), 0.0f, {Y.data(), 1, 16}, nullptr, path);
     for (float y : Y) CHECK(y == 1.0f);
   }
@@ -291,6 +298,13 @@ TEST_CASE("bf16 block-sparse products check their arguments") {
     CHECK_THROWS_WITH(kernels::bsr_matmul_bf16<8>({X.data(), 5, 16}, p, values.data(), 0.0f, {Y.data(), 5, 24},
                                                   nullptr, bsr_bf16_path::native),
                       doctest::Contains("AVX512-BF16"));
+  // AMX: B = 16 products only
+  CHECK_THROWS_WITH(kernels::bsr_matmul_bf16<8>({X.data(), 5, 16}, p, values.data(), 0.0f, {Y.data(), 5, 24}, nullptr,
+                                                bsr_bf16_path::amx),
+                    doctest::Contains("path amx needs B = 16"));
+  CHECK_THROWS_WITH(kernels::bsr_weight_grad_bf16<8>({X.data(), 5, 16}, {Y.data(), 5, 24}, p, dv.data(),
+                                                     bsr_bf16_path::amx),
+                    doctest::Contains("path amx needs B = 16"));
   const auto narrow_native = [&] {
     kernels::bsr_matmul_t_bf16<8, xsimd::sse2>({Y.data(), 5, 24}, p, values.data(), 0.0f, {X.data(), 5, 16},
                                                bsr_bf16_path::native);

@@ -88,7 +88,8 @@ TEST_CASE("block-sparse linear equals the dense layer on the densified weight; p
 }
 
 // bf16 compute where the CPU's bf16 dot products pay (kernels::bsr_bf16_pays(); the ctest
-// layers.sparse_linear_bf16 forces them with SPARSELM_BF16_KERNEL=native): each product equals the
+// layers.sparse_linear_bf16 forces them with SPARSELM_BF16_KERNEL=native) or, for B = 16, where the
+// bf16 GEMM runs on AMX: each product equals the
 // double product of the bf16-rounded operands (products of two bf16 values are exact in fp32; only
 // the fp32 sums round: 1e-5 of the sum of |terms|) and differs from the fp32 layer's result, so the
 // rounding happened. B = 1, and every B where they do not pay: the bf16 step is the fp32 step, bit
@@ -117,9 +118,10 @@ TEST_CASE_TEMPLATE("block-sparse linear under bf16 compute: the products of bf16
   l.forward(s32, {x.data(), N, in}, {y32.data(), N, out}, c32);
   l.backward(s16, {dy.data(), N, out}, {dx16.data(), N, in}, c16);
   l.backward(s32, {dy.data(), N, out}, {dx32.data(), N, in}, c32);
-  const std::string used = kernels::bsr_bf16_pays() ? "used" : "not used (fp32 is faster here)";
-  MESSAGE("bf16 block-sparse products ", used);
-  if (B == 1 || !kernels::bsr_bf16_pays()) {
+  // bf16 where the dot products pay or (B = 16) on AMX.
+  const bool products = B > 1 && (kernels::bsr_bf16_pays() || (B == 16 && kernels::bsr_bf16_amx_chosen()));
+  MESSAGE("bf16 block-sparse products ", std::string(products ? "used" : "not used (fp32 is faster here)"));
+  if (!products) {
     CHECK(y16 == y32);
     CHECK(dx16 == dx32);
     CHECK(std::equal(g16.all().begin(), g16.all().end(), g32.all().begin()));

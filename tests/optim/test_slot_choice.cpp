@@ -6,10 +6,9 @@
 
 #include <bit>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "sparselm/core/error.hpp"
 #include "sparselm/optim/adam.hpp"
@@ -20,16 +19,19 @@
 #include "test_helpers.hpp"
 
 using namespace sparselm;
-using optim_test::bitwise_equal;
 using nlohmann::json;
+using optim_test::bitwise_equal;
 
 namespace {
 
 template <template <class> class Opt>
 json base_config() {
-  if constexpr (std::is_same_v<Opt<float>, optim::sgd<float>>) return {{"momentum", 0.9}, {"weight_decay", 0.01}};
-  else if constexpr (std::is_same_v<Opt<float>, optim::adam<float>>) return {{"eps", 1e-3}};
-  else return {{"weight_decay", 0.05}};
+  if constexpr (std::is_same_v<Opt<float>, optim::sgd<float>>)
+    return {{"momentum", 0.9}, {"weight_decay", 0.01}};
+  else if constexpr (std::is_same_v<Opt<float>, optim::adam<float>>)
+    return {{"eps", 1e-3}};
+  else
+    return {{"weight_decay", 0.05}};
 }
 
 template <storage_type S>
@@ -203,8 +205,8 @@ TEST_CASE("slot_choice: sharded bf16 slots export the unsharded float state") {
 
 TEST_CASE("slot_choice: a bad 'slots' value is an error naming the field") {
   using opt = optim::slot_choice<optim::adam>;
-  CHECK_THROWS_WITH_AS(opt(json{{"slots", "fp8"}}), doctest::Contains("adam config: field 'slots' is 'fp8'; expected float, bf16 or half"),
-                       error);
+  CHECK_THROWS_WITH_AS(opt(json{{"slots", "fp8"}}),
+                       doctest::Contains("adam config: field 'slots' is 'fp8'; expected float, bf16 or half"), error);
   CHECK_THROWS_WITH_AS(opt(json{{"slots", nullptr}}), doctest::Contains("field 'slots' must be a string"), error);
   CHECK_THROWS_WITH_AS(opt(json{{"slots", 16}}), doctest::Contains("field 'slots' must be a string"), error);
   CHECK_THROWS_AS(opt(json{{"slots", "bf16"}, {"weight_decay", 0.1}}), error);  // adam's own checks still apply

@@ -17,13 +17,18 @@
 //              (bsr_bf16_native) and an AVX-512 Arch.
 //   portable - any CPU: the operands are rounded to bf16 values held in float and the fp32 kernels
 //              multiply them (fp32 speed).
-//   best     - native when available, else portable.
+//   amx      - B = 16: Intel AMX tiles (TDPBF16PS; detail/bsr_amx.hpp, detail/bsr_amx_wgrad.hpp);
+//              needs a build with AMX (kernels/gemm_bf16.hpp) and a CPU and OS that run it.
+//   best     - amx for B = 16 where the bf16 GEMM runs on AMX (bf16_native_choice(), which
+//              SPARSELM_BF16_KERNEL overrides); else native when available; else portable.
 //
 // bsr_bf16_pays(): whether the native path is faster than the fp32 kernels on this CPU (vdpbf16ps
-// measured at >= 1.2x the FMA rate, the probe of kernels/gemm_bf16.hpp). The block_sparse<B> layers
-// use these products under bf16 compute only then: on the Intel Xeon (Sapphire Rapids class) of
-// the project's VM vdpbf16ps runs at half the FMA rate and these kernels at 0.64-0.89x the fp32 ones
-// (docs/precision.md), and the portable path only adds rounding passes.
+// measured at >= 1.2x the FMA rate, the probe of kernels/gemm_bf16.hpp); bsr_bf16_amx_chosen():
+// whether the B = 16 products run on AMX. The block_sparse<B> layers use these products under
+// bf16 compute only where one of them holds: on the Intel Xeon (Sapphire Rapids class) of the
+// project's VM vdpbf16ps runs at half the FMA rate and the native kernels at 0.64-0.89x the fp32
+// ones (docs/precision.md), so there B = 16 runs on AMX and B = 4, 8 in fp32; the portable path
+// only adds rounding passes.
 
 #include <cstddef>
 
@@ -32,12 +37,14 @@
 #include "sparselm/core/view.hpp"
 #include "sparselm/kernels/bsr.hpp"
 #include "sparselm/kernels/gemm_bf16.hpp"
+#include "sparselm/kernels/detail/bsr_amx.hpp"
+#include "sparselm/kernels/detail/bsr_amx_wgrad.hpp"
 #include "sparselm/kernels/detail/bsr_bf16.hpp"
 #include "sparselm/sparse/block_pattern.hpp"
 
 namespace sparselm::kernels {
 
-enum class bsr_bf16_path { best, native, portable };
+enum class bsr_bf16_path { best, native, portable, amx };
 
 // True when this program was compiled with AVX512-BF16 (and AVX-512 BW/VL): the native path exists
 // for AVX-512 architectures.
@@ -46,6 +53,11 @@ inline constexpr bool bsr_bf16_native = SPARSELM_GEMM_BF16_NATIVE != 0;
 // Whether the native path exists in this build and pays on this CPU (measured once per process;
 // SPARSELM_BF16_KERNEL=native forces yes, =portable no).
 inline bool bsr_bf16_pays() { return bsr_bf16_native && bf16_native_choice().dot_products; }
+// True when this build has the AMX block-sparse products (B = 16) and the process runs the bf16
+// GEMM on AMX (bf16_native_choice(): the CPU and OS allow it and SPARSELM_BF16_KERNEL does not
+// override it).
+inline constexpr bool bsr_bf16_amx = SPARSELM_GEMM_AMX != 0;
+inline bool bsr_bf16_amx_chosen() { return bsr_bf16_amx && bf16_native_choice().amx; }
 
 namespace detail {
 
@@ -53,7 +65,8 @@ namespace detail {
 template <class Arch>
 bool bsr_bf16_use_native(const char* kernel, bsr_bf16_path path) {
   constexpr bool available = bsr_bf16_native && arch_is_avx512<Arch>;
-  SPARSELM_CHECK(path == bsr_bf16_path::best || path == bsr_bf16_path::native || path == bsr_bf16_path::portable,
+  SPARSELM_CHECK(path == bsr_bf16_path::best || path == bsr_bf16_path::native || path == bsr_bf16_path::portable ||
+                     path == bsr_bf16_path::amx,
                  kernel, ": unknown path code ", int(path));
   SPARSELM_CHECK(path != bsr_bf16_path::native || available, kernel,
                  ": path native needs AVX512-BF16 and an AVX-512 architecture (compile with -march=native on a CPU "
@@ -61,17 +74,36 @@ bool bsr_bf16_use_native(const char* kernel, bsr_bf16_path path) {
   return available && path != bsr_bf16_path::portable;
 }
 
+// The path a product runs: amx (B = 16), native or portable; throws when amx or native is asked
+// for and not available.
+template <std::size_t B, class Arch>
+bsr_bf16_path bsr_bf16_route(const char* kernel, bsr_bf16_path path) {
+  const bool amx_here = B == 16 && arch_is_avx512<Arch> && bsr_bf16_amx && gemm_bf16_amx_usable();
+  if (path == bsr_bf16_path::amx) {
+    SPARSELM_CHECK(amx_here, kernel, ": path amx needs B = 16, a build with AMX and a CPU and OS that run it (",
+                   B != 16 ? "B is not 16" : gemm_bf16_amx_status(), ")");
+    return path;
+  }
+  if (path == bsr_bf16_path::best && amx_here && bsr_bf16_amx_chosen()) return bsr_bf16_path::amx;
+  return bsr_bf16_use_native<Arch>(kernel, path) ? bsr_bf16_path::native : bsr_bf16_path::portable;
+}
+
 // C = beta*C + A · S [+ bias] on the chosen path (TransV as in bsr_product).
 template <std::size_t B, bool TransV, class Arch>
-void bsr_product_bf16_path(bool native, const float* A, std::size_t lda, std::size_t M, std::size_t K,
+void bsr_product_bf16_path(bsr_bf16_path path, const float* A, std::size_t lda, std::size_t M, std::size_t K,
                            const bsr_lists& L, const float* V, float beta, float* C, std::size_t ldc,
                            const float* bias) {
-#if SPARSELM_GEMM_BF16_NATIVE
-  if constexpr (arch_is_avx512<Arch>) {
-    if (native) return bsr_product_bf16<B, TransV, Arch>(A, lda, M, K, L, V, beta, C, ldc, bias);
+#if SPARSELM_GEMM_AMX
+  if constexpr (arch_is_avx512<Arch> && B == 16) {
+    if (path == bsr_bf16_path::amx) return bsr_product_amx<TransV, Arch>(A, lda, M, K, L, V, beta, C, ldc, bias);
   }
 #endif
-  (void)native;
+#if SPARSELM_GEMM_BF16_NATIVE
+  if constexpr (arch_is_avx512<Arch>) {
+    if (path == bsr_bf16_path::native) return bsr_product_bf16<B, TransV, Arch>(A, lda, M, K, L, V, beta, C, ldc, bias);
+  }
+#endif
+  (void)path;
   bsr_product_bf16_portable<B, TransV, Arch>(A, lda, M, K, L, V, beta, C, ldc, bias);
 }
 
@@ -90,9 +122,9 @@ void bsr_matmul_bf16(const_matrix_view<float> X, const sparse::block_pattern& p,
   detail::check_multiple<B>(k, "Y columns (out)", Y.cols);
   SPARSELM_CHECK(X.cols == p.in() && Y.cols == p.out() && Y.rows == X.rows, k, ": shapes do not match: X ",
                  shape_string(X), ", ", detail::pattern_string(p), ", Y ", shape_string(Y));
-  const bool native = detail::bsr_bf16_use_native<Arch>(k, path);
+  const bsr_bf16_path route = detail::bsr_bf16_route<B, Arch>(k, path);
   const detail::bsr_lists L{p.col_ptr.data(), p.col_slots.data(), p.row.data(), p.cols_b};
-  detail::bsr_product_bf16_path<B, false, Arch>(native, X.data, X.ld, X.rows, X.cols, L, values, beta, Y.data, Y.ld,
+  detail::bsr_product_bf16_path<B, false, Arch>(route, X.data, X.ld, X.rows, X.cols, L, values, beta, Y.data, Y.ld,
                                                 bias);
 }
 
@@ -109,9 +141,9 @@ void bsr_matmul_t_bf16(const_matrix_view<float> dY, const sparse::block_pattern&
   detail::check_multiple<B>(k, "dX columns (in)", dX.cols);
   SPARSELM_CHECK(dY.cols == p.out() && dX.cols == p.in() && dX.rows == dY.rows, k, ": shapes do not match: dY ",
                  shape_string(dY), ", ", detail::pattern_string(p), ", dX ", shape_string(dX));
-  const bool native = detail::bsr_bf16_use_native<Arch>(k, path);
+  const bsr_bf16_path route = detail::bsr_bf16_route<B, Arch>(k, path);
   const detail::bsr_lists L{p.row_ptr.data(), p.row_slots.data(), p.col.data(), p.rows_b};
-  detail::bsr_product_bf16_path<B, true, Arch>(native, dY.data, dY.ld, dY.rows, dY.cols, L, values, beta, dX.data,
+  detail::bsr_product_bf16_path<B, true, Arch>(route, dY.data, dY.ld, dY.rows, dY.cols, L, values, beta, dX.data,
                                                dX.ld, nullptr);
 }
 
@@ -128,7 +160,13 @@ void bsr_weight_grad_bf16(const_matrix_view<float> X, const_matrix_view<float> d
   detail::check_multiple<B>(k, "dY columns (out)", dY.cols);
   SPARSELM_CHECK(X.cols == p.in() && dY.cols == p.out() && X.rows == dY.rows, k, ": shapes do not match: X ",
                  shape_string(X), ", dY ", shape_string(dY), ", ", detail::pattern_string(p));
-  const bool native = detail::bsr_bf16_use_native<Arch>(k, path);
+  const bsr_bf16_path route = detail::bsr_bf16_route<B, Arch>(k, path);
+#if SPARSELM_GEMM_AMX
+  if constexpr (B == 16 && detail::arch_is_avx512<Arch>) {
+    if (route == bsr_bf16_path::amx) return detail::bsr_wgrad_amx(X.data, X.ld, dY.data, dY.ld, X.rows, p, dvalues);
+  }
+#endif
+  const bool native = route == bsr_bf16_path::native;
 #if SPARSELM_GEMM_BF16_NATIVE
   if constexpr (detail::arch_is_avx512<Arch>) {
     if (native) return detail::bsr_wgrad_bf16<B, Arch>(X.data, X.ld, dY.data, dY.ld, X.rows, p, dvalues);

@@ -213,9 +213,13 @@ inline std::string describe_compute(dtype d) {
     case dtype::f32: return "fp32";
     case dtype::bf16: {
       const auto& c = bf16_native_choice();
-      // The block-sparse products (layers/sparse_linear.hpp) use bf16 only where its dot products pay.
-      const std::string sparse = c.dot_products ? "; block-sparse products (B = 4, 8, 16) on AVX512-BF16 dot products"
-                                                : "; block-sparse products in fp32";
+      // The block-sparse products (layers/sparse_linear.hpp) use bf16 where its dot products pay, and
+      // for B = 16 on AMX (kernels/bsr_bf16.hpp).
+      const std::string sparse =
+          c.dot_products ? std::string("; block-sparse products (B = 4, 8, 16) on AVX512-BF16 dot products") +
+                               (c.amx && SPARSELM_GEMM_AMX ? ", B = 16 on AMX" : "")
+          : c.amx && SPARSELM_GEMM_AMX ? "; block-sparse products with B = 16 on AMX tiles, B = 1, 4, 8 in fp32"
+                                       : "; block-sparse products in fp32";
       if (c.amx)
         return std::string("bf16 (dense GEMMs on AMX tiles, TDPBF16PS, fp32 accumulation") +
                (c.reason == std::string("SPARSELM_BF16_KERNEL") ? "; SPARSELM_BF16_KERNEL=amx" : "") + sparse + ")";

@@ -14,8 +14,10 @@
 //
 // Precision: when the step computes in bf16 (step_context::compute) and the CPU's bf16 dot products
 // are faster than its FMAs (kernels::bsr_bf16_pays()), B = 4, 8 and 16 run the bf16 products of
-// kernels/bsr_bf16.hpp (operands rounded to bf16, fp32 accumulation). Otherwise, and for B = 1,
-// fp16 steps and the pooled RigL scores, the products are fp32. Values, gradients, bias stay fp32.
+// kernels/bsr_bf16.hpp (operands rounded to bf16, fp32 accumulation); where the bf16 GEMM runs on
+// AMX tiles (kernels::bsr_bf16_amx_chosen()), B = 16 runs its three products on AMX. Otherwise, and
+// for B = 1, fp16 steps and the pooled RigL scores, the products are fp32. Values, gradients, bias
+// stay fp32.
 //
 // The number of blocks comes from a sparse_plan given at construction: uniform sparsity, or a
 // per-weight count (e.g. ERK allocation computed by the model over all its weights).
@@ -154,7 +156,10 @@ class linear<T, block_sparse<B>> {
  private:
   // Block sizes with bf16 products (the others compute in fp32 under every precision).
   static constexpr bool has_bf16_kernels = B == 4 || B == 8 || B == 16;
-  static bool bf16_products(const step_context& s) { return s.compute == dtype::bf16 && kernels::bsr_bf16_pays(); }
+  // Where vdpbf16ps beats the FMAs, or (B = 16) on AMX tiles.
+  static bool bf16_products(const step_context& s) {
+    return s.compute == dtype::bf16 && (kernels::bsr_bf16_pays() || (B == 16 && kernels::bsr_bf16_amx_chosen()));
+  }
 
   // dx = dy·Wᵀ (+ beta·dx) when need_dx, and dW += xᵀ·dy on the active blocks.
   void products_backward(const step_context& s, const_matrix_view<float> dy, bool need_dx, float beta,

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,8 +27,6 @@
 #include <utility>
 #include <variant>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "sparselm/core/arena.hpp"
 #include "sparselm/core/dtype.hpp"
@@ -55,8 +54,10 @@ inline dtype parse_slot_dtype(const nlohmann::json& v, std::string_view context)
 // The slot storage type of any optimiser (slot_choice's run-time one, else its slot_type).
 template <class O>
 dtype slot_storage_of(const O& o) noexcept {
-  if constexpr (requires { o.slot_dtype(); }) return o.slot_dtype();
-  else return dtype_of<typename O::slot_type>();
+  if constexpr (requires { o.slot_dtype(); })
+    return o.slot_dtype();
+  else
+    return dtype_of<typename O::slot_type>();
 }
 
 template <template <class> class Opt>
@@ -236,9 +237,12 @@ class slot_choice {
   using variant_type = std::variant<Opt<float>, Opt<bf16>, Opt<half>>;
   static variant_type make(const config_type& c) {
     switch (c.slots) {
-      case dtype::bf16: return variant_type(std::in_place_index<1>, c.inner);
-      case dtype::f16: return variant_type(std::in_place_index<2>, c.inner);
-      default: return variant_type(std::in_place_index<0>, c.inner);
+      case dtype::bf16:
+        return variant_type(std::in_place_index<1>, c.inner);
+      case dtype::f16:
+        return variant_type(std::in_place_index<2>, c.inner);
+      default:
+        return variant_type(std::in_place_index<0>, c.inner);
     }
   }
 

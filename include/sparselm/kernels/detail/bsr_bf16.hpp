@@ -273,15 +273,7 @@ void bsr_product_bf16(const float* A, std::size_t lda, std::size_t M, std::size_
   const std::size_t KP = K / 2;
   if (M == 0 || L.n_out_blocks == 0) return;
   const packed_blocks_bf16 pb = pack_blocks_bf16<B, TransV, Arch>(L, V);
-  const int nt = team_size();
-  const std::size_t npan = (M + MR - 1) / MR;
-  const std::size_t ngrp =
-      npan >= 4 * std::size_t(nt) ? 1 : std::min(L.n_out_blocks, (4 * std::size_t(nt) + npan - 1) / npan);
-  parallel_for(0, npan * ngrp, [&](std::size_t item) {
-    const std::size_t q = item / ngrp, g = item % ngrp;
-    const std::size_t m0 = q * MR, mv = std::min(MR, M - m0);
-    const std::size_t j0 = g * L.n_out_blocks / ngrp, j1 = (g + 1) * L.n_out_blocks / ngrp;
-    if (j0 == j1) return;
+  const auto item = [&](std::size_t m0, std::size_t mv, std::size_t j0, std::size_t j1) {
     float* Cp = C + m0 * ldc;
     auto* P = reinterpret_cast<std::uint32_t*>(bsr_scratch(KP * MR, 0));
     pack_panel_bf16<MR>(A + m0 * lda, lda, mv, K, P);
@@ -303,7 +295,8 @@ void bsr_product_bf16(const float* A, std::size_t lda, std::size_t M, std::size_
         unpack_transpose<Arch>(Ct, MR, mv, (je - jc) * B, Cp + jc * B, ldc, beta, bias ? bias + jc * B : nullptr);
       }
     }
-  });
+  };
+  for_panel_items(M, MR, L.n_out_blocks, team_size(), item);
 }
 
 // ---- native path: weight gradient ---------------------------------------------------------------
@@ -438,17 +431,8 @@ void bsr_wgrad_bf16(const float* X, std::size_t ldx, const float* dY, std::size_
         });
       }
     }
-    // dvalues += the partial gradients in thread order; positions split across threads.
     team_barrier(T);
-    const std::size_t qb = nnz * std::size_t(t) / std::size_t(T), qe = nnz * std::size_t(t + 1) / std::size_t(T);
-    for (std::size_t q = qb; q < qe; ++q) {
-      float* o = dvalues + std::size_t(p.row_slots[q]) * B * B;
-      for (std::size_t e = 0; e < B * B; ++e) {
-        float g = partial[q * B * B + e];
-        for (int u = 1; u < T; ++u) g += partial[(std::size_t(u) * nnz + q) * B * B + e];
-        o[e] += g;
-      }
-    }
+    add_thread_partials(partial, nnz, B * B, p.row_slots.data(), dvalues, t, T);
   });
 }
 

@@ -107,6 +107,38 @@ inline void team_barrier([[maybe_unused]] int T) {
 #endif
 }
 
+// After a barrier of the team: thread t of T adds its share of positions to dvalues, each the T
+// threads' partial gradients of that position in thread order (position q: block slot
+// row_slots[q], bb floats; thread u's partials at partial + (u*nnz + q)*bb). Deterministic for a
+// thread count.
+inline void add_thread_partials(const float* partial, std::size_t nnz, std::size_t bb, const std::uint32_t* row_slots,
+                                float* dvalues, int t, int T) {
+  const std::size_t qb = nnz * std::size_t(t) / std::size_t(T), qe = nnz * std::size_t(t + 1) / std::size_t(T);
+  for (std::size_t q = qb; q < qe; ++q) {
+    float* o = dvalues + std::size_t(row_slots[q]) * bb;
+    for (std::size_t e = 0; e < bb; ++e) {
+      float g = partial[q * bb + e];
+      for (int u = 1; u < T; ++u) g += partial[(std::size_t(u) * nnz + q) * bb + e];
+      o[e] += g;
+    }
+  }
+}
+
+// The work split of the block-sparse products: panels of MR rows of M, and groups of output block
+// columns when there are fewer than 4 panels per thread; f(m0, rows, j0, j1) per item (a
+// parallel_for over them).
+template <class F>
+void for_panel_items(std::size_t M, std::size_t MR, std::size_t n_out_blocks, int nt, F&& f) {
+  const std::size_t npan = (M + MR - 1) / MR;
+  const std::size_t ngrp =
+      npan >= 4 * std::size_t(nt) ? 1 : std::min(n_out_blocks, (4 * std::size_t(nt) + npan - 1) / npan);
+  parallel_for(0, npan * ngrp, [&](std::size_t item) {
+    const std::size_t q = item / ngrp, g = item % ngrp;
+    const std::size_t m0 = q * MR, j0 = g * n_out_blocks / ngrp, j1 = (g + 1) * n_out_blocks / ngrp;
+    if (j0 < j1) f(m0, std::min(MR, M - m0), j0, j1);
+  });
+}
+
 #if defined(__AVX512F__)
 // In-register transpose of 16 rows of 16 floats: r[i][j] -> r[j][i].
 inline void transpose16(__m512 r[16]) noexcept {
