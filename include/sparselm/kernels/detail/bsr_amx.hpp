@@ -28,19 +28,15 @@ namespace sparselm::kernels::detail {
 
 #if SPARSELM_GEMM_AMX
 
-struct alignas(64) bsr_amx_tile_config {
-  std::uint8_t palette = 1, start_row = 0;
-  std::uint8_t reserved[14] = {};
-  std::uint16_t colsb[16] = {64, 64, 64, 64, 32, 32, 64, 64};
-  std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 8, 8};
-};
-static_assert(sizeof(bsr_amx_tile_config) == 64);
-
+// tmm0-3 C (16 x 64 bytes), tmm4-5 A (16 x 32 bytes), tmm6-7 B (8 x 64 bytes).
 inline void bsr_amx_configure() noexcept {
-  static const bsr_amx_tile_config want{};
-  bsr_amx_tile_config cur;
-  _tile_storeconfig(&cur);
-  if (std::memcmp(&cur, &want, sizeof cur) != 0) _tile_loadconfig(&want);
+  static const amx_tile_config want = [] {
+    amx_tile_config c;
+    c.colsb[4] = c.colsb[5] = 32;
+    c.rows[6] = c.rows[7] = 8;
+    return c;
+  }();
+  amx_configure(want);
 }
 
 // Rows [0, rows) of A (K columns) as bf16, row r at P + r*ks words (ks = K rounded up to 32, over

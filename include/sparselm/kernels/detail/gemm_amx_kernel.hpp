@@ -104,11 +104,15 @@ static_assert(sizeof(amx_tile_config) == 64);
 // thread (or tiles released to their init state, which reads as zeros) is replaced. The tiles
 // stay configured after the GEMM (no TILERELEASE: the next call would pay the LDTILECFG again);
 // the cost is the 8 KiB tile state saved on a context switch.
-inline void amx_configure() noexcept {
-  static const amx_tile_config want{};
+// amx_configure(want) does the same for another configuration (the block-sparse kernels').
+inline void amx_configure(const amx_tile_config& want) noexcept {
   amx_tile_config cur;
   _tile_storeconfig(&cur);
   if (std::memcmp(&cur, &want, sizeof cur) != 0) _tile_loadconfig(&want);
+}
+inline void amx_configure() noexcept {
+  static const amx_tile_config want{};
+  amx_configure(want);
 }
 
 // 16 words (pairs) x 16 rows of `tile` (row-major, 64-byte rows) transposed into dst.
