@@ -5,6 +5,8 @@
 // alpha/beta/bias, beta = 0 over NaN, NaN operands, threads, parallel regions and argument errors.
 #include <doctest/doctest.h>
 
+#include <bit>
+
 #include <cmath>
 #include <cstddef>
 #include <cstdlib>
@@ -193,13 +195,17 @@ TEST_CASE_TEMPLATE("gemm_bf16: a NaN or infinity in an operand reaches C", Arch,
         // unless the NaN row).
         (ta == trans::t ? A.f[7 * A.ld + 3] : A.f[3 * A.ld + 7]) = std::numeric_limits<float>::quiet_NaN();
         (tb == trans::t ? B.f[11 * B.ld + 5] : B.f[5 * B.ld + 11]) = std::numeric_limits<float>::infinity();
+        // NaNs whose rounding on the bits would carry into the exponent (to -0) or stay at the
+        // infinity pattern (to inf): op(A)(8, 2) and op(A)(9, 4).
+        (ta == trans::t ? A.f[2 * A.ld + 8] : A.f[8 * A.ld + 2]) = std::bit_cast<float>(0x7fffffffu);
+        (ta == trans::t ? A.f[4 * A.ld + 9] : A.f[9 * A.ld + 4]) = std::bit_cast<float>(0x7f800001u);
         std::vector<float> C(M * N);
         kernels::gemm_bf16<float, float, Arch>(ta, tb, 1.0f, A.view<float>(), B.view<float>(), 0.0f, {C.data(), M, N},
                                                nullptr, p);
         INFO("path ", name(p), " ta ", int(ta), " tb ", int(tb));
-        for (std::size_t j = 0; j < N; ++j) CHECK(std::isnan(C[3 * N + j]));
+        for (std::size_t j = 0; j < N; ++j) CHECK((std::isnan(C[3 * N + j]) && std::isnan(C[8 * N + j]) && std::isnan(C[9 * N + j])));
         for (std::size_t i = 0; i < M; ++i)
-          if (i != 3) CHECK(!std::isfinite(C[i * N + 11]));
+          if (i != 3 && i != 8 && i != 9) CHECK(!std::isfinite(C[i * N + 11]));
         CHECK(std::isfinite(C[0 * N + 0]));
       }
 }

@@ -12,15 +12,20 @@
 //
 // The σ(2u) rewrite of 0.5·(1 + tanh(u)) needs one exp and one division and is exact algebra;
 // it saturates cleanly (exp overflow gives σ = 0, y = −0). y may alias x; dx may alias dy.
+// The bf16 forms (a feed-forward layer under bf16 compute, layers/feed_forward.hpp) write y and a
+// copy of x in bf16 in the same pass, and take the backward's x in bf16: gelu' is evaluated in
+// float at the bf16 value of x.
 // Multi-threaded over contiguous chunks; serial inside a parallel region.
 
 #include <cmath>
 #include <cstddef>
 #include <span>
+#include <type_traits>
 
 #include "sparselm/core/error.hpp"
 #include "sparselm/core/simd.hpp"
 #include "sparselm/core/threads.hpp"
+#include "sparselm/kernels/convert.hpp"
 #include "sparselm/kernels/detail/simd_math.hpp"
 
 namespace sparselm::kernels {
@@ -80,22 +85,55 @@ void gelu_forward(std::span<const float> x, std::span<float> y) {
   }, detail::gelu_min_chunk);
 }
 
-// dx = gelu'(x)·dy (or dx += when accumulate). x, dy, dx (n); dx may alias dy.
-template <gelu_kind K, class Arch = native_arch>
-void gelu_backward(std::span<const float> x, std::span<const float> dy, std::span<float> dx, bool accumulate = false) {
+namespace detail {
+// dx = gelu'(x)·dy (+ dx): x float or bf16 (widened).
+template <gelu_kind K, class Arch, class S>
+void gelu_backward_from(std::span<const S> x, std::span<const float> dy, std::span<float> dx, bool accumulate) {
   SPARSELM_CHECK(x.size() == dy.size() && x.size() == dx.size(), "gelu_backward: sizes differ: x ", x.size(), ", dy ",
                  dy.size(), ", dx ", dx.size());
-  using F = detail::fvec<Arch>;
-  const float* xp = x.data();
+  using F = fvec<Arch>;
+  const S* xp = x.data();
   const float* gp = dy.data();
   float* dp = dx.data();
   parallel_chunks(x.size(), [&](int, std::size_t b, std::size_t e) {
+    for_each_batch<Arch>(b, e, [&](std::size_t i, std::size_t n) {
+      F v;
+      if constexpr (std::is_same_v<S, bf16>) v = load_bf16<Arch>(xp + i, n);
+      else v = loadn<Arch>(xp + i, n);
+      F d = gelu_grad<K, Arch>(v) * loadn<Arch>(gp + i, n);
+      if (accumulate) d += loadn<Arch>(dp + i, n);
+      storen<Arch>(d, dp + i, n);
+    });
+  }, gelu_min_chunk);
+}
+}  // namespace detail
+
+// dx = gelu'(x)·dy (or dx += when accumulate). x, dy, dx (n); dx may alias dy.
+template <gelu_kind K, class Arch = native_arch>
+void gelu_backward(std::span<const float> x, std::span<const float> dy, std::span<float> dx, bool accumulate = false) {
+  detail::gelu_backward_from<K, Arch>(x, dy, dx, accumulate);
+}
+
+// y = bf16(gelu(x)) and x16 = bf16(x). x (n) float; y, x16 (n) bf16.
+template <gelu_kind K, class Arch = native_arch>
+void gelu_forward(std::span<const float> x, std::span<bf16> y, std::span<bf16> x16) {
+  SPARSELM_CHECK(x.size() == y.size() && x.size() == x16.size(), "gelu_forward: sizes differ: x ", x.size(), ", y ",
+                 y.size(), ", x16 ", x16.size());
+  const float* xp = x.data();
+  bf16 *yp = y.data(), *cp = x16.data();
+  parallel_chunks(x.size(), [&](int, std::size_t b, std::size_t e) {
     detail::for_each_batch<Arch>(b, e, [&](std::size_t i, std::size_t n) {
-      F d = detail::gelu_grad<K, Arch>(detail::loadn<Arch>(xp + i, n)) * detail::loadn<Arch>(gp + i, n);
-      if (accumulate) d += detail::loadn<Arch>(dp + i, n);
-      detail::storen<Arch>(d, dp + i, n);
+      const auto v = detail::loadn<Arch>(xp + i, n);
+      detail::store_bf16<Arch>(v, cp + i, n);
+      detail::store_bf16<Arch>(detail::gelu_value<K, Arch>(v), yp + i, n);
     });
   }, detail::gelu_min_chunk);
+}
+
+// dx = gelu'(x)·dy (or dx += when accumulate) with x in bf16. x (n) bf16; dy, dx (n); dx may alias dy.
+template <gelu_kind K, class Arch = native_arch>
+void gelu_backward(std::span<const bf16> x, std::span<const float> dy, std::span<float> dx, bool accumulate = false) {
+  detail::gelu_backward_from<K, Arch>(x, dy, dx, accumulate);
 }
 
 }  // namespace sparselm::kernels

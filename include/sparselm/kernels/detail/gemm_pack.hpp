@@ -18,6 +18,7 @@
 
 #include "sparselm/core/dtype.hpp"
 #include "sparselm/core/simd.hpp"
+#include "sparselm/kernels/convert.hpp"
 #include "sparselm/kernels/detail/gemm_kernel.hpp"
 
 #if defined(__AVX2__) || defined(__AVX512F__)
@@ -72,11 +73,7 @@ inline xsimd::batch<float, Arch> gemm_load(const S* p) noexcept {
       for (std::size_t i = 0; i < W; ++i) t[i] = float(half(t[i]));
       return batch::load_aligned(t);
     } else {
-      // Round to nearest even on the bits; a NaN stays a (quiet) NaN.
-      const ubatch u = xsimd::bitwise_cast<ubatch>(x);
-      const ubatch r = (u + ubatch(0x7fffu) + ((u >> 16) & ubatch(1u))) & ubatch(0xffff0000u);
-      const ubatch q = (u | ubatch(0x00400000u)) & ubatch(0xffff0000u);
-      return xsimd::select(x != x, xsimd::bitwise_cast<batch>(q), xsimd::bitwise_cast<batch>(r));
+      return round_to_bf16<Arch>(x);  // nearest even; a NaN stays a (quiet) NaN (kernels/convert.hpp)
     }
   } else {
     const auto* bits = reinterpret_cast<const std::uint16_t*>(p);
