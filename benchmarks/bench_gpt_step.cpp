@@ -6,7 +6,8 @@
 // --micro-batches M splits the batch into M micro-batches of B/M rows (gradient accumulation);
 // --pipeline-stages S runs them over S pipeline stages (trainer_options::pipeline; 1F1B unless
 // --pipeline-schedule gpipe), each on threads/S threads, and the line adds the split, the bubble
-// the schedule predicts and the one measured (median step).
+// the schedule predicts and the one measured (median step). --fp32-activations keeps the bf16
+// step's activations in fp32 (trainer_options::bf16_activations = false), for comparing memory.
 //
 //   ./build/benchmarks/bench_gpt_step --config configs/gpt2-small.json --batch 8 --seq 128 --steps 5
 //
@@ -35,7 +36,7 @@ using namespace sparselm;
 
 template <class Model, class Recompute>
 void run(const std::string& config, std::size_t B, std::size_t T, std::size_t steps, std::size_t warmup, int threads,
-         double sparsity, dtype compute, std::size_t M, const pipeline::plan& pipe) {
+         double sparsity, dtype compute, bool bf16_activations, std::size_t M, const pipeline::plan& pipe) {
   set_num_threads(threads);
   auto cfg = gpt_config::from_json(read_json_file(config), config);
   Model model(cfg, sparse_plan{sparsity});
@@ -44,6 +45,7 @@ void run(const std::string& config, std::size_t B, std::size_t T, std::size_t st
   o.max_norm = 1.0f;
   o.dropout_seed = 7;
   o.precision = compute;
+  o.bf16_activations = bf16_activations;
   o.accumulation = optim::grad_accumulation(json{{"steps", M}});
   o.pipeline = pipe;
   SPARSELM_CHECK(M >= 1 && B % M == 0, "bench_gpt_step: --batch ", B, " is not a multiple of --micro-batches ", M);
@@ -96,12 +98,12 @@ void run(const std::string& config, std::size_t B, std::size_t T, std::size_t st
       "\"step_seconds\": %.4f, \"tokens_per_second\": %.1f, \"model_gflops_per_s\": %.1f, \"fma_peak_gflops\": %.1f, "
       "\"mfu\": %.4f, \"bf16_peak_gflops\": %.1f, \"peak_rss_mb\": %.1f, \"loss\": %.4f, \"micro_batches\": %zu, "
       "\"pipeline_stages\": %zu, \"pipeline_schedule\": \"%s\", \"split\": %s, \"predicted_bubble\": %.4f, "
-      "\"measured_bubble\": %.4f}\n",
+      "\"measured_bubble\": %.4f, \"bf16_activations\": %s}\n",
       std::string(precision::name(compute)).c_str(), Model::sparsity::is_sparse ? sparsity : 0.0, Model::sparsity::block, B, T, threads,
       std::string_view(Recompute::name) == "blocks" ? "true" : "false", med, tps, tps * flops_per_token / 1e9, peak,
       tps * flops_per_token / 1e9 / peak, bf16_peak, double(ru.ru_maxrss) / 1024.0, loss, M, pipe.stages,
       pipeline::name(pipe.schedule), split.c_str(), pipe.stages > 1 ? pipeline::predicted_bubble(pipe.stages, M) : 0.0,
-      pipe.stages > 1 ? bubbles[bubbles.size() / 2] : 0.0);
+      pipe.stages > 1 ? bubbles[bubbles.size() / 2] : 0.0, bf16_activations ? "true" : "false");
 }
 
 int main(int argc, char** argv) {
@@ -109,6 +111,7 @@ int main(int argc, char** argv) {
   std::size_t B = 8, T = 128, steps = 5, warmup = 1;
   int threads = 2;
   bool recompute_blocks = false;
+  bool bf16_activations = true;
   std::size_t block = 0;
   double sparsity = 0.9;
   std::string precision_name = "fp32";
@@ -130,11 +133,12 @@ int main(int argc, char** argv) {
     else if (arg("--pipeline-stages")) pipe.stages = std::stoul(argv[++i]);
     else if (arg("--pipeline-schedule")) schedule = argv[++i];
     else if (std::strcmp(argv[i], "--recompute") == 0) recompute_blocks = true;
+    else if (std::strcmp(argv[i], "--fp32-activations") == 0) bf16_activations = false;
     else {
       std::fprintf(stderr,
                    "usage: %s [--config gpt.json] [--batch 8] [--seq 128] [--steps 5] [--warmup 1] [--threads 2] "
                    "[--recompute] [--block 0|1|4|8|16] [--sparsity 0.9] [--precision fp32|bf16|fp16] [--micro-batches 1] "
-                   "[--pipeline-stages 1] [--pipeline-schedule 1f1b|gpipe]\n",
+                   "[--pipeline-stages 1] [--pipeline-schedule 1f1b|gpipe] [--fp32-activations]\n",
                    argv[0]);
       return 2;
     }
@@ -144,7 +148,7 @@ int main(int argc, char** argv) {
     pipe.schedule = pipeline::parse_order(schedule, "bench_gpt_step: --pipeline-schedule");
     registry::with_sparsity(block, [&]<class Sparsity>() {
       registry::with_recompute(recompute_blocks ? "blocks" : "none", [&]<class Recompute>() {
-        run<gpt<float, Sparsity>, Recompute>(config, B, T, steps, warmup, threads, sparsity, compute, micro, pipe);
+        run<gpt<float, Sparsity>, Recompute>(config, B, T, steps, warmup, threads, sparsity, compute, bf16_activations, micro, pipe);
       });
     });
   } catch (const std::exception& e) {

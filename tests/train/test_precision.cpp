@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -128,6 +129,135 @@ TEST_CASE("precision: a linear layer multiplies in the step's compute type; W an
   }
 }
 
+TEST_CASE("precision: input_keeper::layer keeps the layer's own copy of x (bf16 under bf16 compute), same results") {
+  std::mt19937 g(5);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  auto layout = std::make_shared<arena_layout>();
+  linear<> lin(*layout, "fc", 40, 24);
+  linear<float, block_sparse<4>> sparse_lin(*layout, "sp", 40, 24, true, [] {
+    static const sparse_plan plan{0.5};
+    return &plan;
+  }());
+  auto lay = std::shared_ptr<const arena_layout>(layout);
+  arena<float> params(lay), grads(lay);
+  lin.init(params, counter_rng(1), 0.5f);
+  sparse_lin.init(params, counter_rng(2), 0.5f);
+  std::vector<float> x(30 * 40), dy(30 * 24);
+  for (auto& v : x) v = n(g);
+  for (auto& v : dy) v = n(g);
+  scratch tmp;
+  struct result {
+    std::vector<float> y, dx, dw;
+  };
+  // One forward and backward; with the layer keeping x, x is overwritten in between.
+  auto run_layer = [&](const auto& l, step_context s, input_keeper keeper, auto& c) {
+    grads.zero();
+    std::vector<float> xin = x, y(30 * 24), dx(30 * 40);
+    l.forward(s, {xin.data(), 30, 40}, {y.data(), 30, 24}, c, keeper);
+    if (keeper == input_keeper::layer) std::fill(xin.begin(), xin.end(), std::numeric_limits<float>::quiet_NaN());
+    l.backward(s, {dy.data(), 30, 24}, {dx.data(), 30, 40}, c);
+    const auto dw = grads[l.weight().index];
+    return result{y, dx, std::vector<float>(dw.begin(), dw.end())};
+  };
+  for (dtype d : {dtype::f32, dtype::bf16, dtype::f16}) {
+    INFO("compute ", precision::name(d));
+    step_context s{&params, &grads, &tmp};
+    s.compute = d;
+    linear<>::cache kept, own;
+    const result a = run_layer(lin, s, input_keeper::caller, kept);
+    const result b = run_layer(lin, s, input_keeper::layer, own);
+    CHECK(a.y == b.y);
+    CHECK(a.dx == b.dx);
+    CHECK(a.dw == b.dw);
+    // The copy is bf16 exactly where the GEMMs round x to bf16.
+    CHECK(linear<>::compact_input(s) == (d == dtype::bf16));
+    CHECK(own.own16.capacity() == (d == dtype::bf16 ? 30u * 40u : 0u));
+    CHECK(own.own.capacity() == (d == dtype::bf16 ? 0u : 30u * 40u));
+    CHECK(kept.own.capacity() + kept.own16.capacity() == 0);
+    // A sparse layer keeps an fp32 copy.
+    decltype(sparse_lin)::cache skept, sown;
+    const result sa = run_layer(sparse_lin, s, input_keeper::caller, skept);
+    const result sb = run_layer(sparse_lin, s, input_keeper::layer, sown);
+    CHECK(sa.y == sb.y);
+    CHECK(sa.dx == sb.dx);
+    CHECK(sa.dw == sb.dw);
+    CHECK(sown.own.capacity() == 30u * 40u);
+    if (d == dtype::bf16) {
+      // bf16_activations off: an fp32 copy, the same products.
+      step_context s32 = s;
+      s32.bf16_activations = false;
+      linear<>::cache c;
+      const result e = run_layer(lin, s32, input_keeper::layer, c);
+      CHECK(e.y == a.y);
+      CHECK(e.dw == a.dw);
+      CHECK(c.own16.capacity() == 0);
+      // A bf16 input multiplies like the float input rounded in the GEMM.
+      std::vector<bf16> x16(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) x16[i] = bf16(x[i]);
+      grads.zero();
+      std::vector<float> y(30 * 24), dx(30 * 40);
+      linear<>::cache c16;
+      lin.forward(s, const_matrix_view<bf16>(x16.data(), 30, 40), {y.data(), 30, 24}, c16);
+      lin.backward(s, {dy.data(), 30, 24}, {dx.data(), 30, 40}, c16);
+      CHECK(y == a.y);
+      CHECK(dx == a.dx);
+      const auto dw = grads[lin.weight().index];
+      CHECK(std::vector<float>(dw.begin(), dw.end()) == a.dw);
+    } else {
+      // ... and is refused under another compute type, naming it.
+      std::vector<bf16> x16(x.size());
+      std::vector<float> y(30 * 24);
+      linear<>::cache c16;
+      CHECK_THROWS_WITH_AS(lin.forward(s, const_matrix_view<bf16>(x16.data(), 30, 40), {y.data(), 30, 24}, c16),
+                           doctest::Contains("a bf16 input needs bf16 compute"), sparselm::error);
+    }
+  }
+}
+
+TEST_CASE("precision: under bf16 a GPT keeps its activations in bf16: the same loss, gradients within gelu' rounding") {
+  gpt<> m(small());
+  m.init(3);
+  stream data(1);
+  const auto batch = data.micro(0).front();
+  struct pass {
+    double loss = 0;
+    std::vector<float> grads;
+  };
+  auto run_pass = [&](bool bf16_activations) {
+    step_context ctx;
+    ctx.compute = dtype::bf16;
+    ctx.training = true;
+    ctx.bf16_activations = bf16_activations;
+    m.grads().zero();
+    pass p;
+    p.loss = m.forward_backward(ctx, batch, 1.0f).mean_loss();
+    const auto& g = m.grads();
+    for (std::size_t i = 0; i < g.layout().count(); ++i) p.grads.insert(p.grads.end(), g[i].begin(), g[i].end());
+    return p;
+  };
+  const pass compact = run_pass(true), wide = run_pass(false);
+  // The forward multiplies the same bf16 values either way: the loss is bit for bit the same.
+  CHECK(compact.loss == wide.loss);
+  // Backward: only gelu' differs, evaluated at the bf16 value of its input (relative step 2^-8).
+  REQUIRE(compact.grads.size() == wide.grads.size());
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < wide.grads.size(); ++i) {
+    num += double(compact.grads[i] - wide.grads[i]) * double(compact.grads[i] - wide.grads[i]);
+    den += double(wide.grads[i]) * double(wide.grads[i]);
+  }
+  CHECK(den > 0);
+  CHECK(std::sqrt(num / den) < 1e-2);
+  CHECK(compact.grads != wide.grads);  // gelu' really saw the bf16 pre-activation
+  CHECK(run_pass(true).grads == compact.grads);  // deterministic
+  // The trainer passes its option on: fp32 activations train like the pre-bf16-activation code.
+  trainer_options wide_opts = with_precision(dtype::bf16);
+  wide_opts.bf16_activations = false;
+  const run a = train(with_precision(dtype::bf16), 3), b = train(wide_opts, 3);
+  CHECK(a.losses.front() == b.losses.front());
+  CHECK(a.params != b.params);
+  for (std::size_t k = 0; k < a.losses.size(); ++k) CHECK(a.losses[k] == doctest::Approx(b.losses[k]).epsilon(1e-3));
+}
+
 TEST_CASE("precision: bf16 and fp16 training follow the fp32 run within their rounding, deterministically") {
   constexpr int steps = 30;
   const run f32 = train(with_precision(dtype::f32), steps);
@@ -192,6 +322,10 @@ TEST_CASE("precision: the trainer config's 'precision' field") {
   CHECK(trainer_options::from_json(json{{"precision", "bf16"}}).precision == dtype::bf16);
   CHECK(trainer_options::from_json(json{{"precision", "fp16"}}).precision == dtype::f16);
   CHECK_FALSE(trainer_options::from_json(json::object()).precision.has_value());
+  CHECK(trainer_options::from_json(json::object()).bf16_activations);
+  CHECK_FALSE(trainer_options::from_json(json{{"precision", "bf16"}, {"bf16_activations", false}}).bf16_activations);
+  CHECK_THROWS_WITH_AS((void)trainer_options::from_json(json{{"bf16_activations", "no"}}),
+                       doctest::Contains("bf16_activations"), sparselm::error);
   try {
     (void)trainer_options::from_json(json{{"precision", "fp8"}});
     FAIL("no error");

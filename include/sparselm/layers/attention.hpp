@@ -86,11 +86,16 @@ class self_attention {
     f(proj_);
   }
 
-  void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
+  // True when input_keeper::layer keeps x in bf16 (the QKV projection's choice, layers/linear.hpp).
+  static bool compact_input(const step_context& s) noexcept { return linear_type::compact_input(s); }
+
+  // keeper: who keeps x for backward (input_keeper::layer: the QKV projection keeps a copy).
+  void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c,
+               input_keeper keeper = input_keeper::caller) const {
     const std::size_t N = x.rows;
     SPARSELM_CHECK(N == s.batch * s.seq, "attention: ", N, " rows but batch ", s.batch, " x seq ", s.seq);
     auto qkv = c.qkv.matrix(N, 3 * h_ * d_);
-    qkv_.forward(s, x, qkv, c.qkv_c);
+    qkv_.forward(s, x, qkv, c.qkv_c, keeper);
     auto att = c.att.matrix(N, h_ * d_);
     auto lse = c.lse.get(s.batch * h_ * s.seq);
     if (pattern_)

@@ -9,6 +9,8 @@
 // The attention mask (causal or padding), the sparsity of the projections and the GELU form are
 // template parameters as well. backward works in place on the residual gradient (dx may alias dy);
 // forward_cached runs new positions against a kv_cache (incremental decoding, causal only).
+// Under bf16 compute a pre-LN block does not keep its norms' outputs: the branch's first projection
+// keeps them in bf16 (input_keeper::layer), and the fp32 output is scratch.
 
 #include <concepts>
 #include <cstdint>
@@ -94,8 +96,10 @@ class transformer_block {
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
     const std::size_t N = x.rows;
     auto x1 = c.x1.matrix(N, c_);
-    residual_forward(s, x, x1, ln1_, c.ln1_c, c.t1, 2, [&](auto in, auto out) { attn_.forward(s, in, out, c.attn_c); });
-    residual_forward(s, x1, y, ln2_, c.ln2_c, c.t2, 3, [&](auto in, auto out) { ffn_.forward(s, in, out, c.ffn_c); });
+    residual_forward(s, x, x1, ln1_, c.ln1_c, c.t1, 2, attention_type::compact_input(s),
+                     [&](auto in, auto out, input_keeper k) { attn_.forward(s, in, out, c.attn_c, k); });
+    residual_forward(s, x1, y, ln2_, c.ln2_c, c.t2, 3, ffn_type::compact_input(s),
+                     [&](auto in, auto out, input_keeper k) { ffn_.forward(s, in, out, c.ffn_c, k); });
   }
 
   // dx = (dL/dx), dy = (dL/dy); dx may alias dy.
@@ -109,27 +113,32 @@ class transformer_block {
   // and values.
   void forward_cached(const step_context& s, matrix_view<float> x, cache& c, kv_cache& kv, std::size_t layer,
                       std::size_t past) const {
-    residual_forward(s, x, x, ln1_, c.ln1_c, c.t1, 2,
-                     [&](auto in, auto out) { attn_.forward_cached(s, in, out, c.attn_c, kv, layer, past); });
-    residual_forward(s, x, x, ln2_, c.ln2_c, c.t1, 3, [&](auto in, auto out) { ffn_.forward(s, in, out, c.ffn_c); });
+    residual_forward(s, x, x, ln1_, c.ln1_c, c.t1, 2, false, [&](auto in, auto out, input_keeper) {
+      attn_.forward_cached(s, in, out, c.attn_c, kv, layer, past);
+    });
+    residual_forward(s, x, x, ln2_, c.ln2_c, c.t1, 3, false,
+                     [&](auto in, auto out, input_keeper k) { ffn_.forward(s, in, out, c.ffn_c, k); });
   }
 
  private:
   // One residual sub-layer f with its norm and dropout k, from in to out (out may alias in):
   //   pre_ln: out = in + drop(f(norm(in))), t = norm(in);  post_ln: out = norm(in + drop(f(in))), t = the sum.
+  // branch_keeps: the branch keeps its own (bf16) copy of t (pre_ln), so t is scratch.
   template <class F>
   void residual_forward(const step_context& s, const_matrix_view<float> in, matrix_view<float> out,
-                        const layer_norm& norm, layer_norm::cache& nc, buffer& t_buf, std::uint64_t k, F&& f) const {
+                        const layer_norm& norm, layer_norm::cache& nc, buffer& t_buf, std::uint64_t k,
+                        bool branch_keeps, F&& f) const {
     const std::size_t N = in.rows;
     auto branch = s.tmp->matrix(slot_block_a, N, c_);
-    auto t = t_buf.matrix(N, c_);
     if constexpr (is_pre_ln) {
+      auto t = branch_keeps ? s.tmp->matrix(slot_block_b, N, c_) : t_buf.matrix(N, c_);
       norm.forward(s, in, t, nc);
-      f(const_matrix_view<float>(t), branch);
+      f(const_matrix_view<float>(t), branch, branch_keeps ? input_keeper::layer : input_keeper::caller);
       resid_dropout(s, branch, k);
       kernels::add(in, branch, out);
     } else {
-      f(in, branch);
+      auto t = t_buf.matrix(N, c_);
+      f(in, branch, input_keeper::caller);
       resid_dropout(s, branch, k);
       kernels::add(in, branch, t);
       norm.forward(s, t, out, nc);

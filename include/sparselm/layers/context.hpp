@@ -22,26 +22,32 @@
 
 namespace sparselm {
 
-// A growable 64-byte aligned float buffer: capacity only grows, so steady-state steps never allocate.
-class buffer {
+// A growable 64-byte aligned buffer: capacity only grows, so steady-state steps never allocate.
+template <class T>
+class basic_buffer {
  public:
-  std::span<float> get(std::size_t n) {
-    if (n > data_.size()) data_ = aligned_vector<float>(n);
+  std::span<T> get(std::size_t n) {
+    if (n > data_.size()) data_ = aligned_vector<T>(n);
     return {data_.data(), n};
   }
-  matrix_view<float> matrix(std::size_t rows, std::size_t cols) { return {get(rows * cols).data(), rows, cols}; }
+  matrix_view<T> matrix(std::size_t rows, std::size_t cols) { return {get(rows * cols).data(), rows, cols}; }
   std::size_t capacity() const noexcept { return data_.size(); }
 
  private:
-  aligned_vector<float> data_;
+  aligned_vector<T> data_;
 };
+using buffer = basic_buffer<float>;
+// Activations kept in 16 bits for a backward that rounds them to bf16 anyway (layers/linear.hpp).
+using buffer_bf16 = basic_buffer<bf16>;
 
 // Named scratch slots, so nested layers never hand each other the same temporary.
 enum scratch_slot : std::size_t {
   slot_block_a,      // block: branch output / branch gradient (N,C)
-  slot_block_b,      // block: gradient w.r.t. a norm's output (N,C)
+  slot_block_b,      // block: gradient w.r.t. a norm's output (N,C); forward under bf16 (pre-LN):
+                     //   a norm's output, which the branch keeps in bf16 (N,C)
   slot_block_c,      // block (post-LN): gradient w.r.t. a norm's input (N,C)
-  slot_ffn_hidden,   // feed-forward: hidden gradient (N,F)
+  slot_ffn_hidden,   // feed-forward: hidden gradient (N,F); forward under bf16: the fp32
+                     //   pre-activation, kept in bf16 (N,F)
   slot_attn_out,     // attention: gradient w.r.t. the heads' output (N,HD)
   slot_attn_qkv,     // attention: gradient w.r.t. fused qkv (N,3HD)
   slot_head,         // LM head: logits chunk (rows,V)
@@ -91,6 +97,10 @@ struct step_context {
   std::span<const std::int32_t> lengths; // padding masks: valid length of each sequence (size B)
   bool need_dense_grad = false;          // sparse layers: compute pooled dense gradients (RigL update step)
   dtype compute = dtype::f32;            // operand type of the dense GEMMs (precision policy, kernels::gemm_as)
+  // Under bf16 compute, keep the activations that only feed bf16 products in bf16 (the norms'
+  // outputs of pre-LN blocks, the feed-forward's pre-activation and activation); false: fp32
+  // buffers, as under fp32 (the products are the same; gelu' then sees the fp32 pre-activation).
+  bool bf16_activations = true;
   // Data parallelism: a model calls (*grads_ready)(begin, end) once per step for each flat range of
   // the gradient arena as soon as backward has finished it (null: nobody listens).
   const std::function<void(std::size_t, std::size_t)>* grads_ready = nullptr;

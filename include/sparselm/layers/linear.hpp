@@ -7,6 +7,13 @@
 //             dW (in,out) += xᵀ · dy ;  db (out) += colsum(dy)      [gemm TN]
 // The dense layer's three GEMMs take the step's compute type (step_context::compute: fp32, or
 // bf16 / fp16 operands with fp32 accumulation, kernels::gemm_as); W, dW and the bias stay fp32.
+//
+// Who keeps x for the weight gradient (input_keeper): by default the caller keeps x alive until
+// backward and the layer holds a view. With input_keeper::layer the caller may reuse x's storage
+// once forward returns: the layer keeps its own copy, in bf16 where its GEMMs round x to bf16
+// anyway (dense layer, bf16 compute: compact_input(s), half the memory and the same products),
+// else in fp32. A dense layer also takes a bf16 x directly under bf16 compute (the caller keeps
+// it). This is how the stack stores activations in 16 bits under bf16 (docs/precision.md).
 // The sparsity type is a template parameter: `dense` stores W in full; `block_sparse<B>` (see
 // layers/sparse_linear.hpp, included at the end of this header) stores only its active blocks.
 
@@ -20,6 +27,7 @@
 
 #include "sparselm/core/arena.hpp"
 #include "sparselm/kernels/bsr.hpp"
+#include "sparselm/kernels/convert.hpp"
 #include "sparselm/kernels/gemm.hpp"
 #include "sparselm/kernels/gemm_bf16.hpp"
 #include "sparselm/kernels/reduce.hpp"
@@ -69,6 +77,9 @@ sparse_plan allocate_plan(sparse_plan plan, std::size_t block, sparse::allocatio
 // projections of attention and feed-forward; GPT-2 scales their initialisation by 1/sqrt(2L)).
 enum class linear_role { inner, residual_output };
 
+// Who keeps a layer's forward input alive for its backward (above).
+enum class input_keeper { caller, layer };
+
 template <class T = float, sparsity_type Sparsity = dense>
 class linear;
 
@@ -79,11 +90,11 @@ inline void check_linear_forward(const param_ref& w, std::size_t in, std::size_t
   SPARSELM_CHECK(x.cols == in && y.cols == out && x.rows == y.rows, "linear '", w.name, "': x ", shape_string(x),
                  " and y ", shape_string(y), " do not fit a ", in, "x", out, " weight");
 }
-// True when dx is wanted (rows > 0).
-inline bool check_linear_backward(const param_ref& w, std::size_t in, std::size_t out, const_matrix_view<float> x,
+// True when dx is wanted (rows > 0). x_rows: the rows of the forward input.
+inline bool check_linear_backward(const param_ref& w, std::size_t in, std::size_t out, std::size_t x_rows,
                                   const_matrix_view<float> dy, const_matrix_view<float> dx) {
-  SPARSELM_CHECK(dy.cols == out && dy.rows == x.rows, "linear '", w.name, "': dy ", shape_string(dy),
-                 " does not match the forward input ", shape_string(x), " and out ", out);
+  SPARSELM_CHECK(dy.cols == out && dy.rows == x_rows, "linear '", w.name, "': dy ", shape_string(dy),
+                 " does not match the forward input's ", x_rows, " rows and out ", out);
   if (!dx.rows) return false;
   SPARSELM_CHECK(dx.rows == dy.rows && dx.cols == in, "linear '", w.name, "': dx ", shape_string(dx), " should be (",
                  dy.rows, "x", in, ")");
@@ -98,8 +109,13 @@ class linear<T, dense> {
  public:
   using sparsity = dense;
   struct cache {
-    const_matrix_view<float> x;  // (N,in) forward input, kept alive by the caller
+    const_matrix_view<float> x;  // (N,in) forward input, or
+    const_matrix_view<bf16> x16; // its bf16 values (one of the two is set: rows > 0)
+    buffer own;                  // the layer's own copy of x (input_keeper::layer, fp32 compute)
+    buffer_bf16 own16;           // the same in bf16 (input_keeper::layer, bf16 compute)
   };
+  // True when the layer keeps x in bf16 for input_keeper::layer (its GEMMs round x to bf16).
+  static bool compact_input(const step_context& s) noexcept { return s.compute == dtype::bf16 && s.bf16_activations; }
 
   linear() = default;
   linear(arena_layout& layout, const std::string& prefix, std::size_t in, std::size_t out, bool bias = true,
@@ -129,24 +145,54 @@ class linear<T, dense> {
     if (has_bias_) std::fill(params[b_.index].begin(), params[b_.index].end(), 0.0f);
   }
 
-  void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
+  void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c,
+               input_keeper keeper = input_keeper::caller) const {
     detail::check_linear_forward(w_, in_, out_, x, y);
     c.x = x;
-    kernels::gemm_as(s.compute, kernels::trans::n, kernels::trans::n, 1.0f, x, s.pm(w_.index), 0.0f, y,
-                     has_bias_ ? s.p(b_.index).data() : nullptr);
+    c.x16 = {};
+    if (keeper == input_keeper::layer) {
+      if (compact_input(s)) {
+        auto x16 = c.own16.matrix(x.rows, x.cols);
+        kernels::to_bf16(std::span<const float>(x.data, x.rows * x.cols), std::span<bf16>(x16.data, x.rows * x.cols));
+        return forward(s, const_matrix_view<bf16>(x16), y, c);
+      }
+      auto copy = c.own.matrix(x.rows, x.cols);
+      std::copy_n(x.data, x.rows * x.cols, copy.data);
+      c.x = copy;
+    }
+    kernels::gemm_as(s.compute, kernels::trans::n, kernels::trans::n, 1.0f, c.x, s.pm(w_.index), 0.0f, y, bias_data(s));
+  }
+  // x in bf16, kept alive by the caller (bf16 compute only: the products are those of x's values).
+  void forward(const step_context& s, const_matrix_view<bf16> x, matrix_view<float> y, cache& c) const {
+    SPARSELM_CHECK(s.compute == dtype::bf16, "linear '", w_.name, "': a bf16 input needs bf16 compute, not ",
+                   dtype_name(s.compute));
+    SPARSELM_CHECK(x.cols == in_ && y.cols == out_ && x.rows == y.rows, "linear '", w_.name, "': x (", x.rows, "x",
+                   x.cols, ") and y ", shape_string(y), " do not fit a ", in_, "x", out_, " weight");
+    c.x = {};
+    c.x16 = x;
+    kernels::gemm_bf16(kernels::trans::n, kernels::trans::n, 1.0f, x, s.pm(w_.index), 0.0f, y, bias_data(s));
   }
 
   // dx is assigned (or accumulated when accumulate_dx); pass an empty dx (rows == 0) to skip it.
   void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
                 bool accumulate_dx = false) const {
-    if (detail::check_linear_backward(w_, in_, out_, c.x, dy, dx))
+    const bool in16 = c.x16.rows > 0;
+    if (detail::check_linear_backward(w_, in_, out_, in16 ? c.x16.rows : c.x.rows, dy, dx))
       kernels::gemm_as(s.compute, kernels::trans::n, kernels::trans::t, 1.0f, dy, s.pm(w_.index),
                        accumulate_dx ? 1.0f : 0.0f, dx);
-    kernels::gemm_as(s.compute, kernels::trans::t, kernels::trans::n, 1.0f, c.x, dy, 1.0f, s.gm(w_.index));
+    if (in16) {
+      SPARSELM_CHECK(s.compute == dtype::bf16, "linear '", w_.name, "': forward kept x in bf16 but backward runs in ",
+                     dtype_name(s.compute));
+      kernels::gemm_bf16(kernels::trans::t, kernels::trans::n, 1.0f, c.x16, dy, 1.0f, s.gm(w_.index));
+    } else {
+      kernels::gemm_as(s.compute, kernels::trans::t, kernels::trans::n, 1.0f, c.x, dy, 1.0f, s.gm(w_.index));
+    }
     if (has_bias_) kernels::add_column_sums(dy, s.g(b_.index));
   }
 
  private:
+  const float* bias_data(const step_context& s) const { return has_bias_ ? s.p(b_.index).data() : nullptr; }
+
   std::size_t in_ = 0, out_ = 0;
   bool has_bias_ = false;
   linear_role role_ = linear_role::inner;

@@ -55,8 +55,12 @@ class linear<T, block_sparse<B>> {
   using sparsity = block_sparse<B>;
   static constexpr std::size_t block = B;
   struct cache {
-    const_matrix_view<float> x;
+    const_matrix_view<float> x;  // (N,in) forward input
+    buffer own;                  // the layer's own copy of it (input_keeper::layer)
   };
+  // The block-sparse products read x in fp32 (the weight gradient and the pooled dense gradient):
+  // input_keeper::layer makes an fp32 copy.
+  static constexpr bool compact_input(const step_context&) noexcept { return false; }
 
   linear() = default;
   linear(arena_layout& layout, const std::string& prefix, std::size_t in, std::size_t out, bool bias = true,
@@ -102,21 +106,27 @@ class linear<T, block_sparse<B>> {
     if (has_bias_) std::fill(params[b_.index].begin(), params[b_.index].end(), 0.0f);
   }
 
-  void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
+  void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c,
+               input_keeper keeper = input_keeper::caller) const {
     detail::check_linear_forward(w_, in_, out_, x, y);
     c.x = x;
+    if (keeper == input_keeper::layer) {
+      auto copy = c.own.matrix(x.rows, x.cols);
+      std::copy_n(x.data, x.rows * x.cols, copy.data);
+      c.x = copy;
+    }
     const float* bias = has_bias_ ? s.p(b_.index).data() : nullptr;
     if constexpr (has_bf16_kernels) {
       if (bf16_products(s))
-        return kernels::bsr_matmul_bf16<B>(x, state_->pattern, s.p(w_.index).data(), 0.0f, y, bias);
+        return kernels::bsr_matmul_bf16<B>(c.x, state_->pattern, s.p(w_.index).data(), 0.0f, y, bias);
     }
-    kernels::bsr_matmul<B>(x, state_->pattern, s.p(w_.index).data(), 0.0f, y, bias);
+    kernels::bsr_matmul<B>(c.x, state_->pattern, s.p(w_.index).data(), 0.0f, y, bias);
   }
 
   void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
                 bool accumulate_dx = false) const {
     const float beta = accumulate_dx ? 1.0f : 0.0f;
-    const bool need_dx = detail::check_linear_backward(w_, in_, out_, c.x, dy, dx);
+    const bool need_dx = detail::check_linear_backward(w_, in_, out_, c.x.rows, dy, dx);
     products_backward(s, dy, need_dx, beta, dx, c.x);
     if (has_bias_) kernels::add_column_sums(dy, s.g(b_.index));
     if (s.need_dense_grad) {

@@ -282,6 +282,7 @@ class trainer {
     ctx.rng = counter_rng(o_.dropout_seed);
     ctx.need_dense_grad = hooks_.needs_dense_grad && hooks_.needs_dense_grad(step_ + 1);
     ctx.compute = compute();
+    ctx.bf16_activations = o_.bf16_activations;
     ctx.pipeline = &o_.pipeline;
     if (stage_group_) ctx.stage_link = &link_;
     scales_.resize(micro.size());

@@ -67,6 +67,9 @@ struct trainer_options {
   // Compute type of the dense GEMMs under precision::configured (policies/precision.hpp); unset
   // means the policy's own (fp32 for configured).
   std::optional<dtype> precision;
+  // Under bf16: keep the activations that only feed bf16 products in bf16 (step_context::
+  // bf16_activations; less memory, gelu' at the bf16 pre-activation); false: fp32 activations.
+  bool bf16_activations = true;
   // Data parallelism (data_parallel::mpi, P > 1 replicas): each replica keeps and updates the
   // optimiser slots of 1/P of the tensors and the replicas then exchange the updated parameters
   // (ZeRO stage 1; optim/shard.hpp). Checkpoints hold the whole state either way.
@@ -102,6 +105,7 @@ struct trainer_options {
     if (r.has("precision"))
       o.precision = sparselm::precision::parse(r.get("precision", std::string("fp32"), one_of({"fp32", "bf16", "fp16"})),
                                      context + ": field 'precision'");
+    o.bf16_activations = r.get("bf16_activations", o.bf16_activations);
     r.finish();
     return o;
   }
