@@ -200,7 +200,8 @@ class transformer {
     logits(token_batch{ids, {}, {}, batch, seq}, out);
   }
 
-  // Bytes held by activations and scratch (for memory reports).
+  // Bytes held by the scratch pool and the stack's residual streams (for memory reports; the
+  // blocks' caches, which hold most activations, are not counted).
   std::size_t activation_bytes() const noexcept { return tmp_.bytes() + stack_.buffer_bytes(); }
 
  protected:
