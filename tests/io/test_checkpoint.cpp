@@ -327,8 +327,9 @@ TEST_CASE("resume: block-sparse GPT with RigL updates before and after the check
 }
 
 // The optimiser slots' storage type from the config ("optimizer.slots", optim/slot_choice.hpp):
-// bf16 and half slots resume bit-identically; the checkpoint holds them as F32 values and names
-// the type; a run resumes bf16 slots as float ones, and refuses half <-> bf16 naming both.
+// bf16 and half slots resume bit-identically; the checkpoint holds them in their own type (BF16,
+// F16; float slots F32) and names the type; a run resumes bf16 slots as float ones (widened), and
+// refuses half <-> the others naming both.
 TEST_CASE("resume: optimiser slots stored as bf16 or half (optimizer.slots)") {
   struct chosen_slots : default_policies {
     using optimizer = optim::slot_choice<optim::adamw>;
@@ -349,8 +350,11 @@ TEST_CASE("resume: optimiser slots stored as bf16 or half (optimizer.slots)") {
     const auto meta = json::parse(st.metadata("sparselm.training_state"));
     CHECK(meta.at("optimizer_slots") == slots);
     CHECK(st.contains(std::string("optimizer.") + (std::string(slots) == "half" ? "sqrt_v" : "v") + ".wte.weight"));
+    const auto stored = std::string(slots) == "float" ? io::st_dtype::f32
+                        : std::string(slots) == "bf16"  ? io::st_dtype::bf16
+                                                        : io::st_dtype::f16;
     for (const auto& t : st.tensors())
-      if (t.name.rfind("optimizer.", 0) == 0) CHECK(t.dtype == io::st_dtype::f32);
+      if (t.name.rfind("optimizer.", 0) == 0) CHECK(t.dtype == stored);
   }
   CHECK(last[1] != last[0]);  // the storage type is used: 16-bit moments change the run
   CHECK(last[2] != last[0]);

@@ -196,21 +196,43 @@ void save_training_state(const std::filesystem::path& path, Trainer& t, const nl
                          const sparse::pattern_updater* updater = nullptr) {
   auto& model = t.model();
   const arena_layout& layout = *model.layout();
-  // the whole state (a sharded trainer's gathered one: trainer::gather_optimizer_state)
-  auto st = [&] {
-    if constexpr (requires { t.checkpoint_state(); }) return t.checkpoint_state();
-    else return t.optimizer().state();
-  }();
-  using S = typename Trainer::optimizer_type::slot_type;
   safetensors_writer w;
-  for (auto& s : st.slots)
-    for (std::size_t i = 0; i < layout.count(); ++i) {
-      const auto& ti = layout[i];
-      if (ti.flags & param_frozen) continue;
-      w.add("optimizer." + s.name + "." + ti.name, dtype_of<S>(), ti.shape, (*s.slots)[i].data());
+  // Slot tensors "optimizer.<slot>.<tensor>" in the slots' own storage type, straight from the
+  // optimiser's arenas (written before this function returns).
+  auto add_slots = [&]<class S>(const optim::optimizer_state<S>& st) {
+    for (auto& s : st.slots)
+      for (std::size_t i = 0; i < layout.count(); ++i) {
+        const auto& ti = layout[i];
+        if (ti.flags & param_frozen) continue;
+        w.add("optimizer." + s.name + "." + ti.name, dtype_of<S>(), ti.shape, (*s.slots)[i].data());
+      }
+    return st.step;
+  };
+  // A run-time slot choice (optim/slot_choice.hpp) hands out float copies of 16-bit slots; an
+  // unsharded one writes the 16-bit arenas inside it instead (no copy: the save's peak memory
+  // stays that of the run). Sharded, the gathered state is float.
+  std::size_t optimizer_step = 0;
+  bool written = false;
+  if constexpr (requires { t.optimizer().visit([](auto&) {}); t.sharded(); }) {
+    if (!t.sharded() && optim::slot_storage_of(t.optimizer()) != dtype::f32) {
+      t.optimizer().visit([&]<class O>(O& o) {
+        if constexpr (requires { o.state(); }) {
+          optimizer_step = add_slots(o.state());
+          written = true;
+        }
+      });
     }
+  }
+  if (!written) {
+    // the whole state (a sharded trainer's gathered one: trainer::gather_optimizer_state)
+    auto st = [&] {
+      if constexpr (requires { t.checkpoint_state(); }) return t.checkpoint_state();
+      else return t.optimizer().state();
+    }();
+    optimizer_step = add_slots(st);
+  }
   nlohmann::json meta = {{"step", t.step()},
-                         {"optimizer_step", st.step},
+                         {"optimizer_step", optimizer_step},
                          {"optimizer_slots", optim::slot_dtype_name(optim::slot_storage_of(t.optimizer()))},
                          {"run", run}};
   if constexpr (requires { t.scaler().state(); }) meta["loss_scaler"] = t.scaler().state();
@@ -269,7 +291,13 @@ nlohmann::json load_training_state(const std::filesystem::path& path, Trainer& t
       const std::string name = "optimizer." + s.name + "." + ti.name;
       SPARSELM_CHECK(f.contains(name), path.string(), ": no optimiser slot '", name,
                      "' (saved with a different optimiser?)");
-      f.read_exact<S>(name, ti.shape, (*s.slots)[i]);
+      // Float slots (a run-time slot choice, or float slots) take F32 tensors, and BF16 / F16 ones
+      // widened exactly (a slot choice's 16-bit slots are saved in their own type); 16-bit slot
+      // types read their own type bit for bit.
+      if constexpr (std::is_same_v<S, float>)
+        f.read_f32(name, ti.shape, (*s.slots)[i]);
+      else
+        f.read_exact<S>(name, ti.shape, (*s.slots)[i]);
       ++expected;
     }
   std::size_t have = 0;
