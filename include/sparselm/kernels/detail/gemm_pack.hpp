@@ -52,7 +52,6 @@ template <class Arch, class S, gemm_round Round>
   requires gemm_source<S, Round>
 inline xsimd::batch<float, Arch> gemm_load(const S* p) noexcept {
   using batch = xsimd::batch<float, Arch>;
-  using ubatch = xsimd::batch<std::uint32_t, Arch>;
   constexpr std::size_t W = batch::size;
   if constexpr (std::is_same_v<S, float>) {
     const batch x = batch::load_unaligned(p);
@@ -76,22 +75,7 @@ inline xsimd::batch<float, Arch> gemm_load(const S* p) noexcept {
       return round_to_bf16<Arch>(x);  // nearest even; a NaN stays a (quiet) NaN (kernels/convert.hpp)
     }
   } else {
-    const auto* bits = reinterpret_cast<const std::uint16_t*>(p);
-#if defined(__AVX512F__)
-    if constexpr (W == 16 && std::is_base_of_v<xsimd::avx512f, Arch>) {
-      const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits)));
-      return batch(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
-    }
-#endif
-#if defined(__AVX2__)
-    if constexpr (W == 8 && std::is_base_of_v<xsimd::avx2, Arch>) {
-      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bits)));
-      return batch(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
-    }
-#endif
-    alignas(64) std::uint32_t u[W];
-    for (std::size_t i = 0; i < W; ++i) u[i] = std::uint32_t(bits[i]) << 16;
-    return xsimd::bitwise_cast<batch>(ubatch::load_aligned(u));
+    return load_bf16<Arch>(p, W);  // widened exactly (kernels/convert.hpp)
   }
 }
 
