@@ -27,11 +27,6 @@
 // Writes <out>/summary.json and prints a table. docs/sparsity.md ("Does it learn?") has the
 // results on the bundled corpus and the commands.
 #include <CLI/CLI.hpp>
-
-#include "cli.hpp"
-#include "sparselm/core/checked.hpp"
-#include "sparselm/core/program.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -44,6 +39,9 @@
 #include <string>
 #include <vector>
 
+#include "cli.hpp"
+#include "sparselm/core/checked.hpp"
+#include "sparselm/core/program.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/data/token_file.hpp"
 #include "sparselm/models/gpt.hpp"
@@ -97,18 +95,28 @@ struct run_result {
   std::uint64_t seed = 0;
   std::size_t width = 0, params = 0;
   double density = 1, proj_macs = 0, total_macs = 0;
+  // held-out cross-entropy and its exp, seconds of training
   double valid_loss = 0, valid_ppl = 0, train_seconds = 0;
   std::size_t updates = 0;  // pattern updates that moved at least one block
   double explored = 0;      // fraction of the block grid active at some point (dynamic variants)
 };
 
 json to_json(const run_result& r) {
-  return {{"name", r.name},           {"variant", r.variant},     {"block", r.block},
-          {"lr", r.lr},               {"seed", r.seed},           {"width", r.width},
-          {"parameters", r.params},   {"density", r.density},     {"projection_macs_per_token", r.proj_macs},
-          {"total_macs_per_token", r.total_macs},                 {"valid_loss", r.valid_loss},
-          {"valid_perplexity", r.valid_ppl},                      {"train_seconds", r.train_seconds},
-          {"updates", r.updates},     {"explored", r.explored}};
+  return {{"name", r.name},
+          {"variant", r.variant},
+          {"block", r.block},
+          {"lr", r.lr},
+          {"seed", r.seed},
+          {"width", r.width},
+          {"parameters", r.params},
+          {"density", r.density},
+          {"projection_macs_per_token", r.proj_macs},
+          {"total_macs_per_token", r.total_macs},
+          {"valid_loss", r.valid_loss},
+          {"valid_perplexity", r.valid_ppl},
+          {"train_seconds", r.train_seconds},
+          {"updates", r.updates},
+          {"explored", r.explored}};
 }
 run_result result_from_json(const json& j) {
   run_result r;
@@ -130,6 +138,8 @@ run_result result_from_json(const json& j) {
   return r;
 }
 
+struct study_interrupted {};
+
 struct policies : default_policies {
   using optimizer = optim::adamw<float>;
 };
@@ -139,14 +149,16 @@ struct policies : default_policies {
 template <class Model>
 void train_run(Model& model, run_result& r, const std::string& regrow, const study_options& so,
                data::token_file& train_file, data::token_file& valid_file, const fs::path& metrics) {
-  data::lm_sampler sampler(train_file, {.batch_size = so.batch,
-                                        .windows = {.seq_len = so.seq},
-                                        .order = data::lm_order::shuffled,
-                                        .seed = r.seed});
+  data::lm_sampler sampler(
+      train_file,
+      {.batch_size = so.batch, .windows = {.seq_len = so.seq}, .order = data::lm_order::shuffled, .seed = r.seed});
   data::lm_eval_pass valid(valid_file, so.batch, data::lm_window_options{.seq_len = so.seq});
   json opt = {{"type", "adamw"}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}};
-  json sched = {{"type", "warmup_cosine"}, {"max_lr", r.lr},          {"warmup_steps", so.steps / 20},
-                {"min_lr", r.lr / 10},     {"total_steps", so.steps}};
+  json sched = {{"type", "warmup_cosine"},
+                {"max_lr", r.lr},
+                {"warmup_steps", so.steps / 20},
+                {"min_lr", r.lr / 10},
+                {"total_steps", so.steps}};
   trainer_options to;
   to.clip = clip_mode::global_norm;
   to.max_norm = 1.0;
@@ -177,9 +189,14 @@ void train_run(Model& model, run_result& r, const std::string& regrow, const stu
   }
   // a training line at every update step (each line carries the update since the previous one)
   const std::size_t log_every = std::gcd(std::size_t(10), so.update_period);
-  lm_loop_options lo{.steps = so.steps, .eval_every = so.eval_every, .eval_batches = so.eval_batches, .log_every = log_every};
+  lm_loop_options lo{
+      .steps = so.steps, .eval_every = so.eval_every, .eval_batches = so.eval_batches, .log_every = log_every};
   auto res = run_lm_training(t, sampler, &valid, lo, log, hooks);
-  r.valid_loss = res.last_eval.mean_loss();
+  // an interrupted run is not a result: stop the study (the finished runs are kept and reused)
+  if (res.interrupted) throw study_interrupted{};
+  // held-out cross-entropy per predicted token (for the S1 model, not its training objective, which
+  // down-weights repeated tokens), and its exponential
+  r.valid_loss = res.last_eval.mean_ce();
   r.valid_ppl = res.last_eval.perplexity();
   r.train_seconds = res.train_seconds;
   r.params = model.num_parameters();
@@ -233,7 +250,8 @@ struct gpt_family {
   run_result run(const std::string& variant, std::size_t block, const std::string& regrow, run_result r,
                  const study_options& so, F&& train) const {
     if (block == 0) {
-      const gpt_config c = variant == "dense-flops" ? flops_matched(sparse_total(1.0 - so.sparsity, so.seq), so.seq) : base;
+      const gpt_config c =
+          variant == "dense-flops" ? flops_matched(sparse_total(1.0 - so.sparsity, so.seq), so.seq) : base;
       gpt<> model(c);
       model.init(r.seed);
       r.width = c.n_embd;
@@ -242,17 +260,20 @@ struct gpt_family {
       train(model, r, std::string());
       return r;
     }
-    return registry::with_sparsity(block, [&]<class Sparsity>() {
-      sparse_plan plan;
-      plan.sparsity = so.sparsity;
-      gpt<float, Sparsity> model(base, plan);
-      model.init(r.seed);
-      r.width = base.n_embd;
-      measure_sparse(model, r);
-      r.total_macs = r.proj_macs + gpt_other_macs(base, so.seq);
-      train(model, r, regrow);
-      return r;
-    }, "--blocks");
+    return registry::with_sparsity(
+        block,
+        [&]<class Sparsity>() {
+          sparse_plan plan;
+          plan.sparsity = so.sparsity;
+          gpt<float, Sparsity> model(base, plan);
+          model.init(r.seed);
+          r.width = base.n_embd;
+          measure_sparse(model, r);
+          r.total_macs = r.proj_macs + gpt_other_macs(base, so.seq);
+          train(model, r, regrow);
+          return r;
+        },
+        "--blocks");
   }
 };
 
@@ -294,24 +315,27 @@ struct s1_family {
   template <class F>
   run_result run(const std::string& variant, std::size_t block, const std::string& regrow, run_result r,
                  const study_options& so, F&& train) const {
-    return registry::with_sparsity(block, [&]<class Sparsity>() {
-      sparse_lm_config c = base;
-      c.block_size = block;
-      c.sparsity = so.sparsity;
-      if (variant == "dense-flops") c = flops_matched(sparse_total(1.0 - so.sparsity, so.seq), so.seq);
-      sparse_lm<float, Sparsity> model(c);
-      model.init(r.seed);
-      r.width = c.hidden_length;
-      if constexpr (Sparsity::is_sparse) {
-        measure_sparse(model, r);
-        r.total_macs = r.proj_macs + s1_other_macs(c, so.seq);
-      } else {
-        r.proj_macs = s1_projection_macs(c, 1.0);
-        r.total_macs = r.proj_macs + s1_other_macs(c, so.seq);
-      }
-      train(model, r, regrow);
-      return r;
-    }, "--blocks");
+    return registry::with_sparsity(
+        block,
+        [&]<class Sparsity>() {
+          sparse_lm_config c = base;
+          c.block_size = block;
+          c.sparsity = so.sparsity;
+          if (variant == "dense-flops") c = flops_matched(sparse_total(1.0 - so.sparsity, so.seq), so.seq);
+          sparse_lm<float, Sparsity> model(c);
+          model.init(r.seed);
+          r.width = c.hidden_length;
+          if constexpr (Sparsity::is_sparse) {
+            measure_sparse(model, r);
+            r.total_macs = r.proj_macs + s1_other_macs(c, so.seq);
+          } else {
+            r.proj_macs = s1_projection_macs(c, 1.0);
+            r.total_macs = r.proj_macs + s1_other_macs(c, so.seq);
+          }
+          train(model, r, regrow);
+          return r;
+        },
+        "--blocks");
   }
 };
 
@@ -436,7 +460,8 @@ std::vector<variant_summary> summarise(const std::vector<run_result>& runs, std:
       if (r.variant == v.name && r.lr == v.best_lr) v.at_best.push_back(r);
     double s = 0, s2 = 0;
     v.lo = INFINITY, v.hi = -INFINITY;
-    for (const auto& r : v.at_best) s += r.valid_loss, v.lo = std::min(v.lo, r.valid_loss), v.hi = std::max(v.hi, r.valid_loss);
+    for (const auto& r : v.at_best)
+      s += r.valid_loss, v.lo = std::min(v.lo, r.valid_loss), v.hi = std::max(v.hi, r.valid_loss);
     const double n = double(v.at_best.size());
     v.mean = s / n;
     for (const auto& r : v.at_best) s2 += (r.valid_loss - v.mean) * (r.valid_loss - v.mean);
@@ -466,9 +491,10 @@ int run_study(Family fam, study& st, const std::string& train_path, const std::s
                  " exceeds the model's ", fam.vocab(), " (--vocab-limit renumbers the ids)");
   SPARSELM_CHECK(st.so.seq <= fam.max_seq(), "--seq-len ", st.so.seq, " exceeds the model's maximum ", fam.max_seq());
   for (auto b : st.blocks)
-    SPARSELM_CHECK(fam.block_multiple() % b == 0, "--blocks ", b,
-                   ": every sparse projection's sides must be multiples of the block size (the model's are multiples of ",
-                   fam.block_multiple(), ")");
+    SPARSELM_CHECK(
+        fam.block_multiple() % b == 0, "--blocks ", b,
+        ": every sparse projection's sides must be multiples of the block size (the model's are multiples of ",
+        fam.block_multiple(), ")");
 
   st.settings = {{"family", Family::name},
                  {"model", fam.config_json()},
@@ -495,8 +521,8 @@ int run_study(Family fam, study& st, const std::string& train_path, const std::s
   summary["seeds"] = st.seeds;
   summary["variants"] = json::array();
   std::printf("%-15s %6s %8s %11s %12s %12s %8s %22s %17s %8s %9s %7s\n", "variant", "width", "density", "params",
-              "proj MAC/tok", "total MAC/tok", "best lr", "held-out loss (mean±sd)", "min-max", "updates",
-              "explored", "s/run");
+              "proj MAC/tok", "total MAC/tok", "best lr", "held-out loss (mean±sd)", "min-max", "updates", "explored",
+              "s/run");
   for (const auto& v : vs) {
     const auto& r = v.at_best.front();
     double secs = 0;
@@ -531,91 +557,102 @@ int run_study(Family fam, study& st, const std::string& train_path, const std::s
 
 int main(int argc, char** argv) {
   return run_program("sparsity_study", [&]() -> int {
-    CLI::App app{
-        "Dynamic (RigL or random regrowth) vs static block-sparse vs dense models of the same width and of the same\n"
-        "total FLOPs, on the same data: learning rate tuned per variant, repeated over seeds."};
-    std::string train_path, valid_path, model_path, family = "gpt", out = "runs/study";
-    study st;
-    st.variants = {"dense-flops", "static", "rigl", "random"};
-    st.blocks = {16};
-    st.lrs = {1.5e-3};
-    st.seeds = {1234};
-    std::size_t vocab_limit = 0;
-    int threads = 0;
-    auto& so = st.so;
-    app.add_option("--train", train_path, "Training token file (encode_dataset)")->required();
-    app.add_option("--valid", valid_path, "Validation token file")->required();
-    app.add_option("--family", family, "Model family: gpt (models/gpt.hpp) or s1 (models/sparse_lm.hpp)")
-        ->check(CLI::IsMember({"gpt", "s1"}))
-        ->capture_default_str();
-    app.add_option("--model", model_path,
-                   "Model config JSON (default configs/gpt-mini.json for gpt, configs/s1-study.json for s1); its "
-                   "width is the sparse and dense variants'");
-    app.add_option("--variants", st.variants, "Variants: dense, dense-flops, static, rigl, random")
-        ->delimiter(',')
-        ->check(CLI::IsMember({"dense", "dense-flops", "static", "rigl", "random"}))
-        ->capture_default_str();
-    app.add_option("--blocks", st.blocks, "Block sizes of the sparse variants (1, 4, 8, 16)")
-        ->delimiter(',')
-        ->check(CLI::IsMember({1, 4, 8, 16}))
-        ->capture_default_str();
-    app.add_option("--lr", st.lrs, "Peak learning rates to try per variant, first seed (warmup 5 %, cosine to lr/10)")
-        ->delimiter(',')
-        ->check(CLI::Range(1e-7, 1.0))
-        ->capture_default_str();
-    app.add_option("--seeds", st.seeds, "Seeds (initialisation, pattern, data order); the first tunes the lr")
-        ->delimiter(',')
-        ->capture_default_str();
-    app.add_option("--vocab-limit", vocab_limit,
-                   "Renumber token ids by training-set frequency and merge all but the most frequent N-1 into one "
-                   "(0: keep the files' ids; the model's vocabulary becomes N)")
-        ->check(CLI::Range(std::size_t(2), limits::vocab))
-        ->capture_default_str();
-    app.add_option("--steps", so.steps, "Optimiser steps per run")
-        ->check(CLI::Range(std::size_t(1), limits::steps))
-        ->capture_default_str();
-    app.add_option("--batch-size", so.batch, "Sequences per step")
-        ->check(CLI::Range(std::size_t(1), limits::batch))
-        ->capture_default_str();
-    app.add_option("--seq-len", so.seq, "Tokens per sequence")
-        ->check(CLI::Range(std::size_t(2), limits::positions))
-        ->capture_default_str();
-    app.add_option("--sparsity", so.sparsity, "Fraction of zero blocks in each projection")
-        ->check(CLI::Range(0.0, 0.999))
-        ->capture_default_str();
-    app.add_option("--prune-ratio", so.prune_ratio, "Fraction of active blocks pruned at the first update")
-        ->check(CLI::Range(0.0, 1.0))
-        ->capture_default_str();
-    app.add_option("--update-period", so.update_period, "Steps between pattern updates")
-        ->check(CLI::Range(std::size_t(1), limits::steps))
-        ->capture_default_str();
-    app.add_option("--eval-every", so.eval_every, "Evaluate every N steps (0: at the end only)")->capture_default_str();
-    app.add_option("--eval-batches", so.eval_batches, "Validation batches per evaluation (0: all)")
-        ->capture_default_str();
-    app.add_option("--threads", threads, "Threads (0: all cores)")
-        ->check(CLI::Range(0, int(limits::threads)))
-        ->capture_default_str();
-    app.add_option("-o,--out", out, "Output directory")->capture_default_str();
-    if (auto status = examples::parse(app, argc, argv)) return *status;
-    if (vocab_limit) SPARSELM_CHECK(vocab_limit >= 2, "--vocab-limit ", vocab_limit, ": at least 2");
+    try {
+      CLI::App app{
+          "Dynamic (RigL or random regrowth) vs static block-sparse vs dense models of the same width and of the same\n"
+          "total FLOPs, on the same data: learning rate tuned per variant, repeated over seeds."};
+      std::string train_path, valid_path, model_path, family = "gpt", out = "runs/study";
+      study st;
+      st.variants = {"dense-flops", "static", "rigl", "random"};
+      st.blocks = {16};
+      st.lrs = {1.5e-3};
+      st.seeds = {1234};
+      std::size_t vocab_limit = 0;
+      int threads = 0;
+      auto& so = st.so;
+      app.add_option("--train", train_path, "Training token file (encode_dataset)")->required();
+      app.add_option("--valid", valid_path, "Validation token file")->required();
+      app.add_option("--family", family, "Model family: gpt (models/gpt.hpp) or s1 (models/sparse_lm.hpp)")
+          ->check(CLI::IsMember({"gpt", "s1"}))
+          ->capture_default_str();
+      app.add_option("--model", model_path,
+                     "Model config JSON (default configs/gpt-mini.json for gpt, configs/s1-study.json for s1); its "
+                     "width is the sparse and dense variants'");
+      app.add_option("--variants", st.variants, "Variants: dense, dense-flops, static, rigl, random")
+          ->delimiter(',')
+          ->check(CLI::IsMember({"dense", "dense-flops", "static", "rigl", "random"}))
+          ->capture_default_str();
+      app.add_option("--blocks", st.blocks, "Block sizes of the sparse variants (1, 4, 8, 16)")
+          ->delimiter(',')
+          ->check(CLI::IsMember({1, 4, 8, 16}))
+          ->capture_default_str();
+      app.add_option("--lr", st.lrs, "Peak learning rates to try per variant, first seed (warmup 5 %, cosine to lr/10)")
+          ->delimiter(',')
+          ->check(CLI::Range(1e-7, 1.0))
+          ->capture_default_str();
+      app.add_option("--seeds", st.seeds, "Seeds (initialisation, pattern, data order); the first tunes the lr")
+          ->delimiter(',')
+          ->capture_default_str();
+      app.add_option("--vocab-limit", vocab_limit,
+                     "Renumber token ids by training-set frequency and merge all but the most frequent N-1 into one "
+                     "(0: keep the files' ids; the model's vocabulary becomes N)")
+          ->check(CLI::Range(std::size_t(2), limits::vocab))
+          ->capture_default_str();
+      app.add_option("--steps", so.steps, "Optimiser steps per run")
+          ->check(CLI::Range(std::size_t(1), limits::steps))
+          ->capture_default_str();
+      app.add_option("--batch-size", so.batch, "Sequences per step")
+          ->check(CLI::Range(std::size_t(1), limits::batch))
+          ->capture_default_str();
+      app.add_option("--seq-len", so.seq, "Tokens per sequence")
+          ->check(CLI::Range(std::size_t(2), limits::positions))
+          ->capture_default_str();
+      app.add_option("--sparsity", so.sparsity, "Fraction of zero blocks in each projection")
+          ->check(CLI::Range(0.0, 0.999))
+          ->capture_default_str();
+      app.add_option("--prune-ratio", so.prune_ratio, "Fraction of active blocks pruned at the first update")
+          ->check(CLI::Range(0.0, 1.0))
+          ->capture_default_str();
+      app.add_option("--update-period", so.update_period, "Steps between pattern updates")
+          ->check(CLI::Range(std::size_t(1), limits::steps))
+          ->capture_default_str();
+      app.add_option("--eval-every", so.eval_every, "Evaluate every N steps (0: at the end only)")
+          ->capture_default_str();
+      app.add_option("--eval-batches", so.eval_batches, "Validation batches per evaluation (0: all)")
+          ->capture_default_str();
+      app.add_option("--threads", threads, "Threads (0: all cores)")
+          ->check(CLI::Range(0, int(limits::threads)))
+          ->capture_default_str();
+      app.add_option("-o,--out", out, "Output directory")->capture_default_str();
+      if (auto status = examples::parse(app, argc, argv)) return *status;
+      if (vocab_limit) SPARSELM_CHECK(vocab_limit >= 2, "--vocab-limit ", vocab_limit, ": at least 2");
 
-    if (threads > 0) set_num_threads(threads);
-    {  // drop repeated seeds, keeping the order (the first tunes the learning rate)
-      std::vector<std::uint64_t> s;
-      for (auto x : st.seeds)
-        if (std::find(s.begin(), s.end(), x) == s.end()) s.push_back(x);
-      st.seeds = s;
+      if (threads > 0) set_num_threads(threads);
+      {  // drop repeated seeds, keeping the order (the first tunes the learning rate)
+        std::vector<std::uint64_t> s;
+        for (auto x : st.seeds)
+          if (std::find(s.begin(), s.end(), x) == s.end()) s.push_back(x);
+        st.seeds = s;
+      }
+      std::sort(st.lrs.begin(), st.lrs.end());
+      st.lrs.erase(std::unique(st.lrs.begin(), st.lrs.end()), st.lrs.end());
+      st.out = out;
+      fs::create_directories(st.out);
+      if (model_path.empty())
+        model_path =
+            std::string(SPARSELM_SOURCE_DIR) + (family == "gpt" ? "/configs/gpt-mini.json" : "/configs/s1-study.json");
+      const json model_json = read_json_file(model_path);
+      check_model_limits(model_json, model_path);
+      if (family == "gpt")
+        return run_study(gpt_family{gpt_config::from_json(model_json, model_path)}, st, train_path, valid_path,
+                         vocab_limit);
+      return run_study(s1_family{sparse_lm_config::from_json(model_json, model_path)}, st, train_path, valid_path,
+                       vocab_limit);
+    } catch (const study_interrupted&) {
+      std::fprintf(stderr,
+                   "sparsity_study: interrupted; the finished runs are kept in <out>/runs and reused by the "
+                   "same command\n");
+      return 130;
     }
-    std::sort(st.lrs.begin(), st.lrs.end());
-    st.lrs.erase(std::unique(st.lrs.begin(), st.lrs.end()), st.lrs.end());
-    st.out = out;
-    fs::create_directories(st.out);
-    if (model_path.empty())
-      model_path = std::string(SPARSELM_SOURCE_DIR) + (family == "gpt" ? "/configs/gpt-mini.json" : "/configs/s1-study.json");
-    const json model_json = read_json_file(model_path);
-    check_model_limits(model_json, model_path);
-    if (family == "gpt") return run_study(gpt_family{gpt_config::from_json(model_json, model_path)}, st, train_path, valid_path, vocab_limit);
-    return run_study(s1_family{sparse_lm_config::from_json(model_json, model_path)}, st, train_path, valid_path,
-                     vocab_limit);
   });
 }
