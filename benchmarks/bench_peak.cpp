@@ -44,4 +44,29 @@ static void BM_amx_peak(benchmark::State& state) {
 }
 BENCHMARK(BM_amx_peak)->Arg(1)->Arg(2)->Iterations(3)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// TDPBF16PS on smaller tiles, one thread: 16 rows x N fp32 columns x depth K bf16 per instruction
+// (args K, N). What one instruction gives a 16 x 16, 8 x 8 or 4 x 4 block (K = N = B), or blocks
+// gathered four or eight deep (K = 32): docs/precision.md, "Not done yet".
+static void BM_amx_shape(benchmark::State& state) {
+  const int k = int(state.range(0)), n = int(state.range(1));
+  if (!sparselm::kernels::gemm_bf16_amx_usable()) {
+    state.SkipWithError(sparselm::kernels::gemm_bf16_amx_status());
+    return;
+  }
+  double g = 0;
+  for (auto _ : state) g = sparselm::kernels::gemm_bf16_amx_peak_gflops(1, k, n);
+  state.counters["GFLOP/s"] = g;
+  state.counters["ns/instruction"] = 2.0 * 16.0 * double(k) * double(n) / g;
+}
+BENCHMARK(BM_amx_shape)
+    ->Args({32, 16})
+    ->Args({16, 16})
+    ->Args({8, 8})
+    ->Args({32, 8})
+    ->Args({4, 4})
+    ->Args({32, 4})
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 BENCHMARK_MAIN();

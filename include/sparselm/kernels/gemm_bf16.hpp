@@ -71,8 +71,8 @@ inline bool gemm_bf16_amx_usable() { return detail::amx_status().usable; }
 // "the kernel refused the AMX permission ...", "AMX-BF16 available, ...").
 inline const char* gemm_bf16_amx_status() { return detail::amx_status().why; }
 // Measured TDPBF16PS throughput (GFLOP/s) on `threads` threads, a few ms; 0 where AMX is unusable.
-inline double gemm_bf16_amx_peak_gflops(int threads) {
-  return gemm_bf16_amx_usable() ? detail::amx_peak_gflops(threads) : 0.0;
+inline double gemm_bf16_amx_peak_gflops(int threads, int k = 32, int n = 16) {
+  return gemm_bf16_amx_usable() ? detail::amx_peak_gflops(threads, k, n) : 0.0;
 }
 
 // Which bf16 kernel `best` uses on this CPU, and why (see above).

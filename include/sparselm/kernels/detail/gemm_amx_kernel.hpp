@@ -278,10 +278,17 @@ struct gemm_amx_family {
   static kernel_fn kernel(bool) { return &micro_kernel; }
 };
 
-// Seconds for `iters` rounds of 4 independent TDPBF16PS (16 x 16 x 32 multiply-adds each) on
-// the calling thread: the AMX throughput bound (benchmarks' peak probe). Needs amx_status().usable.
-[[gnu::noinline]] inline double amx_probe_seconds(long iters) {
-  amx_configure();
+// Seconds for `iters` rounds of 4 independent TDPBF16PS on the calling thread, each 16 rows x
+// n fp32 columns x depth k bf16 (k even, <= 32; n <= 16; 16 x 16 x 32 the full tile): the AMX
+// throughput bound (benchmarks' peak probe; smaller shapes show what a 16 x 8 or 16 x 4 block
+// would get from one instruction). Needs amx_status().usable.
+[[gnu::noinline]] inline double amx_probe_seconds(long iters, int k = 32, int n = 16) {
+  amx_tile_config cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = std::uint8_t(t >= 6 ? k / 2 : 16);
+    cfg.colsb[t] = std::uint16_t(t >= 4 && t < 6 ? 2 * k : 4 * n);
+  }
+  amx_configure(cfg);
   // Ordinary bf16 values (pairs of numbers in [0.5, 1)) rather than zeros, in case a CPU runs
   // zeros faster (the Xeon host does not: 3371 GFLOP/s either way on one thread).
   alignas(64) std::uint32_t data[4][256];
@@ -316,9 +323,10 @@ struct gemm_amx_family {
   return sec;
 }
 
-// TDPBF16PS throughput in GFLOP/s on `threads` threads (each a 16 x 16 x 32 multiply-add, 16384
-// flops): the best of 5 timed runs of about 1 ms per thread. Needs amx_status().usable.
-inline double amx_peak_gflops(int threads) {
+// TDPBF16PS throughput in GFLOP/s on `threads` threads (each a 16 x n x k multiply-add, by default
+// 16 x 16 x 32 = 16384 flops): the best of 5 timed runs of about 1 ms per thread. Needs
+// amx_status().usable.
+inline double amx_peak_gflops(int threads, int k = 32, int n = 16) {
 #if !defined(_OPENMP)
   threads = 1;
 #endif
@@ -329,10 +337,10 @@ inline double amx_peak_gflops(int threads) {
 #if defined(_OPENMP)
 #pragma omp parallel num_threads(threads) reduction(max : slowest)
 #endif
-    slowest = std::max(slowest, amx_probe_seconds(iters));
+    slowest = std::max(slowest, amx_probe_seconds(iters, k, n));
     if (r > 0) best = std::min(best, slowest);  // the first run warms up the unit
   }
-  return double(threads) * double(iters) * 4.0 * 16384.0 / best * 1e-9;
+  return double(threads) * double(iters) * 4.0 * 2.0 * 16.0 * double(k) * double(n) / best * 1e-9;
 }
 
 #else  // !SPARSELM_GEMM_AMX
@@ -342,7 +350,7 @@ inline const amx_availability& amx_status() {
   return s;
 }
 
-inline double amx_peak_gflops(int) { return 0.0; }
+inline double amx_peak_gflops(int, int = 32, int = 16) { return 0.0; }
 
 #endif  // SPARSELM_GEMM_AMX
 
