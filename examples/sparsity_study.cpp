@@ -1,8 +1,9 @@
 // Does dynamic sparsity learn, and better than static sparsity or a dense model of the same cost?
 // Trains variants of one model on the same token files, with the same optimiser, schedule and
-// step count, tunes the learning rate of each variant over a grid (first seed), then repeats the
-// best learning rate with the other seeds, and reports the held-out loss of each variant as
-// mean, spread and extremes over the seeds.
+// step count, tunes the learning rate of each variant over a grid (first seed; the grid is
+// widened by factors of 2 while its best rate is at one end, --lr-extend), then repeats the best
+// learning rate with the other seeds, and reports the held-out loss (cross-entropy) of each
+// variant as mean, standard deviation and extremes over the seeds.
 //
 //   dense        the model as configured (every projection dense)
 //   dense-flops  dense, width chosen so that its total multiply-adds per token (projections,
@@ -17,8 +18,8 @@
 // --family s1 (models/sparse_lm.hpp, the S1 model, e.g. configs/s1-study.json).
 //
 //   ./build/examples/sparsity_study --train runs/data/train.tok --valid runs/data/valid.tok
-//       --family gpt --model configs/gpt-mini.json --vocab-limit 8192 --steps 1000
-//       --update-period 8 --lr 1e-3,2e-3,4e-3 --seeds 1,2,3 --out runs/study-gpt
+//       --family gpt --model configs/gpt-mini.json --vocab-limit 8192 --steps 800 --batch-size 4
+//       --update-period 5 --blocks 16,1 --lr 1e-3,2e-3,4e-3 --seeds 1,2,3 --out runs/study/gpt
 //
 // Every finished run is kept in <out>/runs/<run>.json (result and the settings it was trained
 // with) beside its metrics <out>/runs/<run>.jsonl; a later invocation with the same settings
@@ -97,6 +98,7 @@ struct run_result {
   double density = 1, proj_macs = 0, total_macs = 0;
   // held-out cross-entropy and its exp, seconds of training
   double valid_loss = 0, valid_ppl = 0, train_seconds = 0;
+  std::size_t steps_done = 0;
   std::size_t updates = 0;  // pattern updates that moved at least one block
   double explored = 0;      // fraction of the block grid active at some point (dynamic variants)
 };
@@ -115,6 +117,7 @@ json to_json(const run_result& r) {
           {"valid_loss", r.valid_loss},
           {"valid_perplexity", r.valid_ppl},
           {"train_seconds", r.train_seconds},
+          {"steps", r.steps_done},
           {"updates", r.updates},
           {"explored", r.explored}};
 }
@@ -133,6 +136,7 @@ run_result result_from_json(const json& j) {
   r.valid_loss = j.at("valid_loss");
   r.valid_ppl = j.at("valid_perplexity");
   r.train_seconds = j.at("train_seconds");
+  r.steps_done = j.at("steps");
   r.updates = j.at("updates");
   r.explored = j.at("explored");
   return r;
@@ -192,6 +196,7 @@ void train_run(Model& model, run_result& r, const std::string& regrow, const stu
   lm_loop_options lo{
       .steps = so.steps, .eval_every = so.eval_every, .eval_batches = so.eval_batches, .log_every = log_every};
   auto res = run_lm_training(t, sampler, &valid, lo, log, hooks);
+  r.steps_done = res.steps_done;
   // an interrupted run is not a result: stop the study (the finished runs are kept and reused)
   if (res.interrupted) throw study_interrupted{};
   // held-out cross-entropy per predicted token (for the S1 model, not its training objective, which
@@ -370,6 +375,7 @@ struct study {
   std::vector<std::string> variants;
   std::vector<std::size_t> blocks;
   std::vector<double> lrs;
+  std::size_t lr_extend = 2;  // grid widenings allowed when the best rate is at an end of it
   std::vector<std::uint64_t> seeds;
   fs::path out;
   json settings;  // everything a run's result depends on besides its own (variant, block, lr, seed)
@@ -399,6 +405,8 @@ struct study {
                        "use another --out or delete the file to train it again");
         std::fprintf(stderr, "== %s: reusing %s\n", r.name.c_str(), file.c_str());
         r = result_from_json(saved.at("result"));
+        SPARSELM_CHECK(r.steps_done == so.steps, file.string(), ": the run stopped after ", r.steps_done, " of ",
+                       so.steps, " steps; delete the file to train it again");
       } else {
         std::fprintf(stderr, "== %s\n", r.name.c_str());
         const std::string kind = variant.substr(0, variant.find('-'));
@@ -425,11 +433,21 @@ struct study {
       else
         for (auto b : blocks) named.push_back({v + "-b" + std::to_string(b), b});
       for (const auto& [name, block] : named) {
-        // learning-rate grid on the first seed, then the other seeds at the best rate
-        double best_lr = lrs.front(), best = INFINITY;
-        for (double lr : lrs) {
+        // learning-rate grid on the first seed (widened by factors of 2 while the best rate is at
+        // an end of it, at most lr_extend times), then the other seeds at the best rate
+        double best_lr = lrs.front(), best = INFINITY, lo = lrs.front(), hi = lrs.back();
+        auto consider = [&](double lr) {
           const auto r = one(name, block, lr, seeds.front());
           if (r.valid_loss < best) best = r.valid_loss, best_lr = lr;
+        };
+        for (double lr : lrs) consider(lr);
+        for (std::size_t e = 0; e < lr_extend && lrs.size() > 1; ++e) {
+          if (best_lr == lo && lo / 2 >= 1e-7)
+            consider(lo /= 2);
+          else if (best_lr == hi && hi * 2 <= 1.0)
+            consider(hi *= 2);
+          else
+            break;
         }
         for (std::size_t i = 1; i < seeds.size(); ++i) one(name, block, best_lr, seeds[i]);
       }
@@ -518,6 +536,7 @@ int run_study(Family fam, study& st, const std::string& train_path, const std::s
   json summary = st.settings;
   summary["unigram_perplexity"] = unigram;
   summary["learning_rates"] = st.lrs;
+  summary["lr_extend"] = st.lr_extend;
   summary["seeds"] = st.seeds;
   summary["variants"] = json::array();
   std::printf("%-15s %6s %8s %11s %12s %12s %8s %22s %17s %8s %9s %7s\n", "variant", "width", "density", "params",
@@ -589,6 +608,10 @@ int main(int argc, char** argv) {
       app.add_option("--lr", st.lrs, "Peak learning rates to try per variant, first seed (warmup 5 %, cosine to lr/10)")
           ->delimiter(',')
           ->check(CLI::Range(1e-7, 1.0))
+          ->capture_default_str();
+      app.add_option("--lr-extend", st.lr_extend,
+                     "While the best rate of the grid is its smallest or largest, try half or twice it, up to N times")
+          ->check(CLI::Range(std::size_t(0), std::size_t(20)))
           ->capture_default_str();
       app.add_option("--seeds", st.seeds, "Seeds (initialisation, pattern, data order); the first tunes the lr")
           ->delimiter(',')
