@@ -22,9 +22,11 @@
 #include "../common/tiny_bert.hpp"
 #include "../common/tiny_gpt.hpp"
 #include "sparselm/core/threads.hpp"
+#include "sparselm/io/checkpoint.hpp"
 #include "sparselm/models/bert.hpp"
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/models/sparse_lm.hpp"
+#include "sparselm/optim/slot_choice.hpp"
 #include "sparselm/parallel/replica_group.hpp"
 #include "sparselm/train/lm_job.hpp"
 #include "sparselm/train/replica_checks.hpp"
@@ -316,6 +318,67 @@ TEST_CASE("sharded optimiser state is bit-identical to unsharded and gathers int
   CHECK(w_shard[1] == w_plain[1]);
   REQUIRE(slots_plain.size() == 2);
   CHECK(slots_shard == slots_plain);
+}
+
+// 16-bit slots of a run-time slot choice (optim/slot_choice.hpp) are gathered in their own type
+// when sharded, and a checkpoint written from them holds the same BF16 / F16 tensors, byte for
+// byte, as the unsharded run's; checkpoint_state() still hands out their float values.
+TEST_CASE("sharded bf16 / half optimiser slots gather and save in their own type") {
+  struct choice_policies : dp_policies {
+    using optimizer = optim::slot_choice<optim::adamw>;
+  };
+  const toy_data d(3);
+  const std::size_t P = 2;
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("sparselm-sharded16-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const char* slots : {"bf16", "half"}) {
+    INFO("slots ", slots);
+    std::vector<float> widened[2];
+    for (bool shard : {false, true}) {
+      const fs::path file = dir / (std::string(slots) + (shard ? "-sharded" : "-plain") + ".safetensors");
+      thread_replicas group(P);
+      group.run([&](std::size_t r, parallel::replica_group& g) {
+        gpt<> m(small());
+        m.init(5);
+        trainer_options o;
+        o.shard_optimizer = shard;
+        trainer<gpt<>, choice_policies> t(m, o, optim::slot_choice<optim::adamw>({{"type", "adamw"}, {"slots", slots}}),
+                                          lr());
+        t.set_replicas(g);
+        for (int k = 0; k < 3; ++k) {
+          const auto [lo, hi] = parallel::replica_group::slice(4, r, P);
+          const token_batch b = d.rows(k, lo, hi);
+          t.train_step(std::span<const token_batch>(&b, 1));
+        }
+        t.gather_optimizer_state();
+        CHECK(t.visit_gathered16([](const auto&) {}) == shard);
+        if (r == 0) {
+          io::save_training_state(file, t, nlohmann::json::object());
+          for (const auto& s : t.checkpoint_state().slots)
+            widened[shard].insert(widened[shard].end(), s.slots->all().begin(), s.slots->all().end());
+        }
+        t.release_gathered_state();
+        CHECK_FALSE(t.visit_gathered16([](const auto&) {}));
+      });
+    }
+    CHECK(!widened[0].empty());
+    CHECK(widened[1] == widened[0]);
+    io::safetensors_file plain(dir / (std::string(slots) + "-plain.safetensors"));
+    io::safetensors_file sharded(dir / (std::string(slots) + "-sharded.safetensors"));
+    const auto stored = std::string(slots) == "bf16" ? io::st_dtype::bf16 : io::st_dtype::f16;
+    std::size_t n = 0;
+    for (const auto& ti : plain.tensors()) {
+      if (ti.name.rfind("optimizer.", 0) != 0) continue;
+      ++n;
+      REQUIRE(sharded.contains(ti.name));
+      CHECK(ti.dtype == stored);
+      const auto a = plain.bytes(ti), b = sharded.bytes(sharded.info(ti.name));
+      CHECK(std::equal(a.begin(), a.end(), b.begin(), b.end()));
+    }
+    CHECK(n > 0);
+  }
+  fs::remove_all(dir);
 }
 
 TEST_CASE("S1 sparse LM with RigL scores: replicas sum the pooled dense gradients") {

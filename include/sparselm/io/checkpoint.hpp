@@ -210,11 +210,16 @@ void save_training_state(const std::filesystem::path& path, Trainer& t, const nl
   };
   // A run-time slot choice (optim/slot_choice.hpp) hands out float copies of 16-bit slots; an
   // unsharded one writes the 16-bit arenas inside it instead (no copy: the save's peak memory
-  // stays that of the run). Sharded, the gathered state is float.
+  // stays that of the run), a sharded one the 16-bit slots gathered in their own type
+  // (trainer::gather_optimizer_state).
   std::size_t optimizer_step = 0;
   bool written = false;
+  if constexpr (requires { t.visit_gathered16([](const auto&) {}); }) {
+    if (t.sharded())
+      written = t.visit_gathered16([&](const auto& st) { optimizer_step = add_slots(st); });
+  }
   if constexpr (requires { t.optimizer().visit([](auto&) {}); t.sharded(); }) {
-    if (!t.sharded() && optim::slot_storage_of(t.optimizer()) != dtype::f32) {
+    if (!written && !t.sharded() && optim::slot_storage_of(t.optimizer()) != dtype::f32) {
       t.optimizer().visit([&]<class O>(O& o) {
         if constexpr (requires { o.state(); }) {
           optimizer_step = add_slots(o.state());
