@@ -607,7 +607,6 @@ int main(int argc, char** argv) {
           ->capture_default_str();
       app.add_option("--lr", st.lrs, "Peak learning rates to try per variant, first seed (warmup 5 %, cosine to lr/10)")
           ->delimiter(',')
-          ->check(CLI::Range(1e-7, 1.0))
           ->capture_default_str();
       app.add_option("--lr-extend", st.lr_extend,
                      "While the best rate of the grid is its smallest or largest, try half or twice it, up to N times")
@@ -650,6 +649,9 @@ int main(int argc, char** argv) {
       if (auto status = examples::parse(app, argc, argv)) return *status;
       if (vocab_limit) SPARSELM_CHECK(vocab_limit >= 2, "--vocab-limit ", vocab_limit, ": at least 2");
 
+      for (double lr : st.lrs)
+        if (!(lr >= 1e-7 && lr <= 1.0))
+          throw usage_error("--lr: " + study::lr_text(lr) + " is outside [1e-7, 1]");
       if (threads > 0) set_num_threads(threads);
       {  // drop repeated seeds, keeping the order (the first tunes the learning rate)
         std::vector<std::uint64_t> s;
