@@ -28,7 +28,6 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -52,6 +51,7 @@
 #include "sparselm/policies/pipeline.hpp"
 #include "sparselm/policies/precision.hpp"
 #include "sparselm/policies/recompute.hpp"
+#include "sparselm/train/gathered_slots.hpp"
 #include "sparselm/train/replica_sums.hpp"
 #include "sparselm/train/trainer_options.hpp"
 
@@ -204,7 +204,7 @@ class trainer {
     optim::optimizer_state<slot_type> st;
     st.step = opt_.step_count();
     const auto own = opt_.state();
-    widen_gathered16(own);
+    if (full_slots_.empty()) full16_.widen(full_slots_, model_.layout());  // after a 16-bit gather
     SPARSELM_CHECK(replicas().rank() != 0 || full_slots_.size() == own.slots.size(),
                    "trainer: checkpoint_state() of a sharded optimiser before gather_optimizer_state()");
     for (std::size_t k = 0; k < own.slots.size() && k < full_slots_.size(); ++k)
@@ -214,32 +214,11 @@ class trainer {
   void gather_optimizer_state() {
     if (!sharded()) return;
     auto& g = replicas();
-    full16_ = {};
     // 16-bit slots of a run-time slot choice travel and are kept in their own type (half the
     // bytes of the float copies state() would make): visit_gathered16() hands them to a save
-    if constexpr (requires { opt_.visit([](auto&) {}); }) {
-      bool done = false;
-      opt_.visit([&]<class O>(O& o) {
-        if constexpr (requires { o.state(); typename O::slot_type; }) {
-          using S = typename O::slot_type;
-          if constexpr (std::is_same_v<S, bf16> || std::is_same_v<S, half>) {
-            const auto own = o.state();
-            gathered16<S> full;
-            const auto bytes = shards_.byte_bounds(sizeof(S));
-            for (const auto& sl : own.slots) {
-              full.names.push_back(sl.name);
-              full.slots.push_back(g.rank() == 0 ? arena<S>(model_.layout()) : arena<S>());
-              g.gather_bytes(std::as_bytes(sl.slots->all()), std::as_writable_bytes(full.slots.back().all()), bytes);
-            }
-            full16_ = std::move(full);
-            done = true;
-          }
-        }
-      });
-      if (done) {
-        full_slots_.clear();
-        return;
-      }
+    if (full16_.gather(opt_, g, model_.layout(), [&](std::size_t e) { return shards_.byte_bounds(e); })) {
+      full_slots_.clear();
+      return;
     }
     const auto own = opt_.state();
     full_slots_.clear();
@@ -267,26 +246,14 @@ class trainer {
   }
   void release_gathered_state() {
     full_slots_.clear();
-    full16_ = {};
+    full16_.clear();
   }
   // After gather_optimizer_state() on a sharded trainer whose slots are bf16 or half (a run-time
   // slot choice): calls f(optimizer_state<bf16 or half>) with the gathered whole-layout slots in
   // their own type and returns true (rank 0; the other ranks hold empty arenas). False otherwise.
   template <class F>
   bool visit_gathered16(F&& f) {
-    return std::visit(
-        [&]<class G>(G& gs) {
-          if constexpr (std::is_same_v<G, std::monostate>) {
-            return false;
-          } else {
-            optim::optimizer_state<typename G::value_type> st;
-            st.step = opt_.step_count();
-            for (std::size_t k = 0; k < gs.slots.size(); ++k) st.slots.push_back({gs.names[k], &gs.slots[k]});
-            f(std::as_const(st));
-            return true;
-          }
-        },
-        full16_);
+    return full16_.visit(opt_.step_count(), std::forward<F>(f));
   }
   parallel::replica_group& replicas() noexcept { return group_ ? *group_ : single_; }
   // Every process of the run: the data replicas, or the ranks of a pipeline over ranks (whose data
@@ -491,31 +458,7 @@ class trainer {
   detail::group_stage_link link_;
   gradient_shards shards_;                       // sharded: each rank's flat range
   std::vector<arena<slot_type>> full_slots_;     // sharded: whole-layout slots of a checkpoint
-  template <class S>
-  struct gathered16 {
-    using value_type = S;
-    std::vector<std::string> names;
-    std::vector<arena<S>> slots;
-  };
-  // sharded 16-bit slots gathered in their own type (gather_optimizer_state)
-  std::variant<std::monostate, gathered16<bf16>, gathered16<half>> full16_;
-  // checkpoint_state() after a 16-bit gather: float copies of the gathered slots (rank 0)
-  template <class Own>
-  void widen_gathered16(const Own& own) {
-    if (!full_slots_.empty() || std::holds_alternative<std::monostate>(full16_)) return;
-    std::visit(
-        [&]<class G>(G& gs) {
-          if constexpr (!std::is_same_v<G, std::monostate>) {
-            for (std::size_t k = 0; k < own.slots.size() && k < gs.slots.size(); ++k) {
-              full_slots_.push_back(gs.slots[k].all().empty() ? arena<slot_type>() : arena<slot_type>(model_.layout()));
-              auto src = gs.slots[k].all();
-              auto dst = full_slots_.back().all();
-              for (std::size_t i = 0; i < src.size() && i < dst.size(); ++i) dst[i] = slot_type(float(src[i]));
-            }
-          }
-        },
-        full16_);
-  }
+  gathered_slots16 full16_;  // sharded 16-bit slots gathered in their own type (gather_optimizer_state)
   parallel::single_replica single_;
   std::size_t step_ = 0;
   std::size_t skipped_in_row_ = 0;  // consecutive steps skipped for a non-finite loss or gradient
