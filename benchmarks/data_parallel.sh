@@ -8,7 +8,8 @@
 # With MICRO = M > 0, also the stage pipelines over M micro-batches of 8/M rows (docs/distributed.md):
 #   1 process x 2 threads, M micro-batches, one stage       (the same accumulation, no pipeline)
 #   1 process, 2 stages x 1 thread (--pipeline-stages 2)
-#   mpirun -np 2, 1 thread per rank, one stage per rank (--pipeline-placement ranks)
+#   mpirun -np 2, 1 thread per rank, one stage per rank (--pipeline-placement ranks), also with
+#     each rank keeping its stage's optimiser state only (--shard-optimizer)
 #
 #   benchmarks/data_parallel.sh [BUILD_DIR=build] [WORK_DIR=/tmp/sparselm-dp-bench] [REPS=3] [STEPS=8] [MICRO=0]
 #
@@ -59,6 +60,8 @@ for rep in $(seq 1 "$reps"); do
     run one_process_2_stages_threads "${peak[@]}" "$gpt" "${args[@]}" "${pipe[@]}" --threads 2 --pipeline-stages 2
     run mpi_2_ranks_2_stages mpirun -np 2 "${mpi_opts[@]}" "${peak[@]}" "$gpt" "${args[@]}" "${pipe[@]}" --threads 1 \
       --pipeline-stages 2 --pipeline-placement ranks
+    run mpi_2_ranks_2_stages_sharded mpirun -np 2 "${mpi_opts[@]}" "${peak[@]}" "$gpt" "${args[@]}" "${pipe[@]}" \
+      --threads 1 --pipeline-stages 2 --pipeline-placement ranks --shard-optimizer
   fi
 done | tee "$work/runs.jsonl"
 /usr/bin/python3 - "$work/runs.jsonl" <<'PY'

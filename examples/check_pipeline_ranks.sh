@@ -8,8 +8,13 @@
 #   - the 2-rank run stopped at step 4 and resumed (--resume, same 2 ranks) ends bit for bit on the
 #     uninterrupted run (the schedule's total_steps fixed at 8); its step-4 checkpoint resumed by one
 #     process without a pipeline ends within 1e-5 of it;
+#   - with --shard-optimizer each of the 2 ranks keeps its stage's optimiser state only (the two
+#     ranks' state adds up to one unsharded rank's) and the run logs the unsharded run's losses and
+#     final validation loss bit for bit; stopped at step 4 and resumed on 2 sharded ranks, it ends
+#     on them too;
 #   - sparse_lm with RigL pattern updates every 2 steps on 2 ranks makes the updates one process
-#     makes and ends on its validation loss within 1e-5 (each layer's scores come from one rank);
+#     makes and ends on its validation loss within 1e-5 (each layer's scores come from one rank),
+#     also with the optimiser state sharded by stage;
 #   - data parallelism with threads-placed stages: 2 ranks x 2 rows on 2 stages each log the losses
 #     of 1 process x 4 rows within 1e-4 (the data-parallel tolerance, examples/check_data_parallel.sh);
 #   - 3 ranks for 2 stages is an error naming both, and no rank is left waiting.
@@ -41,7 +46,25 @@ run resumed 2 --steps 8 --pipeline-stages 2 --pipeline-placement ranks --resume
 run resumed-one 0 --steps 8 --resume
 grep -q "pipeline of 2 stages (1f1b) over MPI, 2 ranks" "$work/two.err" ||
   { echo "FAIL: the 2-rank run does not describe its pipeline"; cat "$work/two.err"; exit 1; }
+run two-shard 2 --steps 8 --pipeline-stages 2 --pipeline-placement ranks --shard-optimizer
+run shard-resumed 2 --steps 4 --pipeline-stages 2 --pipeline-placement ranks --shard-optimizer
+run shard-resumed 2 --steps 8 --pipeline-stages 2 --pipeline-placement ranks --shard-optimizer --resume
 /usr/bin/python3 "$src/examples/compare_pipeline_runs.py" "$work" one ranks two:2:1f1b three:3:gpipe
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+def lines(p, kind):
+    return [l for l in map(json.loads, open(f"{w}/{p}/metrics.jsonl")) if l["kind"] == kind]
+two, shard, res = (json.load(open(f"{w}/{p}.json")) for p in ("two", "two-shard", "shard-resumed"))
+assert [l["loss"] for l in lines("two-shard", "train")] == [l["loss"] for l in lines("two", "train")]
+assert shard["valid"]["loss"] == two["valid"]["loss"], (shard["valid"], two["valid"])
+assert res["resumed_from"] == 4 and res["valid"]["loss"] == two["valid"]["loss"], (res, two["valid"])
+full, = {tuple(l["optimizer_state_mib"]) for l in lines("two", "run")}
+mine = lines("two-shard", "run")[0]["optimizer_state_mib"]
+assert len(full) == len(mine) == 2 and full[0] == full[1] and all(0 < m < full[0] for m in mine), (full, mine)
+assert abs(sum(mine) - full[0]) <= 1e-6 * full[0], (full, mine)
+print("2 ranks, state sharded by stage:", mine, "MiB of", full[0], "- same losses, resumed too:", res["valid"]["loss"])
+PY
 /usr/bin/python3 - "$work" <<'PY'
 import json, sys
 w = sys.argv[1]
@@ -72,13 +95,18 @@ s1=(-c "$src/configs/s1-tiny-train.json" --train "$work/train.tok" --valid "$wor
 timeout 300 mpirun -np 2 "${mpi_opts[@]}" "$sparse_lm" "${s1[@]}" --pipeline-stages 2 --pipeline-placement ranks \
   --out "$work/s1-two" > "$work/s1-two.json" 2> "$work/s1-two.err" ||
   { echo "FAIL: sparse_lm on 2 ranks"; cat "$work/s1-two.err"; exit 1; }
+timeout 300 mpirun -np 2 "${mpi_opts[@]}" "$sparse_lm" "${s1[@]}" --pipeline-stages 2 --pipeline-placement ranks \
+  --shard-optimizer --out "$work/s1-shard" > "$work/s1-shard.json" 2> "$work/s1-shard.err" ||
+  { echo "FAIL: sparse_lm on 2 ranks, sharded"; cat "$work/s1-shard.err"; exit 1; }
 /usr/bin/python3 - "$work" <<'PY'
 import json, sys
 w = sys.argv[1]
-a, b = (json.load(open(f"{w}/s1-{p}.json")) for p in ("one", "two"))
-assert a["pattern_updates"] >= 2 and a["pattern_updates"] == b["pattern_updates"], (a, b)
-assert abs(a["valid"]["loss"] - b["valid"]["loss"]) <= 1e-5 * a["valid"]["loss"], (a["valid"], b["valid"])
-print("sparse_lm: pattern updates", a["pattern_updates"], "on 1 process and 2 ranks; valid loss", b["valid"]["loss"])
+a, b, c = (json.load(open(f"{w}/s1-{p}.json")) for p in ("one", "two", "shard"))
+assert a["pattern_updates"] >= 2 and a["pattern_updates"] == b["pattern_updates"] == c["pattern_updates"], (a, b, c)
+for x in (b, c):
+    assert abs(a["valid"]["loss"] - x["valid"]["loss"]) <= 1e-5 * a["valid"]["loss"], (a["valid"], x["valid"])
+print("sparse_lm: pattern updates", a["pattern_updates"], "on 1 process and 2 ranks (unsharded, sharded);",
+      "valid loss", b["valid"]["loss"], c["valid"]["loss"])
 PY
 set +e
 timeout 120 mpirun -np 3 "${mpi_opts[@]}" "$train" "${common[@]}" --steps 2 --pipeline-stages 2 --pipeline-placement ranks \

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../common/tiny_bert.hpp"
+#include "../common/thread_replicas.hpp"
 #include "../common/tiny_gpt.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/io/checkpoint.hpp"
@@ -33,134 +34,9 @@
 #include "sparselm/train/trainer.hpp"
 
 using namespace sparselm;
+using test::thread_replicas;
 
 namespace {
-
-// P threads as replicas. Each collective: publish a pointer, wait, compute from all, wait.
-class thread_replicas {
- public:
-  explicit thread_replicas(std::size_t p) : p_(p), sync_(std::ptrdiff_t(p)), ptr_(p), len_(p) {}
-
-  class member final : public parallel::replica_group {
-   public:
-    member(thread_replicas& g, std::size_t r) : g_(g), r_(r) {}
-    std::size_t rank() const noexcept override { return r_; }
-    std::size_t size() const noexcept override { return g_.p_; }
-    std::string describe() const override { return "threads"; }
-    void all_reduce(std::span<float> x, parallel::reduce_op op) override { reduce(x, op); }
-    void all_reduce(std::span<double> x, parallel::reduce_op op) override { reduce(x, op); }
-    void broadcast(std::span<float> x) override {
-      publish(x.data(), x.size());
-      if (r_ != 0) std::memcpy(x.data(), g_.ptr_[0], x.size() * sizeof(float));
-      g_.sync_.arrive_and_wait();
-    }
-    void broadcast(std::string& s) override {
-      publish(&s, 0);
-      if (r_ != 0) s = *static_cast<std::string*>(g_.ptr_[0]);
-      g_.sync_.arrive_and_wait();
-    }
-    bool any(bool flag) override {
-      double v = flag ? 1 : 0;
-      reduce(std::span<double>(&v, 1), parallel::reduce_op::max);
-      return v > 0;
-    }
-    void all_gather(std::uint64_t value, std::span<std::uint64_t> out) override {
-      publish(&value, 1);
-      for (std::size_t q = 0; q < g_.p_; ++q) out[q] = *static_cast<std::uint64_t*>(g_.ptr_[q]);
-      g_.sync_.arrive_and_wait();
-    }
-    void barrier() override { g_.sync_.arrive_and_wait(); }
-    void all_gather_bytes(std::span<std::byte> x, std::span<const std::size_t> b) override {
-      publish(x.data(), x.size());
-      for (std::size_t q = 0; q < g_.p_; ++q)
-        if (q != r_) std::memcpy(x.data() + b[q], static_cast<std::byte*>(g_.ptr_[q]) + b[q], b[q + 1] - b[q]);
-      g_.sync_.arrive_and_wait();
-    }
-    void gather_bytes(std::span<const std::byte> mine, std::span<std::byte> all,
-                      std::span<const std::size_t> b) override {
-      publish(const_cast<std::byte*>(mine.data()), mine.size());
-      if (r_ == 0)
-        for (std::size_t q = 0; q < g_.p_; ++q)
-          if (b[q + 1] > b[q]) std::memcpy(all.data() + b[q], g_.ptr_[q], b[q + 1] - b[q]);
-      g_.sync_.arrive_and_wait();
-    }
-    void start_sum(std::span<float> x) override {
-      ++sums_started;
-      reduce(x, parallel::reduce_op::sum);
-    }
-    // Only this rank's part is summed (in rank order); the rest of x becomes NaN, so a trainer that
-    // read another rank's part after a sharded sum would fail the tests.
-    void sum_scatter(std::span<float> x, std::span<const std::size_t> b) override {
-      ++scatters_started;
-      publish(x.data(), x.size());
-      std::vector<float> mine(b[r_ + 1] - b[r_]);
-      for (std::size_t i = 0; i < mine.size(); ++i) {
-        float a = static_cast<float*>(g_.ptr_[0])[b[r_] + i];
-        for (std::size_t q = 1; q < g_.p_; ++q) a += static_cast<float*>(g_.ptr_[q])[b[r_] + i];
-        mine[i] = a;
-      }
-      g_.sync_.arrive_and_wait();
-      std::fill(x.begin(), x.end(), std::numeric_limits<float>::quiet_NaN());
-      std::copy(mine.begin(), mine.end(), x.begin() + std::ptrdiff_t(b[r_]));
-    }
-    void progress() override {}
-    void wait() override {}
-    std::size_t scatters_started = 0;
-    std::size_t sums_started = 0;
-
-   private:
-    void publish(void* p, std::size_t n) {
-      g_.ptr_[r_] = p;
-      g_.len_[r_] = n;
-      g_.sync_.arrive_and_wait();
-    }
-    // Sums (or maxima) in rank order, so every rank computes the same bits.
-    template <class T>
-    void reduce(std::span<T> x, parallel::reduce_op op) {
-      publish(x.data(), x.size());
-      for (std::size_t q = 0; q < g_.p_; ++q) REQUIRE(g_.len_[q] == x.size());
-      std::vector<T> out(x.size());
-      for (std::size_t i = 0; i < x.size(); ++i) {
-        T a = static_cast<T*>(g_.ptr_[0])[i];
-        for (std::size_t q = 1; q < g_.p_; ++q) {
-          const T v = static_cast<T*>(g_.ptr_[q])[i];
-          a = op == parallel::reduce_op::max ? std::max(a, v) : a + v;
-        }
-        out[i] = a;
-      }
-      g_.sync_.arrive_and_wait();
-      std::copy(out.begin(), out.end(), x.begin());
-    }
-    thread_replicas& g_;
-    std::size_t r_;
-  };
-
-  // f(rank, group) on P threads.
-  template <class F>
-  void run(F f) {
-    std::vector<std::thread> ts;
-    std::vector<std::exception_ptr> errors(p_);
-    for (std::size_t r = 0; r < p_; ++r)
-      ts.emplace_back([&, r] {
-        set_num_threads(1);
-        member m(*this, r);
-        try {
-          f(r, m);
-        } catch (...) {
-          errors[r] = std::current_exception();
-        }
-      });
-    for (auto& t : ts) t.join();
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
-  }
-
- private:
-  std::size_t p_;
-  std::barrier<> sync_;
-  std::vector<void*> ptr_;
-  std::vector<std::size_t> len_;
-};
 
 gpt_config small() { return test::small_gpt_config(); }
 

@@ -50,3 +50,33 @@ std::vector<std::pair<std::size_t, std::size_t>> gradient_part_ranges(const aren
 }
 
 }  // namespace sparselm
+
+namespace sparselm {
+
+// Tensor index ranges [begin, end) of a pipeline's stages, for optimiser state sharded by stage:
+// `parts` as from gradient_part_ranges (embedding, blocks, head), `first` the first block of
+// stages 1..S-1. Stage 0 takes every tensor before its successor's first block (the embedding and
+// with it a tied head tensor), the last stage every tensor from its first block on (the head).
+// The ranges cover the layout's tensors in order. Empty when `parts` is.
+inline std::vector<std::pair<std::size_t, std::size_t>> stage_tensor_ranges(
+    const arena_layout& L, const std::vector<std::pair<std::size_t, std::size_t>>& parts,
+    const std::vector<std::size_t>& first) {
+  if (parts.empty()) return {};
+  // the first tensor whose storage starts at or after flat offset `at`
+  auto tensor_at = [&](std::size_t at) {
+    std::size_t i = 0;
+    while (i < L.count() && L[i].offset < at) ++i;
+    return i;
+  };
+  std::vector<std::pair<std::size_t, std::size_t>> r;
+  std::size_t begin = 0;
+  for (std::size_t b : first) {
+    const std::size_t end = tensor_at(parts.at(1 + b).first);
+    r.emplace_back(begin, end);
+    begin = end;
+  }
+  r.emplace_back(begin, L.count());
+  return r;
+}
+
+}  // namespace sparselm

@@ -168,6 +168,15 @@ class transformer {
   };
   const pipeline_report& last_pipeline() const noexcept { return pipe_; }
 
+  // The tensor index ranges the stages of plan p own (stage_tensor_ranges, models/grad_parts.hpp),
+  // over the split a pipeline over ranks runs (the plan's, else the cost model's); empty when the
+  // layout is not in embedding, blocks, head order.
+  std::vector<std::pair<std::size_t, std::size_t>> stage_tensors(const pipeline::plan& p) {
+    pipeline::check_split(p.split, p.stages, stack_.size());
+    const auto split = p.stages > 1 ? choose_split(p, p.stages, false) : std::vector<std::size_t>{};
+    return stage_tensor_ranges(*layout_, grad_ranges_, split);
+  }
+
   // One micro-batch (numbered ctx.micro for its dropout streams).
   template <recompute::policy Recompute = recompute::none>
   loss_stats forward_backward(step_context ctx, const Batch& b, float grad_scale) {

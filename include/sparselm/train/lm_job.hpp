@@ -249,9 +249,9 @@ class lm_job {
     }
 
     const double unigram = valid_file ? unigram_perplexity(train_file, *valid_file, vocab) : 0.0;
-    // each rank's optimiser state (MiB; one value per rank)
-    std::vector<std::uint64_t> state_bytes(ranks);
-    group.all_gather(t.optimizer_state_bytes(), state_bytes);
+    // each process's optimiser state (MiB; one value per rank: data replicas or pipeline stages)
+    std::vector<std::uint64_t> state_bytes(procs.size());
+    procs.all_gather(t.optimizer_state_bytes(), state_bytes);
     nlohmann::json state_mib = nlohmann::json::array();
     for (auto b : state_bytes) state_mib.push_back(double(b) / (1 << 20));
     nlohmann::json run_line = {{"kind", "run"},
@@ -297,7 +297,10 @@ class lm_job {
       if (pipe.stages > 1 && &procs != &group) {
         say(program_ + ": pipeline of " + std::to_string(pipe.stages) + " stages (" + pipeline::name(pipe.schedule) +
             ") over " + procs.describe() + ", one stage per rank, " + std::to_string(t.options().accumulation.steps) +
-            " micro-batches per step; every rank reads the whole batch and applies the summed gradient");
+            " micro-batches per step; every rank reads the whole batch and " +
+            (t.sharded() ? "updates its stage's tensors" : "applies the summed gradient"));
+        say(program_ + ": optimiser state per rank (MiB): " + state_mib.dump() +
+            (t.sharded() ? " (each rank its stage's)" : ""));
       } else if (pipe.stages > 1) {
         if (pipe.where == pipeline::placement::ranks)
           say(program_ + ": trainer.pipeline.placement is ranks but this is one process: the stages run as threads");

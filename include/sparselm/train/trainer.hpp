@@ -165,24 +165,24 @@ class trainer {
       SPARSELM_CHECK(g.size() == o_.pipeline.stages, "trainer: a pipeline of ", o_.pipeline.stages,
                      " stages placed on ranks needs as many ranks; ", g.describe(),
                      " (combining pipeline and data parallelism over ranks is not supported)");
-      SPARSELM_CHECK(!o_.shard_optimizer, "trainer: shard_optimizer shards data replicas' optimiser state; the ranks "
-                     "of a pipeline over ranks are stages");
       stage_group_ = &g;
       link_ = detail::group_stage_link(&g);
+      if (o_.shard_optimizer) {  // each stage keeps the optimiser state of its own tensors
+        std::vector<optim::tensor_range> parts;
+        if constexpr (requires { model_.stage_tensors(o_.pipeline); })
+          for (const auto& [b, e] : model_.stage_tensors(o_.pipeline)) parts.push_back({b, e});
+        SPARSELM_CHECK(parts.size() == g.size(), "trainer: shard_optimizer over a pipeline's ranks needs the model's ",
+                       "stage tensors (embedding, blocks, head in layout order)");
+        shard_by(parts, g);
+      }
       return;
     }
     group_ = &g;
     if (!o_.shard_optimizer || g.size() == 1) return;
-    if constexpr (optim::sharded_optimizer<optimizer_type>) {
-      const arena_layout& L = *model_.layout();
-      const auto parts = optim::partition_tensors(L, g.size());
-      opt_.attach(model_.layout(), parts[g.rank()]);
-      shards_.assign(L, parts);
-    } else {
-      fail("trainer: shard_optimizer: the optimiser '", optimizer_type::name, "' cannot shard its state");
-    }
+    shard_by(optim::partition_tensors(*model_.layout(), g.size()), g);
   }
-  // Whether this replica keeps only its shard of the optimiser state (trainer_options::shard_optimizer).
+  // Whether this process keeps only its shard of the optimiser state (trainer_options::shard_optimizer):
+  // a data replica its 1/P of the tensors, a rank of a pipeline over ranks its stage's.
   bool sharded() const noexcept { return shards_.active(); }
   // Bytes of optimiser slots this replica holds (all of them unless sharded).
   std::size_t optimizer_state_bytes() {
@@ -205,7 +205,7 @@ class trainer {
     st.step = opt_.step_count();
     const auto own = opt_.state();
     if (full_slots_.empty()) full16_.widen(full_slots_, model_.layout());  // after a 16-bit gather
-    SPARSELM_CHECK(replicas().rank() != 0 || full_slots_.size() == own.slots.size(),
+    SPARSELM_CHECK(shard_group().rank() != 0 || full_slots_.size() == own.slots.size(),
                    "trainer: checkpoint_state() of a sharded optimiser before gather_optimizer_state()");
     for (std::size_t k = 0; k < own.slots.size() && k < full_slots_.size(); ++k)
       st.slots.push_back({own.slots[k].name, &full_slots_[k]});
@@ -213,7 +213,7 @@ class trainer {
   }
   void gather_optimizer_state() {
     if (!sharded()) return;
-    auto& g = replicas();
+    auto& g = shard_group();
     // 16-bit slots of a run-time slot choice travel and are kept in their own type (half the
     // bytes of the float copies state() would make): visit_gathered16() hands them to a save
     if (full16_.gather(opt_, g, model_.layout(), [&](std::size_t e) { return shards_.byte_bounds(e); })) {
@@ -333,10 +333,10 @@ class trainer {
       ctx.grads_ready = &ready;
     }
     m.loss = model_.template forward_backward<recompute_policy, pipeline_policy>(ctx, micro, scales_);
-    if (g.size() > 1) reduce_over_replicas(g, true, started, ctx.need_dense_grad, m.loss);
+    if (g.size() > 1) reduce_over_replicas(g, started, ctx.need_dense_grad, m.loss);
     // A pipeline over ranks: each rank holds its stage's gradients (and the loss on the last one);
     // their sum is the whole gradient on every rank, which then applies the same update.
-    if (stage_group_) reduce_over_replicas(*stage_group_, false, 0, ctx.need_dense_grad, m.loss);
+    if (stage_group_) reduce_over_replicas(*stage_group_, 0, ctx.need_dense_grad, m.loss);
     // The gradients hold loss_scale × the true ones; final_scale folds the un-scaling in.
     const float final_scale = float(o_.accumulation.final_scale()) / m.loss_scale;
     float grad_scale = final_scale;
@@ -375,7 +375,7 @@ class trainer {
     }
     m.lr = sched_(step_);
     opt_.step(model_.params(), model_.grads(), m.lr, grad_scale);
-    if (sharded()) shards_.share_params(replicas(), model_.params());  // each replica updated its own tensors
+    if (sharded()) shards_.share_params(shard_group(), model_.params());  // each process updated its own tensors
     ++step_;
     if (hooks_.after_update) hooks_.after_update(step_);
     m.step = step_;
@@ -389,15 +389,13 @@ class trainer {
  private:
   // After backward on P > 1 replicas: completes the gradient sums (all of the arena when the model
   // did not report its parts), sums the pooled dense gradients of a RigL step (max for max
-  // pooling) and the loss statistics, so every rank holds the global step's numbers. `replicas`:
-  // g is the data-parallel group (whose sums follow the optimiser's shards), not pipeline stages.
-  void reduce_over_replicas(parallel::replica_group& g, bool replicas, std::size_t started, bool dense_grad,
-                            loss_stats& loss) {
+  // pooling) and the loss statistics, so every rank holds the global step's numbers (sharded: the
+  // sums of its own tensors' gradients).
+  void reduce_over_replicas(parallel::replica_group& g, std::size_t started, bool dense_grad, loss_stats& loss) {
     auto all = model_.grads().all();
-    if (started == 0) {
-      if (replicas) sum_gradients(g, 0, all.size());
-      else g.start_sum(all);
-    } else
+    if (started == 0)
+      sum_gradients(g, 0, all.size());
+    else
       SPARSELM_CHECK(started == all.size(), "trainer: the model reported ", started, " of ", all.size(),
                      " gradient elements as finished (a part reported twice or not at all)");
     g.wait();
@@ -418,7 +416,20 @@ class trainer {
 
   // The global gradient norm (sharded: from each rank's own tensors, bit-identical).
   double gradient_norm() {
-    return sharded() ? shards_.norm(replicas(), model_.grads()) : optim::global_norm(model_.grads());
+    return sharded() ? shards_.norm(shard_group(), model_.grads()) : optim::global_norm(model_.grads());
+  }
+
+  // The processes the optimiser state is sharded over: the data replicas, or a pipeline's ranks.
+  parallel::replica_group& shard_group() noexcept { return processes(); }
+
+  template <class Parts>
+  void shard_by(const Parts& parts, parallel::replica_group& g) {
+    if constexpr (optim::sharded_optimizer<optimizer_type>) {
+      opt_.attach(model_.layout(), parts[g.rank()]);
+      shards_.assign(*model_.layout(), parts);
+    } else {
+      fail("trainer: shard_optimizer: the optimiser '", optimizer_type::name, "' cannot shard its state");
+    }
   }
 
   // Fixes the compute type (a policy that names one refuses options naming another) and gives

@@ -72,7 +72,9 @@ struct trainer_options {
   bool bf16_activations = true;
   // Data parallelism (data_parallel::mpi, P > 1 replicas): each replica keeps and updates the
   // optimiser slots of 1/P of the tensors and the replicas then exchange the updated parameters
-  // (ZeRO stage 1; optim/shard.hpp). Checkpoints hold the whole state either way.
+  // (ZeRO stage 1; optim/shard.hpp). A pipeline over ranks: each rank keeps and updates those of its
+  // stage's tensors (the embedding, with a tied head tensor, on stage 0). Checkpoints hold the whole
+  // state either way.
   bool shard_optimizer = false;
   // Stage pipelining under pipeline::configured (policies/pipeline.hpp): the blocks split into
   // `stages` stages on their own thread groups, the micro-batches (accumulation steps) in 1F1B or

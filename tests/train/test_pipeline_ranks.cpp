@@ -1,0 +1,131 @@
+// A pipeline whose stages are ranks (trainer_options::pipeline with placement ranks), played by
+// threads exchanging messages: with shard_optimizer each rank keeps the optimiser state of its own
+// stage's tensors only (the embedding and a tied head tensor on stage 0, the head on the last),
+// sums only those tensors' gradients and trains bit for bit as the unsharded pipeline does; the
+// gathered checkpoint state equals the unsharded one.
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "../common/thread_replicas.hpp"
+#include "../common/tiny_gpt.hpp"
+#include "sparselm/models/gpt.hpp"
+#include "sparselm/train/trainer.hpp"
+
+using namespace sparselm;
+using test::thread_replicas;
+
+namespace {
+
+struct dp_policies : default_policies {
+  using data_parallel = sparselm::data_parallel::mpi;
+};
+
+gpt_config four_layers() {
+  gpt_config c = test::small_gpt_config();
+  c.n_layer = 4;
+  return c;
+}
+
+// 2 micro-batches of 2 rows x 16 positions per step, the same on every rank.
+std::vector<std::vector<std::int32_t>> toy_ids(int n) {
+  std::vector<std::vector<std::int32_t>> v;
+  for (int b = 0; b < n; ++b) {
+    std::vector<std::int32_t> x;
+    for (int i = 0; i < 2 * 16; ++i) x.push_back(std::int32_t((b * 131 + i * 17 + i * i) % 64));
+    v.push_back(x);
+  }
+  return v;
+}
+
+struct rank_result {
+  std::vector<double> losses;
+  std::vector<float> weights;
+  std::size_t state_bytes = 0;
+  optim::element_range owned;
+  std::vector<std::vector<float>> slots;  // rank 0: the checkpoint state's slots
+  std::vector<std::size_t> split;
+};
+
+rank_result train_stage(parallel::replica_group& g, const pipeline::plan& plan, bool shard, int steps) {
+  const auto ids = toy_ids(2 * steps);
+  gpt<> m(four_layers());
+  m.init(7);
+  trainer_options o;
+  o.pipeline = plan;
+  o.accumulation.steps = 2;
+  o.shard_optimizer = shard;
+  o.clip = clip_mode::global_norm;
+  o.max_norm = 0.05f;  // clipping on every step: the norm from the stages' own tensors must be exact
+  trainer<gpt<>, dp_policies> t(m, o, optim::adamw<float>(nlohmann::json::object()),
+                                optim::make_schedule({{"type", "constant"}, {"lr", 3e-3}}));
+  t.set_replicas(g);
+  CHECK(t.sharded() == shard);
+  rank_result r;
+  for (int k = 0; k < steps; ++k) {
+    std::vector<token_batch> micro;
+    for (int q = 0; q < 2; ++q) {
+      const auto& x = ids[std::size_t(2 * k + q)];
+      micro.push_back({x, x, {}, 2, 16});  // targets: the ids themselves (any valid targets do)
+    }
+    const auto sm = t.train_step(micro);
+    CHECK(sm.grad_norm > 0.05);
+    r.losses.push_back(sm.loss.mean_loss());
+  }
+  t.check_replicas_agree("at the end of the test");
+  r.weights = test::param_snapshot(m);
+  r.state_bytes = t.optimizer_state_bytes();
+  r.owned = t.optimizer().owned_elements();
+  r.split = m.last_pipeline().split;
+  t.gather_optimizer_state();
+  if (g.rank() == 0) {
+    const auto st = t.checkpoint_state();
+    CHECK(st.step == std::size_t(steps));
+    for (const auto& s : st.slots) r.slots.emplace_back(s.slots->all().begin(), s.slots->all().end());
+  }
+  t.release_gathered_state();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("pipeline over ranks: optimiser state sharded by stage trains bit for bit as unsharded") {
+  using pipeline::order;
+  for (const pipeline::plan& plan : {pipeline::plan{2, order::one_f_one_b, {}, pipeline::placement::ranks},
+                                    pipeline::plan{3, order::gpipe, {1, 3}, pipeline::placement::ranks}}) {
+    const std::size_t S = plan.stages;
+    CAPTURE(S);
+    std::vector<rank_result> plain(S), sharded(S);
+    for (bool shard : {false, true}) {
+      thread_replicas group(S);
+      group.run([&](std::size_t r, parallel::replica_group& g) {
+        (shard ? sharded : plain)[r] = train_stage(g, plan, shard, 3);
+        // sharded: each rank summed only its own tensors' gradients (the rest became NaN here)
+        CHECK((static_cast<thread_replicas::member&>(g).scatters_started > 0) == shard);
+      });
+    }
+    gpt<> layout_of(four_layers());
+    const arena_layout& L = *layout_of.layout();
+    std::size_t state_sum = 0;
+    for (std::size_t r = 0; r < S; ++r) {
+      CAPTURE(r);
+      CHECK(sharded[r].losses == plain[r].losses);
+      CHECK(sharded[r].weights == plain[r].weights);
+      CHECK(sharded[r].weights == plain[0].weights);  // and every rank holds the whole updated model
+      CHECK(sharded[r].state_bytes < plain[r].state_bytes);
+      state_sum += sharded[r].state_bytes;
+      // rank r owns its stage's tensors: from the first tensor of its first block to the next stage's
+      const auto& split = sharded[r].split;
+      REQUIRE(split.size() == S - 1);
+      auto block_start = [&](std::size_t b) { return L[*L.find("h." + std::to_string(b) + ".ln_1.weight")].offset; };
+      CHECK(sharded[r].owned.first == (r == 0 ? 0 : block_start(split[r - 1])));
+      CHECK(sharded[r].owned.last == (r + 1 == S ? L.total() : block_start(split[r])));
+    }
+    // every slot is held by exactly one rank (AdamW: two slots of the owned elements)
+    CHECK(state_sum == plain[0].state_bytes);
+    REQUIRE(plain[0].slots.size() == 2);
+    CHECK(sharded[0].slots == plain[0].slots);
+  }
+}
