@@ -4,7 +4,7 @@
 #   1 process x 2 threads (batch 8)       against
 #   mpirun -np 2, 1 thread per rank (batch 4 per rank), with and without --shard-optimizer,
 # the three interleaved REPS times. Prints one JSON line per run (median tokens/s over steps 3..STEPS,
-# from the per-step metrics; peak RSS of every process in MiB) and the ratios of the medians.
+# from the per-step metrics; peak RSS of every process in MiB, in rank order) and the ratios of the medians.
 # With MICRO = M > 0, also the stage pipelines over M micro-batches of 8/M rows (docs/distributed.md):
 #   1 process x 2 threads, M micro-batches, one stage       (the same accumulation, no pipeline)
 #   1 process, 2 stages x 1 thread (--pipeline-stages 2)
@@ -26,12 +26,13 @@ mpi_opts=(--oversubscribe --bind-to none)
 args=(--config "$src/configs/gpt-mini-train.json" --train "$work/data.tok" --valid "$work/data.tok" --layers 12 --heads 12 --embd 768
       --positions 1024 --seq-len 128 --steps "$steps" --warmup-steps 1 --eval-every 0 --eval-batches 1 --log-every 1
       --checkpoint-every 0)
-# peak RSS (MiB) of a command: ru_maxrss of its children, on stderr; every process (each rank)
-# runs under its own wrapper
+# peak RSS (MiB) of a command: "peak_rss RANK MIB" (ru_maxrss of its children) on stderr; every
+# process (each rank) runs under its own wrapper
 cat > "$work/peak.py" <<'PY'
-import resource, subprocess, sys
+import os, resource, subprocess, sys
 r = subprocess.run(sys.argv[1:])
-print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024, file=sys.stderr)
+rank = os.environ.get("OMPI_COMM_WORLD_RANK", "0")
+print("peak_rss", rank, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024, file=sys.stderr)
 sys.exit(r.returncode)
 PY
 peak=(/usr/bin/python3 "$work/peak.py")
@@ -42,10 +43,11 @@ run() {  # name, then the command
   /usr/bin/python3 - "$out/metrics.jsonl" "$name" "$out.err" <<'PY'
 import json, statistics, sys
 steps = [j for j in map(json.loads, open(sys.argv[1])) if j.get("kind") == "train" and j["step"] >= 3]
-rss = [int(l) for l in open(sys.argv[3]) if l.strip().isdigit()]
+rss = [int(m) for _, m in sorted((int(r), m) for k, r, m in (l.split() for l in open(sys.argv[3]) if l.startswith("peak_rss ")))]
 print(json.dumps({"run": sys.argv[2], "tokens_per_s": statistics.median(j["tokens_per_s"] for j in steps),
                   "steps": len(steps), "peak_rss_mib": rss}))
 PY
+  rm -rf "$out/checkpoints"  # the final save (1.5 GB for GPT-2 small), not needed here
 }
 exec 9> /tmp/sparselm-cpu.lock
 flock 9

@@ -97,6 +97,7 @@ class thread_replicas {
     void send(std::span<const float> x, std::size_t to, std::uint64_t tag) override {
       std::lock_guard lock(g_.box_mutex_);
       g_.box_[{r_, to, tag}].emplace_back(x.begin(), x.end());
+      if (tag >= 30000) ++tied_messages;  // the trainer's tied-gradient messages (train/replica_sums.hpp)
       g_.box_ready_.notify_all();
     }
     void recv(std::span<float> x, std::size_t from, std::uint64_t tag) override {
@@ -106,8 +107,10 @@ class thread_replicas {
       REQUIRE(q.front().size() == x.size());
       std::copy(q.front().begin(), q.front().end(), x.begin());
       q.pop_front();
+      if (tag >= 30000) ++tied_messages;
     }
     std::size_t scatters_started = 0;
+    std::size_t tied_messages = 0;  // sent or received
     std::size_t sums_started = 0;
 
    private:

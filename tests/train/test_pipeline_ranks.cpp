@@ -1,16 +1,20 @@
 // A pipeline whose stages are ranks (trainer_options::pipeline with placement ranks), played by
 // threads exchanging messages: with shard_optimizer each rank keeps the optimiser state of its own
 // stage's tensors only (the embedding and a tied head tensor on stage 0, the head on the last),
-// sums only those tensors' gradients and trains bit for bit as the unsharded pipeline does; the
-// gathered checkpoint state equals the unsharded one.
+// receives only the tied tensor's gradient from the last stage (no sum over the whole arena) and
+// trains bit for bit as the unsharded pipeline does; the gathered checkpoint state equals the
+// unsharded one.
 #include <doctest/doctest.h>
 
 #include <cstddef>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "../common/thread_replicas.hpp"
+#include "../common/tiny_bert.hpp"
 #include "../common/tiny_gpt.hpp"
+#include "sparselm/models/bert.hpp"
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/train/trainer.hpp"
 
@@ -102,8 +106,12 @@ TEST_CASE("pipeline over ranks: optimiser state sharded by stage trains bit for 
       thread_replicas group(S);
       group.run([&](std::size_t r, parallel::replica_group& g) {
         (shard ? sharded : plain)[r] = train_stage(g, plan, shard, 3);
-        // sharded: each rank summed only its own tensors' gradients (the rest became NaN here)
-        CHECK((static_cast<thread_replicas::member&>(g).scatters_started > 0) == shard);
+        // sharded: no sum over the arena, only the tied embedding's gradient goes from the last
+        // rank to rank 0 (unsharded: one all-reduce of the whole arena per step)
+        const auto& member = static_cast<thread_replicas::member&>(g);
+        CHECK(member.scatters_started == 0);
+        CHECK(member.sums_started == (shard ? 0u : 3u));
+        if (shard && (r == 0 || r + 1 == S)) CHECK(member.tied_messages == 3u);
       });
     }
     gpt<> layout_of(four_layers());
@@ -128,4 +136,45 @@ TEST_CASE("pipeline over ranks: optimiser state sharded by stage trains bit for 
     REQUIRE(plain[0].slots.size() == 2);
     CHECK(sharded[0].slots == plain[0].slots);
   }
+}
+
+// BERT's decoder is tied to the word embedding through its projection() (models/bert_heads.hpp):
+// the last stage's part of that gradient reaches rank 0 and the sharded pipeline is the unsharded one.
+TEST_CASE("pipeline over ranks: BERT with state sharded by stage trains bit for bit as unsharded") {
+  constexpr std::size_t B = 2, T = 16, P = 3;  // rows per micro-batch, positions, prediction slots per row
+  std::vector<std::vector<std::int32_t>> ids(2), types(2), pos(2), labels(2), nsp(2);
+  std::mt19937 rng(5);
+  for (std::size_t m = 0; m < 2; ++m) {
+    for (std::size_t i = 0; i < B * T; ++i) ids[m].push_back(std::int32_t(rng() % 50)), types[m].push_back((i % T) >= T / 2);
+    for (std::size_t k = 0; k < B * P; ++k) pos[m].push_back(std::int32_t(1 + 4 * (k % P) + k / P)), labels[m].push_back(std::int32_t(rng() % 50));
+    nsp[m] = {std::int32_t(m), 1};
+  }
+  std::vector<std::vector<float>> w(4);
+  std::vector<std::size_t> tied(4);
+  for (bool shard : {false, true}) {
+    thread_replicas group(2);
+    group.run([&](std::size_t r, parallel::replica_group& g) {
+      bert<> model(test::tiny_bert_config());
+      model.init(3);
+      trainer_options o;
+      o.pipeline = pipeline::plan{2, pipeline::order::one_f_one_b, {}, pipeline::placement::ranks};
+      o.accumulation.steps = 2;
+      o.shard_optimizer = shard;
+      trainer<bert<>, dp_policies> t(model, o, optim::adamw<float>(nlohmann::json::object()),
+                                     optim::make_schedule({{"type", "constant"}, {"lr", 3e-3}}));
+      t.set_replicas(g);
+      std::vector<bert_batch> micro(2);
+      for (std::size_t m = 0; m < 2; ++m) {
+        micro[m].ids = ids[m], micro[m].token_types = types[m], micro[m].masked_positions = pos[m];
+        micro[m].masked_labels = labels[m], micro[m].nsp_labels = nsp[m], micro[m].batch = B, micro[m].seq = T;
+      }
+      for (int k = 0; k < 3; ++k) t.train_step(micro);
+      w[2 * shard + r] = test::param_snapshot(model);
+      tied[2 * shard + r] = static_cast<thread_replicas::member&>(g).tied_messages;
+    });
+  }
+  CHECK(w[2] == w[0]);
+  CHECK(w[3] == w[1]);
+  CHECK(w[1] == w[0]);
+  CHECK(tied == std::vector<std::size_t>{0, 0, 3, 3});  // one tied tensor (the word embedding) per step
 }

@@ -144,6 +144,8 @@ class bert_pretraining_head {
   }
   const transform_type& transform() const noexcept { return transform_; }
   const param_ref& decoder_bias() const noexcept { return bias_; }
+  // The decoder, tied to the word embedding (models/grad_parts.hpp finds the tied tensor through it).
+  const tied_lm_head& projection() const noexcept { return decoder_; }
   const bert_pooler<T>& pooler() const noexcept { return pooler_; }
   const linear<T>& classifier() const noexcept { return classifier_; }
 

@@ -80,3 +80,25 @@ inline std::vector<std::pair<std::size_t, std::size_t>> stage_tensor_ranges(
 }
 
 }  // namespace sparselm
+
+namespace sparselm {
+
+// The tensors the head writes that lie before the first block, given the part ranges of
+// gradient_part_ranges: the table of a projection tied to the embedding (a head with one says so
+// with projection().embedding(), layers/lm_head.hpp) and any of its own parameters there. Under a
+// pipeline over ranks the last stage adds to their gradients although stage 0 owns them.
+template <class Head>
+std::vector<std::size_t> tied_head_tensors(const arena_layout& L,
+                                           const std::vector<std::pair<std::size_t, std::size_t>>& parts,
+                                           const Head& head) {
+  std::vector<std::size_t> v;
+  if (parts.size() < 2) return v;
+  auto add = [&](std::size_t i) {
+    if (L[i].offset < parts[1].first && std::find(v.begin(), v.end(), i) == v.end()) v.push_back(i);
+  };
+  if constexpr (requires { head.projection().embedding().index; }) add(head.projection().embedding().index);
+  for (const auto& p : parameters_of(head)) add(p.index);
+  return v;
+}
+
+}  // namespace sparselm

@@ -16,7 +16,8 @@
 //              a Batch with token_types, forward(s, ids, types, x0, cache), backward(s, ids, types, dx0, cache)
 //   Block:     transformer_block (layers/block.hpp)
 //   Head:      forward_backward(s, xL, batch, grad_scale, dxL, cache[, ce]) -> loss_stats,
-//              logits(s, xL, out, cache), loss_normaliser(batch)
+//              logits(s, xL, out, cache), loss_normaliser(batch); a head whose projection is tied
+//              to the embedding also projection() -> tied_lm_head (layers/lm_head.hpp)
 // and each is visitable (layers/visit.hpp), so init, parameter lists and sparse weights are derived.
 
 #include <algorithm>
@@ -176,6 +177,8 @@ class transformer {
     const auto split = p.stages > 1 ? choose_split(p, p.stages, false) : std::vector<std::size_t>{};
     return stage_tensor_ranges(*layout_, grad_ranges_, split);
   }
+  // The head's tensors stage 0 owns (tied to the embedding; tied_head_tensors, models/grad_parts.hpp).
+  std::vector<std::size_t> tied_tensors() const { return tied_head_tensors(*layout_, grad_ranges_, head_); }
 
   // One micro-batch (numbered ctx.micro for its dropout streams).
   template <recompute::policy Recompute = recompute::none>

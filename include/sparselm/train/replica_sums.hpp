@@ -16,6 +16,7 @@
 #include <cmath>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <tuple>
 #include <type_traits>
@@ -163,6 +164,34 @@ class gradient_shards {
  private:
   std::vector<std::size_t> bounds_;   // flat element offsets of each rank's tensors, and total()
   std::vector<std::size_t> scatter_;  // bounds_ within one part's range
+};
+
+// A pipeline over ranks with the optimiser state sharded by stage (trainer_options::shard_optimizer):
+// only a stage's own layers write its tensors' gradients, except head tensors tied to the
+// embedding (owned by stage 0), to which the last stage adds. add() sends the last rank's part of
+// each to rank 0, which adds it: one message per tied tensor in place of a sum over the arena.
+class tied_gradient_sum {
+ public:
+  void assign(std::vector<std::size_t> tensors) { tensors_ = std::move(tensors); }
+  void add(parallel::replica_group& g, arena<float>& grads) {
+    const std::size_t last = g.size() - 1;
+    constexpr std::uint64_t tag = 30000;  // above the pipeline's activation tags (2 per micro-batch)
+    for (std::size_t k = 0; k < tensors_.size(); ++k) {
+      const auto grad = grads[tensors_[k]];
+      if (g.rank() == last) {
+        g.send(grad, 0, tag + k);
+      } else if (g.rank() == 0) {
+        in_.resize(grad.size());
+        g.recv(in_, last, tag + k);
+        for (std::size_t i = 0; i < grad.size(); ++i) grad[i] += in_[i];
+      }
+    }
+    if (g.rank() == last) g.flush_sends();
+  }
+
+ private:
+  std::vector<std::size_t> tensors_;
+  std::vector<float> in_;  // rank 0: the last stage's part of one tied tensor's gradient
 };
 
 }  // namespace sparselm

@@ -169,11 +169,14 @@ class trainer {
       link_ = detail::group_stage_link(&g);
       if (o_.shard_optimizer) {  // each stage keeps the optimiser state of its own tensors
         std::vector<optim::tensor_range> parts;
-        if constexpr (requires { model_.stage_tensors(o_.pipeline); })
+        if constexpr (requires { model_.stage_tensors(o_.pipeline); model_.tied_tensors(); }) {
           for (const auto& [b, e] : model_.stage_tensors(o_.pipeline)) parts.push_back({b, e});
+          tied_.assign(model_.tied_tensors());
+        }
         SPARSELM_CHECK(parts.size() == g.size(), "trainer: shard_optimizer over a pipeline's ranks needs the model's ",
                        "stage tensors (embedding, blocks, head in layout order)");
         shard_by(parts, g);
+        by_stage_ = true;
       }
       return;
     }
@@ -336,7 +339,11 @@ class trainer {
     if (g.size() > 1) reduce_over_replicas(g, started, ctx.need_dense_grad, m.loss);
     // A pipeline over ranks: each rank holds its stage's gradients (and the loss on the last one);
     // their sum is the whole gradient on every rank, which then applies the same update.
-    if (stage_group_) reduce_over_replicas(*stage_group_, 0, ctx.need_dense_grad, m.loss);
+    // Sharded by stage, a rank's own tensors' gradients are complete once the tied ones are added
+    // (the whole arena counts as summed).
+    if (stage_group_ && by_stage_) tied_.add(*stage_group_, model_.grads());
+    if (stage_group_)
+      reduce_over_replicas(*stage_group_, by_stage_ ? model_.grads().all().size() : 0, ctx.need_dense_grad, m.loss);
     // The gradients hold loss_scale × the true ones; final_scale folds the un-scaling in.
     const float final_scale = float(o_.accumulation.final_scale()) / m.loss_scale;
     float grad_scale = final_scale;
@@ -470,6 +477,8 @@ class trainer {
   gradient_shards shards_;                       // sharded: each rank's flat range
   std::vector<arena<slot_type>> full_slots_;     // sharded: whole-layout slots of a checkpoint
   gathered_slots16 full16_;  // sharded 16-bit slots gathered in their own type (gather_optimizer_state)
+  bool by_stage_ = false;         // sharded by stage (a pipeline over ranks)
+  tied_gradient_sum tied_;        // by stage: the head's tensors stage 0 owns (train/replica_sums.hpp)
   parallel::single_replica single_;
   std::size_t step_ = 0;
   std::size_t skipped_in_row_ = 0;  // consecutive steps skipped for a non-finite loss or gradient
