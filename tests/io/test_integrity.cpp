@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -92,6 +93,56 @@ TEST_CASE("safetensors checksums reject every single-byte mutant of the tensor d
   plain.write(d / "plain.safetensors");
   io::safetensors_file p(d / "plain.safetensors");
   CHECK_FALSE(p.metadata().contains(io::checksum_key));
+}
+
+// A streamed tensor (another process's bytes, arriving in chunks: train/slot_stream.hpp) is
+// written byte for byte as if added whole; a source that hands over other bytes or another count
+// fails the write, naming the tensor, and leaves the previous file untouched.
+TEST_CASE("safetensors: streamed tensors are written as added ones; a wrong stream leaves no file") {
+  const fs::path d = test::fresh_dir("io", "streamed");
+  std::vector<float> a(40), b(1000);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = float(i) * 0.5f - 7;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = float(i % 13) - 6.25f;
+  const auto b_crc = io::crc32c(b.data(), b.size() * sizeof(float));
+  {
+    io::safetensors_writer w;
+    w.add("a", {5, 8}, a);
+    w.add("b", {10, 100}, b);
+    w.write(d / "whole.safetensors");
+  }
+  // b in three uneven pieces
+  auto pieces = [&](std::size_t drop_last, unsigned flip) {
+    return [&b, drop_last, flip](const io::safetensors_writer::byte_sink& sink) {
+      std::vector<unsigned char> bytes(b.size() * sizeof(float));
+      std::memcpy(bytes.data(), b.data(), bytes.size());
+      bytes[1001] ^= static_cast<unsigned char>(flip);
+      const std::size_t n = bytes.size() - drop_last;
+      sink(bytes.data(), 7);
+      sink(bytes.data() + 7, 2000);
+      sink(bytes.data() + 2007, n - 2007);
+    };
+  };
+  {
+    io::safetensors_writer w;
+    w.add("a", {5, 8}, a);
+    w.add_streamed("b", io::st_dtype::f32, {10, 100}, b_crc, pieces(0, 0));
+    w.write(d / "streamed.safetensors");
+  }
+  CHECK(test::slurp(d / "streamed.safetensors") == test::slurp(d / "whole.safetensors"));
+  const std::string before = test::slurp(d / "streamed.safetensors");
+  auto attempt = [&](std::size_t drop_last, unsigned flip) {
+    io::safetensors_writer w;
+    w.add("a", {5, 8}, a);
+    w.add_streamed("b", io::st_dtype::f32, {10, 100}, b_crc, pieces(drop_last, flip));
+    return error_of([&] { w.write(d / "streamed.safetensors"); });
+  };
+  const std::string flipped = attempt(0, 0x10);
+  CHECK(has(flipped, "tensor 'b': the streamed bytes have CRC-32C"));
+  CHECK(has(attempt(4, 0), "tensor 'b': its source handed over 3996 of its 4000 bytes"));
+  CHECK(test::slurp(d / "streamed.safetensors") == before);  // the earlier file is kept whole
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(d)) ++files;
+  CHECK(files == 2);  // no temporary left behind
 }
 
 TEST_CASE("non-regular files are refused before anything is read") {

@@ -3,7 +3,8 @@
 // The model reports each part's gradient range exactly once per step, and the ranges tile the
 // arena; P replicas on their rows of a batch train as one process on the whole batch (within
 // float rounding) and hold bit-identical weights; sharded optimiser state (ZeRO-1) is bit-identical
-// to unsharded; a sharded checkpoint state gathers to the unsharded one.
+// to unsharded; a sharded checkpoint state gathers to the unsharded one, and a save whose slots
+// are streamed to rank 0 writes the same file.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -65,6 +66,30 @@ struct dp_policies : default_policies {
 };
 
 optim::schedule lr() { return optim::make_schedule({{"type", "constant"}, {"lr", 3e-3}}); }
+
+// AdamW with a run-time slot type (optim/slot_choice.hpp).
+struct choice_policies : dp_policies {
+  using optimizer = optim::slot_choice<optim::adamw>;
+};
+
+// A GPT replica with AdamW slots of type `slots` ("float", "bf16", "half"), sharded or not, after
+// 3 steps on its rows of the toy batches; then f(trainer).
+template <class F>
+void after_choice_steps(parallel::replica_group& g, const toy_data& d, const char* slots, bool shard, F&& f) {
+  gpt<> m(small());
+  m.init(5);
+  trainer_options o;
+  o.shard_optimizer = shard;
+  trainer<gpt<>, choice_policies> t(m, o, optim::slot_choice<optim::adamw>({{"type", "adamw"}, {"slots", slots}}),
+                                    lr());
+  t.set_replicas(g);
+  for (int k = 0; k < 3; ++k) {
+    const auto [lo, hi] = parallel::replica_group::slice(4, g.rank(), g.size());
+    const token_batch b = d.rows(k, lo, hi);
+    t.train_step(std::span<const token_batch>(&b, 1));
+  }
+  f(t);
+}
 
 // Trains `steps` steps on rank r of P (rows split as the training loop splits them); returns the
 // losses and the final parameters.
@@ -200,9 +225,6 @@ TEST_CASE("sharded optimiser state is bit-identical to unsharded and gathers int
 // when sharded, and a checkpoint written from them holds the same BF16 / F16 tensors, byte for
 // byte, as the unsharded run's; checkpoint_state() still hands out their float values.
 TEST_CASE("sharded bf16 / half optimiser slots gather and save in their own type") {
-  struct choice_policies : dp_policies {
-    using optimizer = optim::slot_choice<optim::adamw>;
-  };
   const toy_data d(3);
   const std::size_t P = 2;
   namespace fs = std::filesystem;
@@ -215,27 +237,17 @@ TEST_CASE("sharded bf16 / half optimiser slots gather and save in their own type
       const fs::path file = dir / (std::string(slots) + (shard ? "-sharded" : "-plain") + ".safetensors");
       thread_replicas group(P);
       group.run([&](std::size_t r, parallel::replica_group& g) {
-        gpt<> m(small());
-        m.init(5);
-        trainer_options o;
-        o.shard_optimizer = shard;
-        trainer<gpt<>, choice_policies> t(m, o, optim::slot_choice<optim::adamw>({{"type", "adamw"}, {"slots", slots}}),
-                                          lr());
-        t.set_replicas(g);
-        for (int k = 0; k < 3; ++k) {
-          const auto [lo, hi] = parallel::replica_group::slice(4, r, P);
-          const token_batch b = d.rows(k, lo, hi);
-          t.train_step(std::span<const token_batch>(&b, 1));
-        }
-        t.gather_optimizer_state();
-        CHECK(t.visit_gathered16([](const auto&) {}) == shard);
-        if (r == 0) {
-          io::save_training_state(file, t, nlohmann::json::object());
-          for (const auto& s : t.checkpoint_state().slots)
-            widened[shard].insert(widened[shard].end(), s.slots->all().begin(), s.slots->all().end());
-        }
-        t.release_gathered_state();
-        CHECK_FALSE(t.visit_gathered16([](const auto&) {}));
+        after_choice_steps(g, d, slots, shard, [&](auto& t) {
+          t.gather_optimizer_state();
+          CHECK(t.visit_gathered16([](const auto&) {}) == shard);
+          if (r == 0) {
+            io::save_training_state(file, t, nlohmann::json::object());
+            for (const auto& s : t.checkpoint_state().slots)
+              widened[shard].insert(widened[shard].end(), s.slots->all().begin(), s.slots->all().end());
+          }
+          t.release_gathered_state();
+          CHECK_FALSE(t.visit_gathered16([](const auto&) {}));
+        });
       });
     }
     CHECK(!widened[0].empty());
@@ -254,6 +266,52 @@ TEST_CASE("sharded bf16 / half optimiser slots gather and save in their own type
     }
     CHECK(n > 0);
   }
+  fs::remove_all(dir);
+}
+
+// The jobs save sharded state through trainer::stream_optimizer_state: the other ranks' slots
+// reach rank 0 in chunks while it writes. The file equals the one written from the gathered state,
+// byte for byte (float and bf16 slots, 2 and 3 ranks), and with 2 ranks the unsharded run's too.
+// A stream that no save takes is drained by release_gathered_state(), so no rank is left waiting.
+TEST_CASE("sharded optimiser state streamed into a save: the gathered state's file, byte for byte") {
+  const toy_data d(3);
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("sparselm-streamed-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto slurp = [](const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  for (const char* slots : {"float", "bf16"})
+    for (std::size_t P : {std::size_t(2), std::size_t(3)}) {
+      INFO("slots ", slots, ", ", P, " ranks");
+      const std::string stem = std::string(slots) + "-" + std::to_string(P);
+      for (bool shard : {false, true}) {
+        thread_replicas group(P);
+        group.run([&](std::size_t r, parallel::replica_group& g) {
+          after_choice_steps(g, d, slots, shard, [&](auto& t) {
+            const nlohmann::json run = {{"rank_count", P}};
+            if (shard) {  // the gathered state's file, for comparison
+              t.gather_optimizer_state();
+              if (r == 0) io::save_training_state(dir / (stem + "-gathered"), t, run);
+              t.release_gathered_state();
+              t.stream_optimizer_state();  // taken by no save: drained
+              CHECK((t.streamed_slots() != nullptr) == (r == 0));
+              t.release_gathered_state();
+              CHECK(t.streamed_slots() == nullptr);
+            }
+            t.stream_optimizer_state();
+            if (r == 0) io::save_training_state(dir / (stem + (shard ? "-streamed" : "-plain")), t, run);
+            t.release_gathered_state();
+            CHECK(t.streamed_slots() == nullptr);
+          });
+        });
+      }
+      const std::string streamed = slurp(dir / (stem + "-streamed"));
+      CHECK(streamed.size() > 100000);
+      CHECK(streamed == slurp(dir / (stem + "-gathered")));
+      if (P == 2) CHECK(streamed == slurp(dir / (stem + "-plain")));
+    }
   fs::remove_all(dir);
 }
 
@@ -419,9 +477,8 @@ TEST_CASE("replica checks: a rank with another config, other data or other examp
   CHECK(cfg[1].find("/lr: rank 0 0.1, rank 1 0.2") != std::string::npos);
   CHECK(cfg[1].find("steps") == std::string::npos);
   // Files and fingerprints: every rank sees all of them, so every rank fails, naming rank 1.
-  const auto files = errors([&](std::size_t r, parallel::replica_group& m) {
-    check_same_files(m, {r == 0 ? a : b}, "prog");
-  });
+  const auto files =
+      errors([&](std::size_t r, parallel::replica_group& m) { check_same_files(m, {r == 0 ? a : b}, "prog"); });
   CHECK(files[0].find("prog: data parallel: rank 1 has other contents in '" + a.string() + "'") == 0);  // its path
   CHECK(files[1].find("prog: data parallel: rank 1 has other contents in '" + b.string() + "'") == 0);
   const auto ex = errors([](std::size_t r, parallel::replica_group& m) {

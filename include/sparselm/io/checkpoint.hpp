@@ -38,6 +38,7 @@
 #include "sparselm/optim/slot_choice.hpp"
 #include "sparselm/sparse/pattern_io.hpp"
 #include "sparselm/sparse/update.hpp"
+#include "sparselm/train/slot_stream.hpp"
 
 namespace sparselm::io {
 
@@ -214,8 +215,30 @@ void save_training_state(const std::filesystem::path& path, Trainer& t, const nl
   // (trainer::gather_optimizer_state).
   std::size_t optimizer_step = 0;
   bool written = false;
+  // Sharded state streamed from the other ranks while the file is written
+  // (trainer::stream_optimizer_state): rank 0's own slots from its arenas, the others' in chunks
+  // as they arrive, in the same order and bytes as a gathered state.
+  slot_stream* streamed = nullptr;
+  if constexpr (requires { t.streamed_slots(); }) {
+    if ((streamed = t.streamed_slots())) {
+      for (const auto& p : streamed->pieces()) {
+        const auto& ti = layout[p.tensor];
+        const auto& sl = streamed->slots()[p.slot];
+        std::string name = "optimizer." + sl.name + "." + ti.name;
+        if (p.local)
+          w.add(std::move(name), dtype_of(sl.type), ti.shape, p.local);
+        else
+          w.add_streamed(std::move(name), dtype_of(sl.type), ti.shape, p.crc,
+                         [&t, streamed, &p](const safetensors_writer::byte_sink& sink) {
+                           streamed->receive(t.processes(), p, sink);
+                         });
+      }
+      optimizer_step = t.optimizer().step_count();
+      written = true;
+    }
+  }
   if constexpr (requires { t.visit_gathered16([](const auto&) {}); }) {
-    if (t.sharded())
+    if (!written && t.sharded())
       written = t.visit_gathered16([&](const auto& st) { optimizer_step = add_slots(st); });
   }
   if constexpr (requires { t.optimizer().visit([](auto&) {}); t.sharded(); }) {
@@ -250,6 +273,7 @@ void save_training_state(const std::filesystem::path& path, Trainer& t, const nl
   w.set_metadata("sparselm.training_state", meta.dump());
   w.set_metadata("sparselm.layout", detail::layout_fingerprint(layout));
   w.write(path);
+  if (streamed) streamed->done();
 }
 
 // Restores what save_training_state wrote into the trainer (its step and optimiser) and the

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -86,6 +87,11 @@ constexpr st_dtype dtype_of() noexcept {
   else return st_dtype::f16;
 }
 
+// The safetensors dtype of a storage dtype (core/dtype.hpp).
+constexpr st_dtype dtype_of(dtype t) noexcept {
+  return t == dtype::f32 ? st_dtype::f32 : t == dtype::bf16 ? st_dtype::bf16 : st_dtype::f16;
+}
+
 inline std::string dims_string(const std::vector<std::size_t>& shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -133,6 +139,22 @@ class safetensors_writer {
     owned_.push_back(std::move(v));
     add(std::move(name), std::move(shape), std::span<const std::int32_t>(owned_.back()));
   }
+  // A sink takes a tensor's bytes in pieces; a source hands all of them to it, in order.
+  using byte_sink = std::function<void(const void*, std::size_t)>;
+  using byte_source = std::function<void(const byte_sink&)>;
+  // Adds a tensor whose bytes write() takes from `source` as it writes them (another process's
+  // data arriving in chunks: train/slot_stream.hpp), with their CRC-32C known beforehand (the
+  // header precedes the data). write() fails, leaving no file, when the source hands over another
+  // number of bytes or bytes with another checksum.
+  void add_streamed(std::string name, st_dtype dtype, std::vector<std::size_t> shape, std::uint32_t crc,
+                    byte_source source) {
+    SPARSELM_CHECK(source != nullptr, "safetensors: tensor '", name, "' has no source");
+    static const char empty = 0;
+    add(std::move(name), dtype, std::move(shape), &empty);
+    entries_.back().data = nullptr;
+    entries_.back().source = std::move(source);
+    entries_.back().crc = crc;
+  }
   void set_metadata(const std::string& key, std::string value) { meta_[key] = std::move(value); }
   std::size_t size() const noexcept { return entries_.size(); }
 
@@ -150,7 +172,7 @@ class safetensors_writer {
       e.info.begin = off;
       e.info.end = off + bytes;
       off += bytes;
-      if (checksums_) sums[e.info.name] = crc32c_hex(crc32c(e.data, bytes));
+      if (checksums_) sums[e.info.name] = crc32c_hex(e.source ? e.crc : crc32c(e.data, bytes));
     }
     if (checksums_) meta_[checksum_key] = sums.dump();
     if (!meta_.empty()) h["__metadata__"] = meta_;
@@ -164,7 +186,25 @@ class safetensors_writer {
       for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
       write_bytes(f, len, 8, path.string());
       write_bytes(f, header.data(), header.size(), path.string());
-      for (auto& e : entries_) write_bytes(f, e.data, e.info.end - e.info.begin, path.string() + " tensor '" + e.info.name + "'");
+      for (auto& e : entries_) {
+        const std::size_t bytes = e.info.end - e.info.begin;
+        const std::string what = path.string() + " tensor '" + e.info.name + "'";
+        if (!e.source) {
+          write_bytes(f, e.data, bytes, what);
+          continue;
+        }
+        std::size_t got = 0;
+        std::uint32_t crc = 0;
+        e.source([&](const void* p, std::size_t n) {
+          SPARSELM_CHECK(got + n <= bytes, what, ": its source handed over more than its ", bytes, " bytes");
+          write_bytes(f, p, n, what);
+          crc = crc32c(p, n, crc);
+          got += n;
+        });
+        SPARSELM_CHECK(got == bytes, what, ": its source handed over ", got, " of its ", bytes, " bytes");
+        SPARSELM_CHECK(crc == e.crc, what, ": the streamed bytes have CRC-32C ", crc32c_hex(crc), ", announced ",
+                       crc32c_hex(e.crc), " (corrupted in transit?)");
+      }
     });
   }
 
@@ -172,6 +212,8 @@ class safetensors_writer {
   struct entry {
     st_tensor_info info;
     const void* data;
+    byte_source source = nullptr;  // add_streamed
+    std::uint32_t crc = 0;         // of a streamed tensor's bytes
   };
   std::vector<entry> entries_;
   std::vector<std::vector<std::int32_t>> owned_;  // stable: add_owned keeps spans into these

@@ -49,10 +49,6 @@ std::vector<std::pair<std::size_t, std::size_t>> gradient_part_ranges(const aren
   return r;
 }
 
-}  // namespace sparselm
-
-namespace sparselm {
-
 // Tensor index ranges [begin, end) of a pipeline's stages, for optimiser state sharded by stage:
 // `parts` as from gradient_part_ranges (embedding, blocks, head), `first` the first block of
 // stages 1..S-1. Stage 0 takes every tensor before its successor's first block (the embedding and
@@ -78,10 +74,6 @@ inline std::vector<std::pair<std::size_t, std::size_t>> stage_tensor_ranges(
   r.emplace_back(begin, L.count());
   return r;
 }
-
-}  // namespace sparselm
-
-namespace sparselm {
 
 // The tensors the head writes that lie before the first block, given the part ranges of
 // gradient_part_ranges: the table of a projection tied to the embedding (a head with one says so

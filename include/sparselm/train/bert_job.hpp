@@ -184,7 +184,7 @@ class bert_job {
                      ": the model has non-finite parameters and is not saved; ",
                      last_good_checkpoint(cd, cd.root()));
       t.check_replicas_agree("at the checkpoint of step " + std::to_string(step));
-      t.gather_optimizer_state();  // sharded optimiser state: the whole of it to rank 0 (collective)
+      t.stream_optimizer_state();  // sharded optimiser state: sent to rank 0 as it writes (collective)
       if (!writer) return;
       const nlohmann::json run = {
           {"data", {{"epoch", pos.epoch}, {"next", pos.next}}}, {"config", o_.config}, {"replicas", ranks}};

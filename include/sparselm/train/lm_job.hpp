@@ -326,7 +326,7 @@ class lm_job {
       SPARSELM_CHECK(all_finite(model.params()), program_, ": step ", step,
                      ": the model has non-finite parameters and is not saved; ", last_good(cd));
       t.check_replicas_agree("at the checkpoint of step " + std::to_string(step));
-      t.gather_optimizer_state();  // sharded optimiser state: the whole of it to rank 0 (collective)
+      t.stream_optimizer_state();  // sharded optimiser state: sent to rank 0 as it writes (collective)
       if (!writer) return;
       const nlohmann::json run = {{"sampler", sampler.state()}, {"config", resolved_}, {"replicas", ranks}};
       cd.save(step, [&](const fs::path& dir) {

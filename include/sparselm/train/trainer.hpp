@@ -53,6 +53,7 @@
 #include "sparselm/policies/recompute.hpp"
 #include "sparselm/train/gathered_slots.hpp"
 #include "sparselm/train/replica_sums.hpp"
+#include "sparselm/train/slot_stream.hpp"
 #include "sparselm/train/trainer_options.hpp"
 
 namespace sparselm {
@@ -176,7 +177,6 @@ class trainer {
         SPARSELM_CHECK(parts.size() == g.size(), "trainer: shard_optimizer over a pipeline's ranks needs the model's ",
                        "stage tensors (embedding, blocks, head in layout order)");
         shard_by(parts, g);
-        by_stage_ = true;
       }
       return;
     }
@@ -208,7 +208,7 @@ class trainer {
     st.step = opt_.step_count();
     const auto own = opt_.state();
     if (full_slots_.empty()) full16_.widen(full_slots_, model_.layout());  // after a 16-bit gather
-    SPARSELM_CHECK(shard_group().rank() != 0 || full_slots_.size() == own.slots.size(),
+    SPARSELM_CHECK(processes().rank() != 0 || full_slots_.size() == own.slots.size(),
                    "trainer: checkpoint_state() of a sharded optimiser before gather_optimizer_state()");
     for (std::size_t k = 0; k < own.slots.size() && k < full_slots_.size(); ++k)
       st.slots.push_back({own.slots[k].name, &full_slots_[k]});
@@ -216,7 +216,7 @@ class trainer {
   }
   void gather_optimizer_state() {
     if (!sharded()) return;
-    auto& g = shard_group();
+    auto& g = processes();
     // 16-bit slots of a run-time slot choice travel and are kept in their own type (half the
     // bytes of the float copies state() would make): visit_gathered16() hands them to a save
     if (full16_.gather(opt_, g, model_.layout(), [&](std::size_t e) { return shards_.byte_bounds(e); })) {
@@ -250,7 +250,25 @@ class trainer {
   void release_gathered_state() {
     full_slots_.clear();
     full16_.clear();
+    if (stream_.armed()) stream_.drain(processes());  // a save that did not take the streamed slots
   }
+  // The collective part of a checkpoint save with sharded optimiser state, on every process,
+  // instead of gather_optimizer_state(): the ranks other than 0 send their slots to rank 0,
+  // chunk by chunk while it writes the file (returning once it has them all); rank 0 returns at
+  // once, and io::save_training_state receives them through streamed_slots(). Rank 0 so holds
+  // one chunk of the other ranks' state at a time instead of all of it. Unsharded: nothing.
+  // Then release_gathered_state() on every rank.
+  void stream_optimizer_state() {
+    if (!sharded()) return;
+    auto& g = processes();
+    auto first = shards_.byte_bounds(1);  // each rank's first flat element
+    first.pop_back();
+    stream_.prepare(g, *model_.layout(), owner_, first, own_slots());
+    stream_.send_own(g);
+  }
+  // Rank 0 between stream_optimizer_state() and the save: the slots to write and where they come
+  // from; null otherwise.
+  slot_stream* streamed_slots() noexcept { return stream_.armed() && processes().rank() == 0 ? &stream_ : nullptr; }
   // After gather_optimizer_state() on a sharded trainer whose slots are bf16 or half (a run-time
   // slot choice): calls f(optimizer_state<bf16 or half>) with the gathered whole-layout slots in
   // their own type and returns true (rank 0; the other ranks hold empty arenas). False otherwise.
@@ -341,9 +359,9 @@ class trainer {
     // their sum is the whole gradient on every rank, which then applies the same update.
     // Sharded by stage, a rank's own tensors' gradients are complete once the tied ones are added
     // (the whole arena counts as summed).
-    if (stage_group_ && by_stage_) tied_.add(*stage_group_, model_.grads());
+    if (sharded_by_stage()) tied_.add(*stage_group_, model_.grads());
     if (stage_group_)
-      reduce_over_replicas(*stage_group_, by_stage_ ? model_.grads().all().size() : 0, ctx.need_dense_grad, m.loss);
+      reduce_over_replicas(*stage_group_, sharded_by_stage() ? model_.grads().all().size() : 0, ctx.need_dense_grad, m.loss);
     // The gradients hold loss_scale × the true ones; final_scale folds the un-scaling in.
     const float final_scale = float(o_.accumulation.final_scale()) / m.loss_scale;
     float grad_scale = final_scale;
@@ -382,7 +400,7 @@ class trainer {
     }
     m.lr = sched_(step_);
     opt_.step(model_.params(), model_.grads(), m.lr, grad_scale);
-    if (sharded()) shards_.share_params(shard_group(), model_.params());  // each process updated its own tensors
+    if (sharded()) shards_.share_params(processes(), model_.params());  // each process updated its own tensors
     ++step_;
     if (hooks_.after_update) hooks_.after_update(step_);
     m.step = step_;
@@ -423,17 +441,39 @@ class trainer {
 
   // The global gradient norm (sharded: from each rank's own tensors, bit-identical).
   double gradient_norm() {
-    return sharded() ? shards_.norm(shard_group(), model_.grads()) : optim::global_norm(model_.grads());
+    return sharded() ? shards_.norm(processes(), model_.grads()) : optim::global_norm(model_.grads());
   }
 
-  // The processes the optimiser state is sharded over: the data replicas, or a pipeline's ranks.
-  parallel::replica_group& shard_group() noexcept { return processes(); }
+  // Optimiser state sharded over a pipeline's ranks, each keeping its own stage's tensors.
+  bool sharded_by_stage() const noexcept { return stage_group_ && sharded(); }
+
+  // This rank's optimiser slots in their storage type (a run-time slot choice's own 16-bit
+  // arenas, not the float copies state() hands out).
+  std::vector<slot_stream::own_slot> own_slots() {
+    std::vector<slot_stream::own_slot> v;
+    bool inner = false;
+    if constexpr (requires { opt_.visit([](auto&) {}); }) {
+      opt_.visit([&]<class O>(O& o) {
+        if constexpr (requires { o.state(); typename O::slot_type; }) {
+          for (const auto& sl : o.state().slots)
+            v.push_back({sl.name, dtype_of<typename O::slot_type>(), std::as_bytes(sl.slots->all())});
+          inner = true;
+        }
+      });
+    }
+    if (!inner)
+      for (const auto& sl : opt_.state().slots) v.push_back({sl.name, dtype_of<slot_type>(), std::as_bytes(sl.slots->all())});
+    return v;
+  }
 
   template <class Parts>
   void shard_by(const Parts& parts, parallel::replica_group& g) {
     if constexpr (optim::sharded_optimizer<optimizer_type>) {
       opt_.attach(model_.layout(), parts[g.rank()]);
       shards_.assign(*model_.layout(), parts);
+      owner_.assign(model_.layout()->count(), 0);
+      for (std::size_t r = 0; r < parts.size(); ++r)
+        for (std::size_t i = parts[r].begin; i < parts[r].end; ++i) owner_[i] = r;
     } else {
       fail("trainer: shard_optimizer: the optimiser '", optimizer_type::name, "' cannot shard its state");
     }
@@ -477,7 +517,8 @@ class trainer {
   gradient_shards shards_;                       // sharded: each rank's flat range
   std::vector<arena<slot_type>> full_slots_;     // sharded: whole-layout slots of a checkpoint
   gathered_slots16 full16_;  // sharded 16-bit slots gathered in their own type (gather_optimizer_state)
-  bool by_stage_ = false;         // sharded by stage (a pipeline over ranks)
+  std::vector<std::size_t> owner_;  // sharded: the rank keeping each tensor's slots
+  slot_stream stream_;              // sharded: a save's slots streamed to rank 0 (stream_optimizer_state)
   tied_gradient_sum tied_;        // by stage: the head's tensors stage 0 owns (train/replica_sums.hpp)
   parallel::single_replica single_;
   std::size_t step_ = 0;
