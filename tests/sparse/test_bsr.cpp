@@ -123,6 +123,10 @@ void check_all_products() {
   // A deep K: several row blocks of the blocked lanes-N driver (rows per block shrink with K), a
   // partial last block and panel, column groups balanced by blocks per column.
   check_products<B, Arch>({203, 1024 / B, 48 / B}, (1024 / B) * (48 / B) / 5, layout::random, 12);
+  // Long block rows: the weight gradient's groups of slots of one block row (16 for B = 4 on
+  // AVX-512, with shorter kernels of 4, 8 and 12 slots for a row's end) full and with every tail.
+  check_products<B, Arch>({70, 3, 29}, 3 * 29, layout::random, 13);
+  check_products<B, Arch>({70, 5, 40}, 150, layout::random, 14);
   // B = 1: grids large enough that the weight gradient's slot order spans several L1 tiles and
   // runs, with either side streaming.
   if constexpr (B == 1) {
