@@ -49,14 +49,16 @@ class slot_stream {
   static constexpr std::size_t chunk_floats = std::size_t(1) << 20;  // 4 MiB per message
   static constexpr std::uint64_t tag = 31000;  // above the tied gradients' 30000 + k
 
-  // Collective over g. owner[i]: the rank keeping tensor i's slots; first[r]: rank r's first flat
-  // element (its slot arenas start there). Every rank passes its own slots, the same names and
-  // types in the same order.
-  void prepare(parallel::replica_group& g, const arena_layout& L, std::span<const std::size_t> owner,
-               std::span<const std::size_t> first, std::vector<own_slot> slots) {
-    SPARSELM_CHECK(owner.size() == L.count() && first.size() == g.size(), "slot_stream: ", owner.size(),
-                   " tensor owners and ", first.size(), " first offsets for ", L.count(), " tensors on ", g.size(),
-                   " ranks");
+  // Collective over g. bounds: P + 1 flat element offsets, rank r keeping the slots of the tensors
+  // that start in [bounds[r], bounds[r+1]) (its slot arenas start at bounds[r]). Every rank
+  // passes its own slots, the same names and types in the same order.
+  void prepare(parallel::replica_group& g, const arena_layout& L, std::span<const std::size_t> bounds,
+               std::vector<own_slot> slots) {
+    SPARSELM_CHECK(bounds.size() == g.size() + 1, "slot_stream: ", bounds.size(), " bounds for ", g.size(), " ranks");
+    const auto first = bounds.first(g.size());
+    auto owner_of = [&](std::size_t i) {
+      return std::size_t(std::upper_bound(first.begin(), first.end(), L[i].offset) - first.begin()) - 1;
+    };
     slots_ = std::move(slots);
     pieces_.clear();
     const std::size_t me = g.rank();
@@ -65,7 +67,7 @@ class slot_stream {
       const std::size_t elem = element_size(slots_[k].type);
       for (std::size_t i = 0; i < L.count(); ++i) {
         if (L[i].flags & param_frozen) continue;
-        piece p{k, i, owner[i], L[i].size * elem, 0, nullptr};
+        piece p{k, i, owner_of(i), L[i].size * elem, 0, nullptr};
         if (p.owner == me) {
           const std::size_t at = (L[i].offset - first[me]) * elem;
           SPARSELM_CHECK(at + p.bytes <= slots_[k].bytes.size(), "slot_stream: tensor '", L[i].name,
@@ -140,5 +142,26 @@ class slot_stream {
   std::vector<float> buf_;  // one chunk
   bool armed_ = false;
 };
+
+// An optimiser's own slot arenas in their storage type, for slot_stream::prepare: a run-time slot
+// choice's inner 16-bit arenas (optim/slot_choice.hpp), not the float copies its state() hands out.
+template <class Opt>
+std::vector<slot_stream::own_slot> own_slots_of(Opt& opt) {
+  std::vector<slot_stream::own_slot> v;
+  bool inner = false;
+  if constexpr (requires { opt.visit([](auto&) {}); }) {
+    opt.visit([&]<class O>(O& o) {
+      if constexpr (requires { o.state(); typename O::slot_type; }) {
+        for (const auto& sl : o.state().slots)
+          v.push_back({sl.name, dtype_of<typename O::slot_type>(), std::as_bytes(sl.slots->all())});
+        inner = true;
+      }
+    });
+  }
+  if (!inner)
+    for (const auto& sl : opt.state().slots)
+      v.push_back({sl.name, dtype_of<typename Opt::slot_type>(), std::as_bytes(sl.slots->all())});
+  return v;
+}
 
 }  // namespace sparselm

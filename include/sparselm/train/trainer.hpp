@@ -252,22 +252,16 @@ class trainer {
     full16_.clear();
     if (stream_.armed()) stream_.drain(processes());  // a save that did not take the streamed slots
   }
-  // The collective part of a checkpoint save with sharded optimiser state, on every process,
-  // instead of gather_optimizer_state(): the ranks other than 0 send their slots to rank 0,
-  // chunk by chunk while it writes the file (returning once it has them all); rank 0 returns at
-  // once, and io::save_training_state receives them through streamed_slots(). Rank 0 so holds
-  // one chunk of the other ranks' state at a time instead of all of it. Unsharded: nothing.
+  // Sharded, on every process before a save (instead of gather_optimizer_state()): the other
+  // ranks send their slots to rank 0 in chunks as it writes them (train/slot_stream.hpp), so it
+  // never holds their whole state; io::save_training_state takes them from streamed_slots().
   // Then release_gathered_state() on every rank.
   void stream_optimizer_state() {
     if (!sharded()) return;
-    auto& g = processes();
-    auto first = shards_.byte_bounds(1);  // each rank's first flat element
-    first.pop_back();
-    stream_.prepare(g, *model_.layout(), owner_, first, own_slots());
-    stream_.send_own(g);
+    stream_.prepare(processes(), *model_.layout(), shards_.byte_bounds(1), own_slots_of(opt_));
+    stream_.send_own(processes());
   }
-  // Rank 0 between stream_optimizer_state() and the save: the slots to write and where they come
-  // from; null otherwise.
+  // Rank 0 between stream_optimizer_state() and the save; null otherwise.
   slot_stream* streamed_slots() noexcept { return stream_.armed() && processes().rank() == 0 ? &stream_ : nullptr; }
   // After gather_optimizer_state() on a sharded trainer whose slots are bf16 or half (a run-time
   // slot choice): calls f(optimizer_state<bf16 or half>) with the gathered whole-layout slots in
@@ -447,33 +441,11 @@ class trainer {
   // Optimiser state sharded over a pipeline's ranks, each keeping its own stage's tensors.
   bool sharded_by_stage() const noexcept { return stage_group_ && sharded(); }
 
-  // This rank's optimiser slots in their storage type (a run-time slot choice's own 16-bit
-  // arenas, not the float copies state() hands out).
-  std::vector<slot_stream::own_slot> own_slots() {
-    std::vector<slot_stream::own_slot> v;
-    bool inner = false;
-    if constexpr (requires { opt_.visit([](auto&) {}); }) {
-      opt_.visit([&]<class O>(O& o) {
-        if constexpr (requires { o.state(); typename O::slot_type; }) {
-          for (const auto& sl : o.state().slots)
-            v.push_back({sl.name, dtype_of<typename O::slot_type>(), std::as_bytes(sl.slots->all())});
-          inner = true;
-        }
-      });
-    }
-    if (!inner)
-      for (const auto& sl : opt_.state().slots) v.push_back({sl.name, dtype_of<slot_type>(), std::as_bytes(sl.slots->all())});
-    return v;
-  }
-
   template <class Parts>
   void shard_by(const Parts& parts, parallel::replica_group& g) {
     if constexpr (optim::sharded_optimizer<optimizer_type>) {
       opt_.attach(model_.layout(), parts[g.rank()]);
       shards_.assign(*model_.layout(), parts);
-      owner_.assign(model_.layout()->count(), 0);
-      for (std::size_t r = 0; r < parts.size(); ++r)
-        for (std::size_t i = parts[r].begin; i < parts[r].end; ++i) owner_[i] = r;
     } else {
       fail("trainer: shard_optimizer: the optimiser '", optimizer_type::name, "' cannot shard its state");
     }
@@ -517,7 +489,6 @@ class trainer {
   gradient_shards shards_;                       // sharded: each rank's flat range
   std::vector<arena<slot_type>> full_slots_;     // sharded: whole-layout slots of a checkpoint
   gathered_slots16 full16_;  // sharded 16-bit slots gathered in their own type (gather_optimizer_state)
-  std::vector<std::size_t> owner_;  // sharded: the rank keeping each tensor's slots
   slot_stream stream_;              // sharded: a save's slots streamed to rank 0 (stream_optimizer_state)
   tied_gradient_sum tied_;        // by stage: the head's tensors stage 0 owns (train/replica_sums.hpp)
   parallel::single_replica single_;
