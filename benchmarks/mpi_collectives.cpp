@@ -2,8 +2,9 @@
 // a sum of the 124.4 M fp32 gradients (497.8 MB) as one blocking MPI_Allreduce, as one
 // MPI_Iallreduce, as 13 pieces (the trainer's per-part sums) blocking and non-blocking, and the
 // sharded optimiser's collectives: a reduce-scatter of the gradients (whole and in 13 parts) and
-// the all-gather of the updated parameters; and our sum_scatter (parallel/mpi.hpp), which the
-// trainer uses instead of a reduce-scatter.
+// the all-gather of the updated parameters; and ours (parallel/mpi.hpp): sum_scatter, which the
+// trainer uses instead of a reduce-scatter, and split_sum (sum_scatter, then MPI_Allgatherv), which
+// it uses instead of MPI_Allreduce (whole and in 13 parts).
 //
 //   mpirun -np 2 --bind-to none ./build/benchmarks/mpi_collectives [elements=124439808] [reps=5]
 //
@@ -71,6 +72,13 @@ int main(int argc, char** argv) {
        }},
       {"sum_scatter",  // ours (parallel/mpi.hpp): point-to-point exchange of the parts, then the sums
        [&] { group->sum_scatter(x, bounds); }},
+      {"split_sum",  // ours: what the trainer's gradient sums run (sum_scatter, then MPI_Allgatherv)
+       [&] { group->all_reduce(std::span<float>(x), sparselm::parallel::reduce_op::sum); }},
+      {"split_sum_13_parts",
+       [&] {
+         for (int k = 0; k < parts; ++k)
+           group->all_reduce(std::span<float>(x.data() + k * per, piece(k)), sparselm::parallel::reduce_op::sum);
+       }},
       {"allgather_params",
        [&] {
          const int each = int(n / std::size_t(size));

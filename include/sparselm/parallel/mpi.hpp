@@ -23,13 +23,17 @@
 // a rank that ends with another non-zero status (a usage error) does the same in finish().
 // Checkpoints are written atomically, so the last one stays intact.
 //
-// Gradient sums (start_sum) are blocking MPI_Allreduce calls by default: each part's sum runs as
-// soon as backward finishes the part. On one machine (shared memory, one thread per rank) that is
-// the fastest choice: OpenMPI advances a non-blocking MPI_Iallreduce only inside MPI calls and its
-// algorithm is slower; measured with benchmarks/mpi_collectives.cpp (docs/distributed.md), 500 MB
-// take 0.19 s blocking against 0.41-0.46 s non-blocking. SPARSELM_MPI_NONBLOCKING=1 selects
-// MPI_Iallreduce (progress() then calls MPI_Testall between parts; worth trying where the
-// network or an MPI progress thread advances transfers on their own).
+// Gradient sums (start_sum) are blocking by default: each part's sum runs as soon as backward
+// finishes the part. A float sum of at least split_sum_min elements is split (split_sum): each rank
+// adds up 1/P of the range (sum_scatter, below), then MPI_Allgatherv gives every rank the others'
+// sums. Measured with benchmarks/mpi_collectives.cpp (docs/distributed.md), a 500 MB sum over 2
+// ranks on one machine took 0.12 s this way against 1.44 s in OpenMPI's MPI_Allreduce (Zen 5 host;
+// 0.19 s on an Intel Xeon host). Every rank gets the same bits: each part is added up by one rank,
+// in rank order. SPARSELM_MPI_ALLREDUCE=1 keeps MPI_Allreduce for every sum (an MPI whose
+// all-reduce suits the network better); SPARSELM_MPI_NONBLOCKING=1 selects MPI_Iallreduce
+// (progress() then calls MPI_Testall between parts; worth trying where the network or an MPI
+// progress thread advances transfers on their own; OpenMPI advances it only inside MPI calls and
+// measured slower on one machine).
 
 #include <mpi.h>
 
@@ -82,8 +86,13 @@ class mpi_group final : public replica_group {
  public:
   // nonblocking: gradient sums by MPI_Iallreduce (default: the environment's
   // SPARSELM_MPI_NONBLOCKING=1; otherwise blocking MPI_Allreduce, see above).
-  explicit mpi_group(MPI_Comm comm = MPI_COMM_WORLD, std::optional<bool> nonblocking = std::nullopt)
-      : comm_(comm), nonblocking_(nonblocking.value_or(env_flag("SPARSELM_MPI_NONBLOCKING"))) {
+  // split_sums: large float sums by split_sum (default: unless the environment's
+  // SPARSELM_MPI_ALLREDUCE=1).
+  explicit mpi_group(MPI_Comm comm = MPI_COMM_WORLD, std::optional<bool> nonblocking = std::nullopt,
+                     std::optional<bool> split_sums = std::nullopt)
+      : comm_(comm),
+        nonblocking_(nonblocking.value_or(env_flag("SPARSELM_MPI_NONBLOCKING"))),
+        split_sums_(split_sums.value_or(!env_flag("SPARSELM_MPI_ALLREDUCE"))) {
     int r = 0, s = 1;
     detail::mpi_check(MPI_Comm_rank(comm_, &r), "MPI_Comm_rank");
     detail::mpi_check(MPI_Comm_size(comm_, &s), "MPI_Comm_size");
@@ -114,10 +123,18 @@ class mpi_group final : public replica_group {
     char name[MPI_MAX_PROCESSOR_NAME];
     MPI_Get_processor_name(name, &len);
     return "MPI, " + std::to_string(size_) + " ranks (rank " + std::to_string(rank_) + " on " +
-           std::string(name, std::size_t(len)) + (nonblocking_ ? "; non-blocking gradient sums" : "") + ")";
+           std::string(name, std::size_t(len)) + (nonblocking_ ? "; non-blocking gradient sums" : "") +
+           (split_sums_ ? "" : "; MPI_Allreduce for every sum") + ")";
   }
 
-  void all_reduce(std::span<float> x, reduce_op op) override { reduce(x.data(), x.size(), MPI_FLOAT, op); }
+  // Float sums of at least this many elements go through split_sum (unless split sums are off).
+  static constexpr std::size_t split_sum_min = std::size_t(1) << 16;
+
+  void all_reduce(std::span<float> x, reduce_op op) override {
+    if (op == reduce_op::sum && split_sums_ && size_ > 1 && x.size() >= split_sum_min && x.size() < detail::mpi_chunk)
+      return split_sum(x);
+    reduce(x.data(), x.size(), MPI_FLOAT, op);
+  }
   void all_reduce(std::span<double> x, reduce_op op) override { reduce(x.data(), x.size(), MPI_DOUBLE, op); }
 
   void broadcast(std::span<float> x) override {
@@ -238,6 +255,25 @@ class mpi_group final : public replica_group {
     });
   }
 
+  // An in-place sum of x over the ranks in two steps: the whole units of gather_unit bytes are cut
+  // into P nearly equal parts, rank r adds up part r (sum_scatter: the other ranks send it their
+  // values of that part), then every rank gathers the summed parts (MPI_Allgatherv); the < 8
+  // trailing floats go through MPI_Allreduce. Each part is added up by one rank, so every rank
+  // holds the same bits; with 2 ranks they equal an all-reduce's (a + b = b + a).
+  void split_sum(std::span<float> x) {
+    constexpr std::size_t unit = gather_unit / sizeof(float);
+    const std::size_t units = x.size() / unit, whole = units * unit;
+    std::vector<std::size_t> b(size_ + 1), bytes(size_ + 1);
+    for (std::size_t r = 0; r <= size_; ++r) {
+      b[r] = (r < size_ ? slice(units, r, size_).first : units) * unit;
+      bytes[r] = b[r] * sizeof(float);
+    }
+    const auto head = x.first(whole);
+    sum_scatter(head, b);
+    all_gather_bytes(std::as_writable_bytes(head), bytes);
+    if (whole < x.size()) reduce(x.data() + whole, x.size() - whole, MPI_FLOAT, reduce_op::sum);
+  }
+
   // Point to point: the data is copied into a send buffer of our own (one per message in flight,
   // reused once its MPI_Isend completed), so send never waits for the receiver and two stages that
   // send to each other at once cannot deadlock.
@@ -321,6 +357,7 @@ class mpi_group final : public replica_group {
 
   MPI_Comm comm_;
   bool nonblocking_ = false;
+  bool split_sums_ = true;
   std::deque<outgoing> outbox_;  // deque: growing it never moves a buffer MPI still reads
   MPI_Datatype unit_ = MPI_DATATYPE_NULL;
   std::size_t rank_ = 0, size_ = 1;
