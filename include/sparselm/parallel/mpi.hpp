@@ -27,8 +27,8 @@
 // finishes the part. A float sum of at least split_sum_min elements is split (split_sum): each rank
 // adds up 1/P of the range (sum_scatter, below), then MPI_Allgatherv gives every rank the others'
 // sums. Measured with benchmarks/mpi_collectives.cpp (docs/distributed.md), a 500 MB sum over 2
-// ranks on one machine took 0.12 s this way against 1.44 s in OpenMPI's MPI_Allreduce (Zen 5 host;
-// 0.19 s on an Intel Xeon host). Every rank gets the same bits: each part is added up by one rank,
+// ranks on one machine took 0.11 s this way against 1.3-1.5 s in OpenMPI's MPI_Allreduce (Zen 5
+// host; 0.19-0.23 s on an Intel Xeon host). Every rank gets the same bits: each part is added up by one rank,
 // in rank order. SPARSELM_MPI_ALLREDUCE=1 keeps MPI_Allreduce for every sum (an MPI whose
 // all-reduce suits the network better); SPARSELM_MPI_NONBLOCKING=1 selects MPI_Iallreduce
 // (progress() then calls MPI_Testall between parts; worth trying where the network or an MPI
@@ -85,7 +85,7 @@ inline bool launched_by_mpi() noexcept {
 class mpi_group final : public replica_group {
  public:
   // nonblocking: gradient sums by MPI_Iallreduce (default: the environment's
-  // SPARSELM_MPI_NONBLOCKING=1; otherwise blocking MPI_Allreduce, see above).
+  // SPARSELM_MPI_NONBLOCKING=1; otherwise blocking sums, see above).
   // split_sums: large float sums by split_sum (default: unless the environment's
   // SPARSELM_MPI_ALLREDUCE=1).
   explicit mpi_group(MPI_Comm comm = MPI_COMM_WORLD, std::optional<bool> nonblocking = std::nullopt,
