@@ -128,6 +128,8 @@ class gradient_shards {
     bounds_[parts.size()] = layout.total();
   }
   bool active() const noexcept { return !bounds_.empty(); }
+  // Flat element offsets of every rank's range, and total() (size() + 1 entries).
+  std::span<const std::size_t> bounds() const noexcept { return bounds_; }
 
   // Byte offsets of every rank's range for elements of `elem` bytes (the gathers' displacements).
   std::vector<std::size_t> byte_bounds(std::size_t elem) const {

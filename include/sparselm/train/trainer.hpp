@@ -258,7 +258,7 @@ class trainer {
   // Then release_gathered_state() on every rank.
   void stream_optimizer_state() {
     if (!sharded()) return;
-    stream_.prepare(processes(), *model_.layout(), shards_.byte_bounds(1), own_slots_of(opt_));
+    stream_.prepare(processes(), *model_.layout(), shards_.bounds(), own_slots_of(opt_));
     stream_.send_own(processes());
   }
   // Rank 0 between stream_optimizer_state() and the save; null otherwise.
