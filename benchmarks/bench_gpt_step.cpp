@@ -15,6 +15,9 @@
 // 4; the tied head counts once through wte) plus 12·L·C·T for attention scores and values over the
 // full T×T (the PaLM convention; the tiled causal kernel skips key tiles right of each 64-row query
 // block, so at T = 128 it computes 3/4 of those; at T = 64, one block, all of them).
+// A block-sparse model counts its active blocks; "flop_ceiling" is the dense model's FLOPs per
+// token over this model's: the speed-up over the dense step if every sparse FLOP cost what a dense
+// one does (1 for a dense model; for GPT-2 small at s = 0.9 about 2.6, the tied head staying dense).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -88,6 +91,15 @@ void run(const std::string& config, std::size_t B, std::size_t T, std::size_t st
   const double wpe = double(cfg.n_positions * cfg.n_embd);
   const double flops_per_token = 6.0 * (double(model.num_parameters()) - wpe) +
                                  12.0 * double(cfg.n_layer) * double(cfg.n_embd) * double(T);
+  // The dense model's parameters, from the config (checked against the model when it is dense).
+  const double C = double(cfg.n_embd), H = double(cfg.hidden());
+  const double dense_parameters = double(cfg.vocab_size) * C + wpe +
+                                  double(cfg.n_layer) * (4.0 * C * C + 2.0 * C * H + 9.0 * C + H) + 2.0 * C;
+  SPARSELM_CHECK(Model::sparsity::is_sparse || dense_parameters == double(model.num_parameters()),
+                 "bench_gpt_step: the dense parameter count ", dense_parameters, " differs from the model's ",
+                 model.num_parameters());
+  const double dense_flops_per_token = 6.0 * (dense_parameters - wpe) +
+                                       12.0 * double(cfg.n_layer) * double(cfg.n_embd) * double(T);
   const double tps = double(B * T) / med;
   const double peak = bench::measure_fma_peak_gflops(threads);
   const double bf16_peak = bench::measure_bf16_dot_peak_gflops(threads);
@@ -98,12 +110,13 @@ void run(const std::string& config, std::size_t B, std::size_t T, std::size_t st
       "\"step_seconds\": %.4f, \"tokens_per_second\": %.1f, \"model_gflops_per_s\": %.1f, \"fma_peak_gflops\": %.1f, "
       "\"mfu\": %.4f, \"bf16_peak_gflops\": %.1f, \"peak_rss_mb\": %.1f, \"loss\": %.4f, \"micro_batches\": %zu, "
       "\"pipeline_stages\": %zu, \"pipeline_schedule\": \"%s\", \"split\": %s, \"predicted_bubble\": %.4f, "
-      "\"measured_bubble\": %.4f, \"bf16_activations\": %s}\n",
+      "\"measured_bubble\": %.4f, \"bf16_activations\": %s, \"flop_ceiling\": %.3f}\n",
       std::string(precision::name(compute)).c_str(), Model::sparsity::is_sparse ? sparsity : 0.0, Model::sparsity::block, B, T, threads,
       std::string_view(Recompute::name) == "blocks" ? "true" : "false", med, tps, tps * flops_per_token / 1e9, peak,
       tps * flops_per_token / 1e9 / peak, bf16_peak, double(ru.ru_maxrss) / 1024.0, loss, M, pipe.stages,
       pipeline::name(pipe.schedule), split.c_str(), pipe.stages > 1 ? pipeline::predicted_bubble(pipe.stages, M) : 0.0,
-      pipe.stages > 1 ? bubbles[bubbles.size() / 2] : 0.0, bf16_activations ? "true" : "false");
+      pipe.stages > 1 ? bubbles[bubbles.size() / 2] : 0.0, bf16_activations ? "true" : "false",
+      dense_flops_per_token / flops_per_token);
 }
 
 int main(int argc, char** argv) {
