@@ -2,7 +2,7 @@
 // bf16-rounded operands: every element within (2K + 4) * eps32 * (sum |a*b| + |bias| + |beta*C0|),
 // the fp32 summation bound (the products of bf16 values are exact in fp32). Forward, data and
 // weight gradients; native and portable paths, 1 and 2 threads, B = 16, 8, 4, empty block rows and
-// columns, odd and small M, K not a multiple of 32, NaN propagation.
+// columns, odd and small M, K not a multiple of 32, NaN propagation; X given in bf16.
 
 #include <doctest/doctest.h>
 
@@ -253,6 +253,54 @@ TEST_CASE("bf16 block-sparse forward, data and weight gradients match the rounde
 }
 TEST_CASE("bf16 block-sparse forward, data and weight gradients match the rounded double reference, B = 4") {
   run_threads(&check_all_products<4>);
+}
+
+// X given in bf16 (a layer's kept activations) gives the bits of the float X it rounds from: forward
+// (beta 0 and 1, with bias) and weight gradient, every path, a row stride wider than the row
+// (the widening of the non-native paths), M odd and over several weight-gradient chunks.
+template <std::size_t B>
+void check_bf16_x(std::size_t M, std::size_t rows_b, std::size_t cols_b, std::size_t n, std::uint32_t seed) {
+  const auto p = make_pattern(B, rows_b, cols_b, n, seed, layout::random);
+  const std::size_t K = p.in(), N = p.out(), ldx = K + 8;
+  const auto X = random_vec(M * ldx, seed + 1), dY = random_vec(M * N, seed + 2);
+  const auto values = random_vec(p.nnz() * B * B, seed + 3), bias = random_vec(N, seed + 4);
+  std::vector<bf16> X16(X.size());
+  for (std::size_t i = 0; i < X.size(); ++i) X16[i] = bf16(X[i]);
+  for (bsr_bf16_path path : paths(B)) {
+    INFO("B = ", B, ", M = ", M, ", path ", std::string(path_name(path)), ", threads ", num_threads());
+    for (float beta : {0.0f, 1.0f}) {
+      std::vector<float> Y32 = random_vec(M * N, seed + 5), Y16 = Y32;
+      kernels::bsr_matmul_bf16<B>({X.data(), M, K, ldx}, p, values.data(), beta, {Y32.data(), M, N}, bias.data(), path);
+      kernels::bsr_matmul_bf16<B>(const_matrix_view<bf16>(X16.data(), M, K, ldx), p, values.data(), beta,
+                                  {Y16.data(), M, N}, bias.data(), path);
+      CHECK(Y16 == Y32);
+    }
+    std::vector<float> dv32 = random_vec(p.nnz() * B * B, seed + 6), dv16 = dv32;
+    kernels::bsr_weight_grad_bf16<B>({X.data(), M, K, ldx}, {dY.data(), M, N}, p, dv32.data(), path);
+    kernels::bsr_weight_grad_bf16<B>(const_matrix_view<bf16>(X16.data(), M, K, ldx), {dY.data(), M, N}, p,
+                                     dv16.data(), path);
+    CHECK(dv16 == dv32);
+  }
+}
+
+TEST_CASE("bf16 block-sparse products of a bf16 X equal those of the float X it rounds from, bit for bit") {
+  run_threads([] {
+    check_bf16_x<16>(61, 5, 3, 9, 300);
+    check_bf16_x<8>(37, 6, 4, 12, 301);
+    check_bf16_x<4>(29, 8, 6, 20, 302);
+    check_bf16_x<16>(1101, 2, 3, 4, 303);
+  });
+  // Wrong shapes are refused, naming the bf16 operand.
+  const auto p = make_pattern(8, 2, 3, 3, 1, layout::random);
+  const auto values = random_vec(p.nnz() * 64, 2);
+  std::vector<bf16> X16(5 * 24);
+  std::vector<float> Y(5 * 24), dv(p.nnz() * 64);
+  CHECK_THROWS_WITH(kernels::bsr_matmul_bf16<8>(const_matrix_view<bf16>(X16.data(), 5, 24), p, values.data(), 0.0f,
+                                                {Y.data(), 5, 24}),
+                    doctest::Contains("X (bf16)"));
+  CHECK_THROWS_WITH(kernels::bsr_weight_grad_bf16<8>(const_matrix_view<bf16>(X16.data(), 4, 16), {Y.data(), 5, 24}, p,
+                                                     dv.data()),
+                    doctest::Contains("bsr_weight_grad_bf16: shapes do not match: X (bf16)"));
 }
 
 TEST_CASE("bf16 block-sparse products propagate NaN from X, dY and the block values") {

@@ -14,6 +14,7 @@
 #include "../common/scratch.hpp"
 #include "../common/tiny_gpt.hpp"
 #include "sparselm/io/checkpoint.hpp"
+#include "sparselm/kernels/bsr_bf16.hpp"
 #include "sparselm/kernels/gemm_bf16.hpp"
 #include "sparselm/layers/linear.hpp"
 #include "sparselm/models/gpt.hpp"
@@ -174,14 +175,49 @@ TEST_CASE("precision: input_keeper::layer keeps the layer's own copy of x (bf16 
     CHECK(own.own16.capacity() == (d == dtype::bf16 ? 30u * 40u : 0u));
     CHECK(own.own.capacity() == (d == dtype::bf16 ? 0u : 30u * 40u));
     CHECK(kept.own.capacity() + kept.own16.capacity() == 0);
-    // A sparse layer keeps an fp32 copy.
-    decltype(sparse_lin)::cache skept, sown;
+    // A sparse layer keeps a bf16 copy where its products are the bf16 ones (which round x anyway),
+    // an fp32 copy elsewhere; the same results either way.
+    using sparse_type = decltype(sparse_lin);
+    const bool sparse16 = d == dtype::bf16 && kernels::bsr_bf16_pays();
+    CHECK(sparse_type::compact_input(s) == sparse16);
+    sparse_type::cache skept, sown;
     const result sa = run_layer(sparse_lin, s, input_keeper::caller, skept);
     const result sb = run_layer(sparse_lin, s, input_keeper::layer, sown);
     CHECK(sa.y == sb.y);
     CHECK(sa.dx == sb.dx);
     CHECK(sa.dw == sb.dw);
-    CHECK(sown.own.capacity() == 30u * 40u);
+    CHECK(sown.own.capacity() == (sparse16 ? 0u : 30u * 40u));
+    CHECK(sown.own16.capacity() == (sparse16 ? 30u * 40u : 0u));
+    {
+      // A step that pools the dense gradient (RigL scores read x in fp32) keeps fp32.
+      step_context sd = s;
+      sd.need_dense_grad = true;
+      CHECK_FALSE(sparse_type::compact_input(sd));
+      sparse_type::cache cd;
+      const result e = run_layer(sparse_lin, sd, input_keeper::layer, cd);
+      CHECK(e.y == sa.y);
+      CHECK(e.dw == sa.dw);
+      CHECK(cd.own.capacity() == 30u * 40u);
+      // and a bf16 input is refused on such a step, naming the layer.
+      std::vector<bf16> x16(x.size());
+      std::vector<float> y(30 * 24);
+      CHECK_THROWS_WITH_AS(sparse_lin.forward(sd, const_matrix_view<bf16>(x16.data(), 30, 40), {y.data(), 30, 24}, cd),
+                           doctest::Contains("'sp.weight'"), sparselm::error);
+    }
+    if (sparse16) {
+      // A bf16 input multiplies like the float input rounded in the products.
+      std::vector<bf16> x16(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) x16[i] = bf16(x[i]);
+      grads.zero();
+      std::vector<float> y(30 * 24), dx(30 * 40);
+      sparse_type::cache c16;
+      sparse_lin.forward(s, const_matrix_view<bf16>(x16.data(), 30, 40), {y.data(), 30, 24}, c16);
+      sparse_lin.backward(s, {dy.data(), 30, 24}, {dx.data(), 30, 40}, c16);
+      CHECK(y == sa.y);
+      CHECK(dx == sa.dx);
+      const auto dw = grads[sparse_lin.weight().index];
+      CHECK(std::vector<float>(dw.begin(), dw.end()) == sa.dw);
+    }
     if (d == dtype::bf16) {
       // bf16_activations off: an fp32 copy, the same products.
       step_context s32 = s;
@@ -214,41 +250,44 @@ TEST_CASE("precision: input_keeper::layer keeps the layer's own copy of x (bf16 
   }
 }
 
-TEST_CASE("precision: under bf16 a GPT keeps its activations in bf16: the same loss, gradients within gelu' rounding") {
-  gpt<> m(small());
+// One bf16 forward and backward of model m with its activations in bf16 and in fp32: the forward
+// multiplies the same bf16 values either way (the loss is bit for bit the same); backward differs
+// only where gelu' reads the bf16 pre-activation (relative step 2^-8), when `compact` says the model
+// keeps it; deterministic.
+template <class Model>
+void check_bf16_activations(Model& m, bool compact) {
   m.init(3);
   stream data(1);
   const auto batch = data.micro(0).front();
-  struct pass {
-    double loss = 0;
-    std::vector<float> grads;
-  };
   auto run_pass = [&](bool bf16_activations) {
     step_context ctx;
     ctx.compute = dtype::bf16;
     ctx.training = true;
     ctx.bf16_activations = bf16_activations;
     m.grads().zero();
-    pass p;
-    p.loss = m.forward_backward(ctx, batch, 1.0f).mean_loss();
+    std::pair<double, std::vector<float>> r;
+    r.first = m.forward_backward(ctx, batch, 1.0f).mean_loss();
     const auto& g = m.grads();
-    for (std::size_t i = 0; i < g.layout().count(); ++i) p.grads.insert(p.grads.end(), g[i].begin(), g[i].end());
-    return p;
+    for (std::size_t i = 0; i < g.layout().count(); ++i) r.second.insert(r.second.end(), g[i].begin(), g[i].end());
+    return r;
   };
-  const pass compact = run_pass(true), wide = run_pass(false);
-  // The forward multiplies the same bf16 values either way: the loss is bit for bit the same.
-  CHECK(compact.loss == wide.loss);
-  // Backward: only gelu' differs, evaluated at the bf16 value of its input (relative step 2^-8).
-  REQUIRE(compact.grads.size() == wide.grads.size());
+  const auto c16 = run_pass(true), c32 = run_pass(false);
+  CHECK(c16.first == c32.first);
+  REQUIRE(c16.second.size() == c32.second.size());
   double num = 0, den = 0;
-  for (std::size_t i = 0; i < wide.grads.size(); ++i) {
-    num += double(compact.grads[i] - wide.grads[i]) * double(compact.grads[i] - wide.grads[i]);
-    den += double(wide.grads[i]) * double(wide.grads[i]);
+  for (std::size_t i = 0; i < c32.second.size(); ++i) {
+    num += double(c16.second[i] - c32.second[i]) * double(c16.second[i] - c32.second[i]);
+    den += double(c32.second[i]) * double(c32.second[i]);
   }
   CHECK(den > 0);
   CHECK(std::sqrt(num / den) < 1e-2);
-  CHECK(compact.grads != wide.grads);  // gelu' really saw the bf16 pre-activation
-  CHECK(run_pass(true).grads == compact.grads);  // deterministic
+  CHECK((c16.second != c32.second) == compact);  // gelu' really saw the bf16 pre-activation
+  CHECK(run_pass(true).second == c16.second);    // deterministic
+}
+
+TEST_CASE("precision: under bf16 a GPT keeps its activations in bf16: the same loss, gradients within gelu' rounding") {
+  gpt<> m(small());
+  check_bf16_activations(m, true);
   // The trainer passes its option on: fp32 activations train like the pre-bf16-activation code.
   trainer_options wide_opts = with_precision(dtype::bf16);
   wide_opts.bf16_activations = false;
@@ -279,6 +318,13 @@ TEST_CASE("precision: bf16 and fp16 training follow the fp32 run within their ro
   CHECK(h16.scales.front() == 65536.0f);
   CHECK(f32.scales.front() == 1.0f);
   CHECK(b16.scales.front() == 1.0f);
+}
+
+TEST_CASE("precision: under bf16 a block-sparse GPT keeps its activations in bf16 where its products are bf16") {
+  // Where the bf16 products run, gelu' sees the bf16 pre-activation (the MLP keeps h in bf16); where
+  // they do not (no AVX512-BF16, or slower than the FMAs), nothing changes.
+  gpt<float, block_sparse<16>> m(small(), sparse_plan{0.5});
+  check_bf16_activations(m, kernels::bsr_bf16_pays());
 }
 
 TEST_CASE("precision: a block-sparse GPT (B = 16) trains in bf16 like fp32, deterministically") {

@@ -6,6 +6,9 @@
 //   bsr_matmul_t_bf16     dX (M, in) = beta*dX + bf16(dY) · bf16(W)ᵀ            backward, data
 //   bsr_weight_grad_bf16  dvalues (nnz*B*B) += bf16(X)ᵀ · bf16(dY), active blocks  backward, weights
 //
+// bsr_matmul_bf16 and bsr_weight_grad_bf16 also take X as bf16 values (activations a layer kept in
+// bf16): the result is that of a float X which rounds to them, bit for bit.
+//
 // Arguments, layouts, checks, beta == 0 not reading the output, threads and determinism are those
 // of bsr_matmul / bsr_matmul_t / bsr_weight_grad. B is 4, 8 or 16: the products pair their
 // operands along K inside a block, the weight gradient along M. The products of bf16 values are
@@ -31,11 +34,15 @@
 // only adds rounding passes.
 
 #include <cstddef>
+#include <span>
+#include <type_traits>
+#include <vector>
 
 #include "sparselm/core/error.hpp"
 #include "sparselm/core/simd.hpp"
 #include "sparselm/core/view.hpp"
 #include "sparselm/kernels/bsr.hpp"
+#include "sparselm/kernels/convert.hpp"
 #include "sparselm/kernels/gemm_bf16.hpp"
 #include "sparselm/kernels/detail/bsr_amx.hpp"
 #include "sparselm/kernels/detail/bsr_amx_wgrad.hpp"
@@ -107,6 +114,49 @@ void bsr_product_bf16_path(bsr_bf16_path path, const float* A, std::size_t lda, 
   bsr_product_bf16_portable<B, TransV, Arch>(A, lda, M, K, L, V, beta, C, ldc, bias);
 }
 
+// X widened to float, contiguous, in a thread-local buffer (grow-only): what the paths without a
+// bf16 source read. bf16 values are exact in float, so rounding them again changes nothing.
+template <class Arch>
+const_matrix_view<float> widened(const_matrix_view<bf16> X) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < X.rows * X.cols) buf.resize(X.rows * X.cols);
+  if (X.ld == X.cols) {
+    to_float<Arch>(std::span<const bf16>(X.data, X.rows * X.cols), std::span<float>(buf.data(), X.rows * X.cols));
+  } else {
+    for (std::size_t r = 0; r < X.rows; ++r)
+      to_float<Arch>(std::span<const bf16>(X.data + r * X.ld, X.cols), std::span<float>(buf.data() + r * X.cols, X.cols));
+  }
+  return {buf.data(), X.rows, X.cols, X.cols};
+}
+
+// The forward's argument checks, for X in float or bf16 (named "X (bf16)" in the messages).
+template <std::size_t B, class TX>
+void check_forward_bf16(const char* k, const_matrix_view<TX> X, const sparse::block_pattern& p, const float* values,
+                        matrix_view<float> Y) {
+  const char* xname = std::is_same_v<TX, bf16> ? "X (bf16)" : "X";
+  check_view(X, sparselm::detail::concat(k, ": ", xname).c_str());
+  check_view(const_matrix_view<float>(Y), sparselm::detail::concat(k, ": Y").c_str());
+  check_pattern<B>(k, p, values);
+  check_multiple<B>(k, "X columns (in)", X.cols);
+  check_multiple<B>(k, "Y columns (out)", Y.cols);
+  SPARSELM_CHECK(X.cols == p.in() && Y.cols == p.out() && Y.rows == X.rows, k, ": shapes do not match: ", xname, " ",
+                 shape_string(X), ", ", pattern_string(p), ", Y ", shape_string(Y));
+}
+
+// The weight gradient's argument checks, likewise.
+template <std::size_t B, class TX>
+void check_wgrad_bf16(const char* k, const_matrix_view<TX> X, const_matrix_view<float> dY,
+                      const sparse::block_pattern& p, const float* dvalues) {
+  const char* xname = std::is_same_v<TX, bf16> ? "X (bf16)" : "X";
+  check_view(X, sparselm::detail::concat(k, ": ", xname).c_str());
+  check_view(dY, sparselm::detail::concat(k, ": dY").c_str());
+  check_pattern<B>(k, p, dvalues);
+  check_multiple<B>(k, "X columns (in)", X.cols);
+  check_multiple<B>(k, "dY columns (out)", dY.cols);
+  SPARSELM_CHECK(X.cols == p.in() && dY.cols == p.out() && X.rows == dY.rows, k, ": shapes do not match: ", xname,
+                 " ", shape_string(X), ", dY ", shape_string(dY), ", ", pattern_string(p));
+}
+
 }  // namespace detail
 
 // Y (M, out) = beta*Y + bf16(X) (M, in) · bf16(W) [+ bias (out)].
@@ -115,17 +165,32 @@ void bsr_matmul_bf16(const_matrix_view<float> X, const sparse::block_pattern& p,
                      matrix_view<float> Y, const float* bias = nullptr, bsr_bf16_path path = bsr_bf16_path::best) {
   static_assert(B == 4 || B == 8 || B == 16, "bsr_matmul_bf16<B>: B must be 4, 8 or 16");
   constexpr const char* k = "bsr_matmul_bf16";
-  check_view(X, "bsr_matmul_bf16: X");
-  check_view(const_matrix_view<float>(Y), "bsr_matmul_bf16: Y");
-  detail::check_pattern<B>(k, p, values);
-  detail::check_multiple<B>(k, "X columns (in)", X.cols);
-  detail::check_multiple<B>(k, "Y columns (out)", Y.cols);
-  SPARSELM_CHECK(X.cols == p.in() && Y.cols == p.out() && Y.rows == X.rows, k, ": shapes do not match: X ",
-                 shape_string(X), ", ", detail::pattern_string(p), ", Y ", shape_string(Y));
+  detail::check_forward_bf16<B>(k, X, p, values, Y);
   const bsr_bf16_path route = detail::bsr_bf16_route<B, Arch>(k, path);
   const detail::bsr_lists L{p.col_ptr.data(), p.col_slots.data(), p.row.data(), p.cols_b};
   detail::bsr_product_bf16_path<B, false, Arch>(route, X.data, X.ld, X.rows, X.cols, L, values, beta, Y.data, Y.ld,
                                                 bias);
+}
+
+// The same with X in bf16 (activations a layer keeps in bf16): the result of the float X whose
+// rounding X holds, bit for bit. The native path packs X as it is; the others widen it first.
+template <std::size_t B, class Arch = native_arch>
+void bsr_matmul_bf16(const_matrix_view<bf16> X, const sparse::block_pattern& p, const float* values, float beta,
+                     matrix_view<float> Y, const float* bias = nullptr, bsr_bf16_path path = bsr_bf16_path::best) {
+  static_assert(B == 4 || B == 8 || B == 16, "bsr_matmul_bf16<B>: B must be 4, 8 or 16");
+  constexpr const char* k = "bsr_matmul_bf16";
+  detail::check_forward_bf16<B>(k, X, p, values, Y);
+  const bsr_bf16_path route = detail::bsr_bf16_route<B, Arch>(k, path);
+#if SPARSELM_GEMM_BF16_NATIVE
+  if constexpr (detail::arch_is_avx512<Arch>) {
+    if (route == bsr_bf16_path::native) {
+      const detail::bsr_lists L{p.col_ptr.data(), p.col_slots.data(), p.row.data(), p.cols_b};
+      return detail::bsr_product_bf16<B, false, Arch>(X.data, X.ld, X.rows, X.cols, L, values, beta, Y.data, Y.ld,
+                                                      bias);
+    }
+  }
+#endif
+  bsr_matmul_bf16<B, Arch>(detail::widened<Arch>(X), p, values, beta, Y, bias, route);
 }
 
 // dX (M, in) = beta*dX + bf16(dY) (M, out) · bf16(W)ᵀ.
@@ -153,13 +218,7 @@ void bsr_weight_grad_bf16(const_matrix_view<float> X, const_matrix_view<float> d
                           float* dvalues, bsr_bf16_path path = bsr_bf16_path::best) {
   static_assert(B == 4 || B == 8 || B == 16, "bsr_weight_grad_bf16<B>: B must be 4, 8 or 16");
   constexpr const char* k = "bsr_weight_grad_bf16";
-  check_view(X, "bsr_weight_grad_bf16: X");
-  check_view(dY, "bsr_weight_grad_bf16: dY");
-  detail::check_pattern<B>(k, p, dvalues);
-  detail::check_multiple<B>(k, "X columns (in)", X.cols);
-  detail::check_multiple<B>(k, "dY columns (out)", dY.cols);
-  SPARSELM_CHECK(X.cols == p.in() && dY.cols == p.out() && X.rows == dY.rows, k, ": shapes do not match: X ",
-                 shape_string(X), ", dY ", shape_string(dY), ", ", detail::pattern_string(p));
+  detail::check_wgrad_bf16<B>(k, X, dY, p, dvalues);
   const bsr_bf16_path route = detail::bsr_bf16_route<B, Arch>(k, path);
 #if SPARSELM_GEMM_AMX
   if constexpr (B == 16 && detail::arch_is_avx512<Arch>) {
@@ -174,6 +233,24 @@ void bsr_weight_grad_bf16(const_matrix_view<float> X, const_matrix_view<float> d
 #endif
   (void)native;
   detail::bsr_wgrad_bf16_portable<B, Arch>(X.data, X.ld, dY.data, dY.ld, X.rows, p, dvalues);
+}
+
+// The same with X in bf16 (kept by a layer in bf16): the result of the float X whose rounding X
+// holds, bit for bit. The native path packs X as it is; the others widen it first.
+template <std::size_t B, class Arch = native_arch>
+void bsr_weight_grad_bf16(const_matrix_view<bf16> X, const_matrix_view<float> dY, const sparse::block_pattern& p,
+                          float* dvalues, bsr_bf16_path path = bsr_bf16_path::best) {
+  static_assert(B == 4 || B == 8 || B == 16, "bsr_weight_grad_bf16<B>: B must be 4, 8 or 16");
+  constexpr const char* k = "bsr_weight_grad_bf16";
+  detail::check_wgrad_bf16<B>(k, X, dY, p, dvalues);
+  const bsr_bf16_path route = detail::bsr_bf16_route<B, Arch>(k, path);
+#if SPARSELM_GEMM_BF16_NATIVE
+  if constexpr (detail::arch_is_avx512<Arch>) {
+    if (route == bsr_bf16_path::native)
+      return detail::bsr_wgrad_bf16<B, Arch>(X.data, X.ld, dY.data, dY.ld, X.rows, p, dvalues);
+  }
+#endif
+  bsr_weight_grad_bf16<B, Arch>(detail::widened<Arch>(X), dY, p, dvalues, route);
 }
 
 }  // namespace sparselm::kernels

@@ -87,7 +87,7 @@ class self_attention {
   }
 
   // True when input_keeper::layer keeps x in bf16 (the QKV projection's choice, layers/linear.hpp).
-  static bool compact_input(const step_context& s) noexcept { return linear_type::compact_input(s); }
+  static bool compact_input(const step_context& s) { return linear_type::compact_input(s); }
 
   // keeper: who keeps x for backward (input_keeper::layer: the QKV projection keeps a copy).
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c,

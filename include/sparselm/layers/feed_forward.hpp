@@ -3,11 +3,11 @@
 //
 // Legend: N rows, C channels, F hidden (4C in GPT-2).
 //   h (N,F) = x (N,C) · W1 (C,F) + b1 ;  a (N,F) = gelu(h) ;  y (N,C) = a · W2 (F,C) + b2
-// Under bf16 compute with dense projections, h and a are kept in bf16 (h for gelu', a for the
-// weight gradient of W2, which rounds it to bf16 anyway); their fp32 forms are scratch.
+// Under bf16 compute (dense projections, or block-sparse ones running the bf16 products: the
+// projections' compact_input), h and a are kept in bf16 (h for gelu', a for the weight gradient of
+// W2, which rounds it to bf16 anyway); their fp32 forms are scratch.
 
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "sparselm/kernels/gelu.hpp"
@@ -45,22 +45,20 @@ class feed_forward {
   }
 
   // True when the activations are kept in bf16 and input_keeper::layer keeps x in bf16.
-  static bool compact_input(const step_context& s) noexcept { return linear_type::compact_input(s); }
+  static bool compact_input(const step_context& s) { return linear_type::compact_input(s); }
 
   // keeper: who keeps x for backward (input_keeper::layer: the first projection keeps a copy).
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c,
                input_keeper keeper = input_keeper::caller) const {
     const std::size_t N = x.rows;
-    if constexpr (std::is_same_v<Sparsity, dense>) {
-      if (compact_input(s)) {
-        auto h = s.tmp->matrix(slot_ffn_hidden, N, f_);
-        auto h16 = c.h16.get(N * f_), a16 = c.a16.get(N * f_);
-        fc_.forward(s, x, h, c.fc_c, keeper);
-        kernels::gelu_forward<Act>(std::span<const float>(h.data, N * f_), a16, h16);
-        proj_.forward(s, const_matrix_view<bf16>(a16.data(), N, f_), y, c.proj_c);
-        c.in_bf16 = true;
-        return;
-      }
+    if (compact_input(s)) {
+      auto h = s.tmp->matrix(slot_ffn_hidden, N, f_);
+      auto h16 = c.h16.get(N * f_), a16 = c.a16.get(N * f_);
+      fc_.forward(s, x, h, c.fc_c, keeper);
+      kernels::gelu_forward<Act>(std::span<const float>(h.data, N * f_), a16, h16);
+      proj_.forward(s, const_matrix_view<bf16>(a16.data(), N, f_), y, c.proj_c);
+      c.in_bf16 = true;
+      return;
     }
     c.in_bf16 = false;
     auto h = c.h.matrix(N, f_);

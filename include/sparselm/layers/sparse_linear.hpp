@@ -17,7 +17,10 @@
 // kernels/bsr_bf16.hpp (operands rounded to bf16, fp32 accumulation); where the bf16 GEMM runs on
 // AMX tiles (kernels::bsr_bf16_amx_chosen()), B = 16 runs its three products on AMX. Otherwise, and
 // for B = 1, fp16 steps and the pooled RigL scores, the products are fp32. Values, gradients, bias
-// stay fp32.
+// stay fp32. With the bf16 products and bf16 activations (step_context::bf16_activations), a layer
+// that keeps its input (input_keeper::layer) keeps it in bf16, and forward also takes x in bf16
+// (the feed-forward's activation): the products round x to bf16 anyway, so the results are those of
+// the fp32 input bit for bit. On steps that pool the dense gradient x stays fp32.
 //
 // The number of blocks comes from a sparse_plan given at construction: uniform sparsity, or a
 // per-weight count (e.g. ERK allocation computed by the model over all its weights).
@@ -55,12 +58,18 @@ class linear<T, block_sparse<B>> {
   using sparsity = block_sparse<B>;
   static constexpr std::size_t block = B;
   struct cache {
-    const_matrix_view<float> x;  // (N,in) forward input
-    buffer own;                  // the layer's own copy of it (input_keeper::layer)
+    const_matrix_view<float> x;   // (N,in) forward input, or
+    const_matrix_view<bf16> x16;  // its bf16 values (one of the two is set: rows > 0)
+    buffer own;                   // the layer's own copy of x (input_keeper::layer, fp32)
+    buffer_bf16 own16;            // the same in bf16 (input_keeper::layer, compact_input)
   };
-  // The block-sparse products read x in fp32 (the weight gradient and the pooled dense gradient):
-  // input_keeper::layer makes an fp32 copy.
-  static constexpr bool compact_input(const step_context&) noexcept { return false; }
+  // True when input_keeper::layer keeps x in bf16: the step computes in bf16 with the bf16 products
+  // (which round x to bf16 anyway, so the results are bit for bit those of an fp32 copy), keeps its
+  // activations in bf16, and does not ask for the pooled dense gradient (which reads x in fp32).
+  static bool compact_input(const step_context& s) {
+    if constexpr (has_bf16_kernels) return s.bf16_activations && !s.need_dense_grad && bf16_products(s);
+    return false;
+  }
 
   linear() = default;
   linear(arena_layout& layout, const std::string& prefix, std::size_t in, std::size_t out, bool bias = true,
@@ -110,7 +119,13 @@ class linear<T, block_sparse<B>> {
                input_keeper keeper = input_keeper::caller) const {
     detail::check_linear_forward(w_, in_, out_, x, y);
     c.x = x;
+    c.x16 = {};
     if (keeper == input_keeper::layer) {
+      if (compact_input(s)) {
+        auto x16 = c.own16.matrix(x.rows, x.cols);
+        kernels::to_bf16(std::span<const float>(x.data, x.rows * x.cols), std::span<bf16>(x16.data, x.rows * x.cols));
+        return forward(s, const_matrix_view<bf16>(x16), y, c);
+      }
       auto copy = c.own.matrix(x.rows, x.cols);
       std::copy_n(x.data, x.rows * x.cols, copy.data);
       c.x = copy;
@@ -123,11 +138,41 @@ class linear<T, block_sparse<B>> {
     kernels::bsr_matmul<B>(c.x, state_->pattern, s.p(w_.index).data(), 0.0f, y, bias);
   }
 
+  // x in bf16, kept alive by the caller (bf16 compute with the bf16 products, no pooled dense
+  // gradient this step: the products are those of x's values).
+  void forward(const step_context& s, const_matrix_view<bf16> x, matrix_view<float> y, cache& c) const {
+    SPARSELM_CHECK(x.cols == in_ && y.cols == out_ && x.rows == y.rows, "linear '", w_.name, "': x (bf16, ", x.rows,
+                   "x", x.cols, ") and y ", shape_string(y), " do not fit a ", in_, "x", out_, " weight");
+    SPARSELM_CHECK(s.compute == dtype::bf16, "linear '", w_.name, "': a bf16 input needs bf16 compute, not ",
+                   dtype_name(s.compute));
+    SPARSELM_CHECK(!s.need_dense_grad, "linear '", w_.name,
+                   "': a bf16 input on a step that pools the dense gradient (it reads x in fp32)");
+    if constexpr (has_bf16_kernels) {
+      SPARSELM_CHECK(bf16_products(s), "linear '", w_.name,
+                     "': a bf16 input needs the bf16 block-sparse products, which this CPU does not run "
+                     "(kernels::bsr_bf16_pays() is false)");
+      c.x = {};
+      c.x16 = x;
+      const float* bias = has_bias_ ? s.p(b_.index).data() : nullptr;
+      kernels::bsr_matmul_bf16<B>(x, state_->pattern, s.p(w_.index).data(), 0.0f, y, bias);
+    } else {
+      SPARSELM_CHECK(false, "linear '", w_.name, "': a bf16 input needs B = 4, 8 or 16, not ", B);
+    }
+  }
+
   void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
                 bool accumulate_dx = false) const {
     const float beta = accumulate_dx ? 1.0f : 0.0f;
-    const bool need_dx = detail::check_linear_backward(w_, in_, out_, c.x.rows, dy, dx);
-    products_backward(s, dy, need_dx, beta, dx, c.x);
+    const bool in16 = c.x16.rows > 0;
+    const bool need_dx = detail::check_linear_backward(w_, in_, out_, in16 ? c.x16.rows : c.x.rows, dy, dx);
+    if (in16) {
+      SPARSELM_CHECK(s.compute == dtype::bf16 && !s.need_dense_grad, "linear '", w_.name,
+                     "': forward kept x in bf16, but backward runs in ", dtype_name(s.compute),
+                     s.need_dense_grad ? " and pools the dense gradient" : "");
+      products_backward_bf16x(s, dy, need_dx, beta, dx, c.x16);
+    } else {
+      products_backward(s, dy, need_dx, beta, dx, c.x);
+    }
     if (has_bias_) kernels::add_column_sums(dy, s.g(b_.index));
     if (s.need_dense_grad) {
       // Scores are pooled per micro-batch and summed over the step's micro-batches (max: maximum).
@@ -184,6 +229,15 @@ class linear<T, block_sparse<B>> {
     }
     if (need_dx) kernels::bsr_matmul_t<B>(dy, state_->pattern, w, beta, dx);
     kernels::bsr_weight_grad<B>(x, dy, state_->pattern, dw);
+  }
+  // The same with x kept in bf16 (the bf16 products only).
+  void products_backward_bf16x(const step_context& s, const_matrix_view<float> dy, bool need_dx, float beta,
+                               matrix_view<float> dx, const_matrix_view<bf16> x) const {
+    if constexpr (has_bf16_kernels) {
+      const float* w = s.p(w_.index).data();
+      if (need_dx) kernels::bsr_matmul_t_bf16<B>(dy, state_->pattern, w, beta, dx);
+      kernels::bsr_weight_grad_bf16<B>(x, dy, state_->pattern, s.g(w_.index).data());
+    }
   }
 
   std::size_t in_ = 0, out_ = 0, nnz_ = 0;

@@ -148,9 +148,9 @@ packed_blocks_bf16 pack_blocks_bf16(const bsr_lists& L, const float* V) {
 // (A(r, 2p), A(r, 2p+1)), zero for rows <= r < MR. 16 rows x 32 columns at a time: each row
 // converted is its 16 pairs, and a 16 x 16 transpose of the words (as floats: unchanged bits)
 // gives 16 pairs of the 16 rows.
-template <std::size_t MR>
-inline void pack_panel_bf16(const float* A, std::size_t lda, std::size_t rows, std::size_t K, std::uint32_t* P) {
-  constexpr std::size_t PF = 256;  // software prefetch distance along the rows (floats)
+template <std::size_t MR, class S>
+inline void pack_panel_bf16(const S* A, std::size_t lda, std::size_t rows, std::size_t K, std::uint32_t* P) {
+  constexpr std::size_t PF = 1024 / sizeof(S);  // software prefetch distance along the rows: 1 KiB
   for (std::size_t r0 = 0; r0 < MR; r0 += 16) {
     const std::size_t nr = rows > r0 ? std::min<std::size_t>(16, rows - r0) : 0;
     const std::size_t ns = std::min<std::size_t>(16, MR - r0);
@@ -161,9 +161,9 @@ inline void pack_panel_bf16(const float* A, std::size_t lda, std::size_t rows, s
           v[i] = _mm512_setzero_ps();
           continue;
         }
-        const float* a = A + (r0 + i) * lda + k;
+        const S* a = A + (r0 + i) * lda + k;
         __builtin_prefetch(a + PF, 0, 3);
-        __builtin_prefetch(a + PF + 16, 0, 3);
+        if constexpr (sizeof(S) == 4) __builtin_prefetch(a + PF + 16, 0, 3);
         v[i] = _mm512_castsi512_ps(gemm_bf16_row32(a, K - k));
       }
       transpose16(v);
@@ -262,9 +262,9 @@ inline void tile_bf16_m(const std::uint32_t* P, std::size_t n, const std::uint32
 
 // C (M x N, N = n_out_blocks*B) = beta*C + bf16(A) (M x K) · bf16(S) [+ bias], S from the lists and
 // V (TransV as in pack_blocks). Work split as in bsr_product: M panels, and output block column
-// groups when there are few panels for the threads.
-template <std::size_t B, bool TransV, class Arch>
-void bsr_product_bf16(const float* A, std::size_t lda, std::size_t M, std::size_t K, const bsr_lists& L,
+// groups when there are few panels for the threads. A is float (rounded while packed) or bf16.
+template <std::size_t B, bool TransV, class Arch, class SA = float>
+void bsr_product_bf16(const SA* A, std::size_t lda, std::size_t M, std::size_t K, const bsr_lists& L,
                       const float* V, float beta, float* C, std::size_t ldc, const float* bias) {
   static_assert(arch_is_avx512<Arch> && B % 2 == 0);
   using T = bsr_tiling<B, Arch>;
@@ -304,20 +304,20 @@ void bsr_product_bf16(const float* A, std::size_t lda, std::size_t M, std::size_
 // Strips of `rows` rows of src (cols columns, a multiple of B): for every block column b, the
 // words dst[b*ss + q*B + a] = (src(2q, bB+a), src(2q+1, bB+a)), q < ceil(rows/2) (a missing odd
 // row reads as zero); ss = strip_stride<B>(ceil(rows/2)).
-template <std::size_t B>
-inline void pack_strips_bf16(const float* src, std::size_t lds, std::size_t rows, std::size_t cols,
+template <std::size_t B, class S>
+inline void pack_strips_bf16(const S* src, std::size_t lds, std::size_t rows, std::size_t cols,
                              std::uint32_t* dst) {
   // Groups of QG pairs: 2*QG sequential read streams, and QG*B words written contiguously per
   // strip (as pack_strips; one pair at a time measured slower, its loads waiting on memory).
   constexpr std::size_t QG = 4;
-  constexpr std::size_t PF = 256;  // software prefetch distance along the rows (floats)
+  constexpr std::size_t PF = 1024 / sizeof(S);  // software prefetch distance along the rows: 1 KiB
   const std::size_t np = (rows + 1) / 2, ss = strip_stride<B>(np);
   for (std::size_t q0 = 0; q0 < np; q0 += QG) {
     const std::size_t q1 = std::min(np, q0 + QG);
     for (std::size_t c = 0; c < cols; c += 16) {
       const std::size_t n = std::min<std::size_t>(16, cols - c);
       for (std::size_t q = q0; q < q1; ++q) {
-        const float* r0 = src + 2 * q * lds + c;
+        const S* r0 = src + 2 * q * lds + c;
         __builtin_prefetch(r0 + PF, 0, 3);
         if (2 * q + 1 < rows) __builtin_prefetch(r0 + lds + PF, 0, 3);
         const __m512i w = gemm_bf16_pairs(gemm_bf16_load16(r0, n),
@@ -388,9 +388,10 @@ inline void wgrad_bf16_lanes(const std::uint32_t* xs, const std::uint32_t* ds, c
     for (std::size_t q = 0; q < Q; ++q) _mm512_storeu_ps(dvs[u] + q * 16, acc[u][q]);
 }
 
-// dvalues (slot order) += bf16(X)ᵀ · bf16(dY) on the active blocks, B = 4, 8 or 16.
-template <std::size_t B, class Arch>
-void bsr_wgrad_bf16(const float* X, std::size_t ldx, const float* dY, std::size_t ldd, std::size_t M,
+// dvalues (slot order) += bf16(X)ᵀ · bf16(dY) on the active blocks, B = 4, 8 or 16; X is float
+// (rounded while packed) or bf16.
+template <std::size_t B, class Arch, class SX = float>
+void bsr_wgrad_bf16(const SX* X, std::size_t ldx, const float* dY, std::size_t ldd, std::size_t M,
                     const sparse::block_pattern& p, float* dvalues) {
   static_assert(B == 4 || B == 8 || B == 16);
   const std::size_t nnz = p.nnz(), in = p.in(), out = p.out();
