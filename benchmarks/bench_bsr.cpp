@@ -2,7 +2,7 @@
 // (GEMM NN + NT + TN) on the shapes of the dense GEMM benchmark, M = 4096 tokens.
 //
 //   build/benchmarks/bench_bsr [--threads 2,1] [--sparsity 0.9,0.8] [--blocks 16,8,4,1] [--reps 5]
-//                              [--shapes 768x768,768x3072,3072x768,768x2304] [--m 4096] [--no-blas] [--bf16]
+//                              [--shapes 768x768,768x3072,3072x768,768x2304] [--m 4096] [--no-blas] [--bf16] [--bf16-x]
 //
 // Prints per thread count a markdown table: median times (ms) of the sparse step and its three
 // kernels; the dense step with our own kernels::gemm (the baseline, measured in the same run) and
@@ -13,7 +13,9 @@
 //
 // --bf16 adds per thread count a table of the bf16 block-sparse kernels (kernels/bsr_bf16.hpp, best
 // path: AVX512-BF16 when the build has it) beside the fp32 ones of the same run, for B = 4, 8, 16:
-// median times of each kernel and of the step, and fp32 time / bf16 time.
+// median times of each kernel and of the step, and fp32 time / bf16 time. --bf16-x (implies --bf16)
+// gives the bf16 forward and weight gradient X as bf16 values, as the block_sparse<B> layers do
+// when they keep their input in bf16 (docs/precision.md).
 
 #include <cblas.h>
 
@@ -94,6 +96,7 @@ struct options {
   int reps = 5;
   bool blas = true;
   bool bf16 = false;
+  bool bf16_x = false;
 };
 
 template <class T>
@@ -133,9 +136,10 @@ options parse(int argc, char** argv) {
     else if (k == "--reps") o.reps = std::stoi(next());
     else if (k == "--no-blas") o.blas = false;
     else if (k == "--bf16") o.bf16 = true;
+    else if (k == "--bf16-x") o.bf16 = o.bf16_x = true;
     else {
       std::fprintf(stderr, "usage: bench_bsr [--threads 2,1] [--sparsity 0.9,0.8] [--blocks 16,8,4,1] [--reps 5]\n"
-                           "                 [--shapes 768x768,...] [--m 4096] [--no-blas] [--bf16]\n");
+                           "                 [--shapes 768x768,...] [--m 4096] [--no-blas] [--bf16] [--bf16-x]\n");
       std::exit(2);
     }
   }
@@ -146,25 +150,36 @@ struct sparse_times {
   double fwd, bwd_data, bwd_weights, step;
 };
 
-// Bf16: the bf16 kernels (kernels/bsr_bf16.hpp) on the same operands.
+// Bf16: the bf16 kernels (kernels/bsr_bf16.hpp) on the same operands; with X16, X as its bf16
+// values in the forward and the weight gradient (what a layer keeping its input in bf16 runs).
 template <std::size_t B, bool Bf16 = false>
 sparse_times time_sparse(const sparse::block_pattern& p, const std::vector<float>& X, const std::vector<float>& dY,
                          std::vector<float>& Y, std::vector<float>& dX, const std::vector<float>& values,
-                         std::vector<float>& dvalues, const std::vector<float>& bias, std::size_t M, int reps) {
+                         std::vector<float>& dvalues, const std::vector<float>& bias, std::size_t M, int reps,
+                         const std::vector<bf16>* X16 = nullptr) {
   const std::size_t in = p.in(), out = p.out();
   const_matrix_view<float> x{X.data(), M, in}, dy{dY.data(), M, out};
+  const const_matrix_view<bf16> x16{X16 ? X16->data() : nullptr, M, in};
   matrix_view<float> y{Y.data(), M, out}, dx{dX.data(), M, in};
   auto fwd = [&] {
-    if constexpr (Bf16) kernels::bsr_matmul_bf16<B>(x, p, values.data(), 0.0f, y, bias.data());
-    else kernels::bsr_matmul<B>(x, p, values.data(), 0.0f, y, bias.data());
+    if constexpr (Bf16) {
+      if (X16) kernels::bsr_matmul_bf16<B>(x16, p, values.data(), 0.0f, y, bias.data());
+      else kernels::bsr_matmul_bf16<B>(x, p, values.data(), 0.0f, y, bias.data());
+    } else {
+      kernels::bsr_matmul<B>(x, p, values.data(), 0.0f, y, bias.data());
+    }
   };
   auto bwd_d = [&] {
     if constexpr (Bf16) kernels::bsr_matmul_t_bf16<B>(dy, p, values.data(), 0.0f, dx);
     else kernels::bsr_matmul_t<B>(dy, p, values.data(), 0.0f, dx);
   };
   auto bwd_w = [&] {
-    if constexpr (Bf16) kernels::bsr_weight_grad_bf16<B>(x, dy, p, dvalues.data());
-    else kernels::bsr_weight_grad<B>(x, dy, p, dvalues.data());
+    if constexpr (Bf16) {
+      if (X16) kernels::bsr_weight_grad_bf16<B>(x16, dy, p, dvalues.data());
+      else kernels::bsr_weight_grad_bf16<B>(x, dy, p, dvalues.data());
+    } else {
+      kernels::bsr_weight_grad<B>(x, dy, p, dvalues.data());
+    }
   };
   sparse_times t{};
   t.fwd = median_time(reps, fwd);
@@ -178,21 +193,21 @@ sparse_times time_sparse(const sparse::block_pattern& p, const std::vector<float
   return t;
 }
 
-sparse_times time_sparse_b(bool bf16, std::size_t B, const sparse::block_pattern& p, const std::vector<float>& X,
+sparse_times time_sparse_b(bool use_bf16, std::size_t B, const sparse::block_pattern& p, const std::vector<float>& X,
                            const std::vector<float>& dY, std::vector<float>& Y, std::vector<float>& dX,
                            const std::vector<float>& values, std::vector<float>& dvalues, const std::vector<float>& bias,
-                           std::size_t M, int reps) {
+                           std::size_t M, int reps, const std::vector<bf16>* X16 = nullptr) {
   switch (B) {
     case 1: return time_sparse<1>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
     case 4:
-      return bf16 ? time_sparse<4, true>(p, X, dY, Y, dX, values, dvalues, bias, M, reps)
-                  : time_sparse<4>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
+      return use_bf16 ? time_sparse<4, true>(p, X, dY, Y, dX, values, dvalues, bias, M, reps, X16)
+                      : time_sparse<4>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
     case 8:
-      return bf16 ? time_sparse<8, true>(p, X, dY, Y, dX, values, dvalues, bias, M, reps)
-                  : time_sparse<8>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
+      return use_bf16 ? time_sparse<8, true>(p, X, dY, Y, dX, values, dvalues, bias, M, reps, X16)
+                      : time_sparse<8>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
     case 16:
-      return bf16 ? time_sparse<16, true>(p, X, dY, Y, dX, values, dvalues, bias, M, reps)
-                  : time_sparse<16>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
+      return use_bf16 ? time_sparse<16, true>(p, X, dY, Y, dX, values, dvalues, bias, M, reps, X16)
+                      : time_sparse<16>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
     default: std::fprintf(stderr, "bench_bsr: block size %zu is not one of 1, 4, 8, 16\n", B); std::exit(2);
   }
 }
@@ -303,7 +318,13 @@ int main(int argc, char** argv) {
           std::printf(" %.0f | %.0f | %.1f |\n", gf, 100.0 * gf / peak, t_pool * 1e3);
           std::fflush(stdout);
           if (o.bf16 && B != 1) {
-            const auto b = time_sparse_b(true, B, p, X, dY, Y, dX, values, dvalues, bias, M, o.reps);
+            std::vector<bf16> X16;
+            if (o.bf16_x) {
+              X16.resize(X.size());
+              for (std::size_t i = 0; i < X.size(); ++i) X16[i] = bf16(X[i]);
+            }
+            const auto b = time_sparse_b(true, B, p, X, dY, Y, dX, values, dvalues, bias, M, o.reps,
+                                         o.bf16_x ? &X16 : nullptr);
             char head[64];
             std::snprintf(head, sizeof head, "| %zux%zu | %.2f | %zu |", sh.in, sh.out, s, B);
             bf16_rows.push_back(std::string(head) + ratio_cells(t.fwd, b.fwd) + ratio_cells(t.bwd_data, b.bwd_data) +
