@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "sparselm/core/arena.hpp"
@@ -169,7 +170,7 @@ class linear<T, block_sparse<B>> {
       SPARSELM_CHECK(s.compute == dtype::bf16 && !s.need_dense_grad, "linear '", w_.name,
                      "': forward kept x in bf16, but backward runs in ", dtype_name(s.compute),
                      s.need_dense_grad ? " and pools the dense gradient" : "");
-      products_backward_bf16x(s, dy, need_dx, beta, dx, c.x16);
+      products_backward(s, dy, need_dx, beta, dx, c.x16);
     } else {
       products_backward(s, dy, need_dx, beta, dx, c.x);
     }
@@ -216,27 +217,22 @@ class linear<T, block_sparse<B>> {
     return s.compute == dtype::bf16 && (kernels::bsr_bf16_pays() || (B == 16 && kernels::bsr_bf16_amx_chosen()));
   }
 
-  // dx = dy·Wᵀ (+ beta·dx) when need_dx, and dW += xᵀ·dy on the active blocks.
+  // dx = dy·Wᵀ (+ beta·dx) when need_dx, and dW += xᵀ·dy on the active blocks. x in bf16 (kept by a
+  // forward that ran the bf16 products) takes the bf16 products.
+  template <class TX>
   void products_backward(const step_context& s, const_matrix_view<float> dy, bool need_dx, float beta,
-                         matrix_view<float> dx, const_matrix_view<float> x) const {
+                         matrix_view<float> dx, const_matrix_view<TX> x) const {
     const float* w = s.p(w_.index).data();
     float* dw = s.g(w_.index).data();
     if constexpr (has_bf16_kernels) {
-      if (bf16_products(s)) {
+      if (std::is_same_v<TX, bf16> || bf16_products(s)) {
         if (need_dx) kernels::bsr_matmul_t_bf16<B>(dy, state_->pattern, w, beta, dx);
         return kernels::bsr_weight_grad_bf16<B>(x, dy, state_->pattern, dw);
       }
     }
-    if (need_dx) kernels::bsr_matmul_t<B>(dy, state_->pattern, w, beta, dx);
-    kernels::bsr_weight_grad<B>(x, dy, state_->pattern, dw);
-  }
-  // The same with x kept in bf16 (the bf16 products only).
-  void products_backward_bf16x(const step_context& s, const_matrix_view<float> dy, bool need_dx, float beta,
-                               matrix_view<float> dx, const_matrix_view<bf16> x) const {
-    if constexpr (has_bf16_kernels) {
-      const float* w = s.p(w_.index).data();
-      if (need_dx) kernels::bsr_matmul_t_bf16<B>(dy, state_->pattern, w, beta, dx);
-      kernels::bsr_weight_grad_bf16<B>(x, dy, state_->pattern, s.g(w_.index).data());
+    if constexpr (std::is_same_v<TX, float>) {
+      if (need_dx) kernels::bsr_matmul_t<B>(dy, state_->pattern, w, beta, dx);
+      kernels::bsr_weight_grad<B>(x, dy, state_->pattern, dw);
     }
   }
 
