@@ -17,6 +17,11 @@
 #     also with the optimiser state sharded by stage;
 #   - data parallelism with threads-placed stages: 2 ranks x 2 rows on 2 stages each log the losses
 #     of 1 process x 4 rows within 1e-4 (the data-parallel tolerance, examples/check_data_parallel.sh);
+#   - a 2-D grid, 2 data replicas of a 2-stage pipeline on 4 ranks x 2 rows, logs the losses of
+#     1 process x 4 rows within 1e-5 (the same sums in another order) and says so; stopped at step 4
+#     and resumed on the same grid it ends bit for bit on the uninterrupted grid run; sparse_lm with
+#     RigL updates on the grid makes the updates one process makes with the doubled batch and ends
+#     within 1e-4 of its validation loss; --shard-optimizer on the grid is refused, naming the grid;
 #   - 3 ranks for 2 stages is an error naming both, and no rank is left waiting.
 #
 #   check_pipeline_ranks.sh GPT_TRAIN ENCODE_DATASET SPARSE_LM SOURCE_DIR WORK_DIR
@@ -88,6 +93,27 @@ run = [l for l in map(json.loads, open(f"{w}/dp-pipe/metrics.jsonl")) if l["kind
 assert run["replicas"] == 2 and run["pipeline"]["placement"] == "threads", run
 print("2 data-parallel ranks with 2 stages each = 1 process:", b[-1], a[-1])
 PY
+run grid 4 --steps 8 --batch-size 2 --dropout 0 --pipeline-stages 2 --pipeline-placement ranks
+run grid-res 4 --steps 4 --batch-size 2 --dropout 0 --pipeline-stages 2 --pipeline-placement ranks
+run grid-res 4 --steps 8 --batch-size 2 --dropout 0 --pipeline-stages 2 --pipeline-placement ranks --resume
+grep -q "pipeline of 2 stages (1f1b) over MPI, 4 ranks .*, one stage per rank, 2 data replicas of the pipeline" \
+  "$work/grid.err" || { echo "FAIL: the 4-rank grid does not describe itself"; cat "$work/grid.err"; exit 1; }
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+def lines(p, kind):
+    return [l for l in map(json.loads, open(f"{w}/{p}/metrics.jsonl")) if l["kind"] == kind]
+a, b = [l["loss"] for l in lines("dp-one", "train")], [l["loss"] for l in lines("grid", "train")]
+assert len(a) == len(b) == 8 and all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)), (a, b)
+one, grid, res = (json.load(open(f"{w}/{p}.json")) for p in ("dp-one", "grid", "grid-res"))
+assert abs(one["valid"]["loss"] - grid["valid"]["loss"]) <= 1e-5 * one["valid"]["loss"], (one["valid"], grid["valid"])
+run = lines("grid", "run")[0]
+assert run["replicas"] == 2 and run["pipeline"]["placement"] == "ranks" and run["pipeline"]["stages"] == 2, run
+assert len(run["optimizer_state_mib"]) == 4, run
+assert res["resumed_from"] == 4 and res["valid"]["loss"] == grid["valid"]["loss"], (res, grid["valid"])
+assert [l["loss"] for l in lines("grid-res", "train")] == b
+print("2 replicas x 2 stages on 4 ranks = 1 process x 4 rows:", b[-1], a[-1], "- resumed on the grid:", res["valid"]["loss"])
+PY
 s1=(-c "$src/configs/s1-tiny-train.json" --train "$work/train.tok" --valid "$work/train.tok" --vocab 50257
     --steps 6 --threads 1 --accumulation 2 --update-period 2)
 "$sparse_lm" "${s1[@]}" --out "$work/s1-one" > "$work/s1-one.json" 2> "$work/s1-one.err" ||
@@ -98,6 +124,18 @@ timeout 300 mpirun -np 2 "${mpi_opts[@]}" "$sparse_lm" "${s1[@]}" --pipeline-sta
 timeout 300 mpirun -np 2 "${mpi_opts[@]}" "$sparse_lm" "${s1[@]}" --pipeline-stages 2 --pipeline-placement ranks \
   --shard-optimizer --out "$work/s1-shard" > "$work/s1-shard.json" 2> "$work/s1-shard.err" ||
   { echo "FAIL: sparse_lm on 2 ranks, sharded"; cat "$work/s1-shard.err"; exit 1; }
+timeout 300 mpirun -np 4 "${mpi_opts[@]}" "$sparse_lm" "${s1[@]}" --batch-size 2 --pipeline-stages 2 \
+  --pipeline-placement ranks --out "$work/s1-grid" > "$work/s1-grid.json" 2> "$work/s1-grid.err" ||
+  { echo "FAIL: sparse_lm on a grid of 4 ranks"; cat "$work/s1-grid.err"; exit 1; }
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+a, g = (json.load(open(f"{w}/s1-{p}.json")) for p in ("one", "grid"))
+assert a["pattern_updates"] >= 2 and a["pattern_updates"] == g["pattern_updates"], (a, g)
+assert abs(a["valid"]["loss"] - g["valid"]["loss"]) <= 1e-4 * a["valid"]["loss"], (a["valid"], g["valid"])
+print("sparse_lm on 2 replicas x 2 stages: pattern updates", g["pattern_updates"], "valid loss", g["valid"]["loss"],
+      "(1 process:", a["valid"]["loss"], ")")
+PY
 /usr/bin/python3 - "$work" <<'PY'
 import json, sys
 w = sys.argv[1]
@@ -113,4 +151,8 @@ timeout 120 mpirun -np 3 "${mpi_opts[@]}" "$train" "${common[@]}" --steps 2 --pi
   --out "$work/bad" > /dev/null 2> "$work/bad.err"; rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "a pipeline of 2 stages placed on ranks needs as many ranks" "$work/bad.err" ||
   { echo "FAIL: 3 ranks for 2 stages (exit $rc)"; cat "$work/bad.err"; exit 1; }
+timeout 120 mpirun -np 4 "${mpi_opts[@]}" "$train" "${common[@]}" --steps 2 --pipeline-stages 2 --pipeline-placement ranks \
+  --shard-optimizer --out "$work/bad-grid" > /dev/null 2> "$work/bad-grid.err"; rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "shard_optimizer with a pipeline over ranks shards by stage and needs one replica" \
+  "$work/bad-grid.err" || { echo "FAIL: --shard-optimizer on a grid of 4 ranks (exit $rc)"; cat "$work/bad-grid.err"; exit 1; }
 echo "examples.pipeline_ranks: ok"

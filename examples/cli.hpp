@@ -91,7 +91,8 @@ struct pipeline_flags {
         ->check(CLI::IsMember({"1f1b", "gpipe"}));
     g.add_option("--pipeline-placement", placement,
                  "Where the stages run: threads of each process, or ranks (under mpirun with as many ranks as "
-                 "stages: one stage per rank) (trainer.pipeline.placement)")
+                 "stages: one stage per rank; with a multiple of them, data replicas of the pipeline) "
+                 "(trainer.pipeline.placement)")
         ->check(CLI::IsMember({"threads", "ranks"}));
   }
   // Writes the given flags into a run config's "trainer" object.

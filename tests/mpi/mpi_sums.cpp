@@ -1,9 +1,10 @@
 // The MPI group's collectives under mpirun (ctest mpi.sums runs it on 2 and 3 ranks): float sums
 // split into sum_scatter + all-gather (mpi_group::split_sum, the gradient sums' path) against
 // MPI_Allreduce and against the exact sum, for lengths around the split threshold and the gather
-// unit; sum_scatter and all_gather_bytes on uneven bounds; and that every rank holds the same
-// bits afterwards. Values are small integers times a power of two, so every order of addition
-// gives the exact sum, and the comparison can ask for equality. Exits 1 naming the first failure.
+// unit; sum_scatter and all_gather_bytes on uneven bounds; that every rank holds the same bits
+// afterwards; and split sub-groups (their sizes, order, sums and messages). Values are small
+// integers times a power of two, so every order of addition gives the exact sum, and the
+// comparison can ask for equality. Exits 1 naming the first failure.
 #include <mpi.h>
 
 #include <cstdint>
@@ -110,6 +111,37 @@ int main(int argc, char** argv) {
       for (std::size_t q = 0; q < P; ++q)
         for (std::size_t i = bounds[q]; i < bounds[q + 1]; ++i) ok = ok && x[i] == std::byte(q * 31 + i % 7);
       expect(ok, "all_gather_bytes: a rank's part did not arrive", rank);
+    }
+    // split: the ranks of one colour as a group of their own, ordered by key (train/rank_grid.hpp
+    // makes its pipeline and data groups so), with working sums and point-to-point messages
+    {
+      const std::size_t colour = r % 2, key = P - r;  // keys reverse the order inside a colour
+      auto sub = split->split(colour, key);
+      std::size_t members = 0, before = 0;  // ranks of my colour, and those of them with a larger world rank
+      for (std::size_t q = 0; q < P; ++q)
+        if (q % 2 == colour) {
+          ++members;
+          if (q > r) ++before;
+        }
+      expect(sub->size() == members && sub->rank() == before,
+             "split: group of " + std::to_string(sub->size()) + " ranks, rank " + std::to_string(sub->rank()) +
+                 "; expected " + std::to_string(members) + " and " + std::to_string(before),
+             rank);
+      std::vector<float> x(mpi_group::split_sum_min + 5, float(r + 1));
+      sub->all_reduce(std::span<float>(x), reduce_op::sum);
+      float want = 0;
+      for (std::size_t q = colour; q < P; q += 2) want += float(q + 1);
+      bool ok = true;
+      for (float v : x) ok = ok && v == want;
+      expect(ok, "split: the sum covers other ranks than the group's", rank);
+      if (sub->size() > 1) {  // a ring inside the group
+        const std::size_t n = sub->size(), me = sub->rank();
+        std::vector<float> out(3, float(me)), in(3, -1.0f);
+        sub->send(out, (me + 1) % n, 7);
+        sub->recv(in, (me + n - 1) % n, 7);
+        sub->flush_sends();
+        expect(in[0] == float((me + n - 1) % n) && in[2] == in[0], "split: point-to-point inside the group", rank);
+      }
     }
     int local = failures, total = 0;
     MPI_Allreduce(&local, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

@@ -88,9 +88,11 @@ class mpi_group final : public replica_group {
   // SPARSELM_MPI_NONBLOCKING=1; otherwise blocking sums, see above).
   // split_sums: large float sums by split_sum (default: unless the environment's
   // SPARSELM_MPI_ALLREDUCE=1).
+  // owns_comm: the group frees comm when it ends (a communicator made by split()).
   explicit mpi_group(MPI_Comm comm = MPI_COMM_WORLD, std::optional<bool> nonblocking = std::nullopt,
-                     std::optional<bool> split_sums = std::nullopt)
+                     std::optional<bool> split_sums = std::nullopt, bool owns_comm = false)
       : comm_(comm),
+        owns_comm_(owns_comm),
         nonblocking_(nonblocking.value_or(env_flag("SPARSELM_MPI_NONBLOCKING"))),
         split_sums_(split_sums.value_or(!env_flag("SPARSELM_MPI_ALLREDUCE"))) {
     int r = 0, s = 1;
@@ -112,7 +114,20 @@ class mpi_group final : public replica_group {
       for (auto& o : outbox_)
         if (o.request != MPI_REQUEST_NULL) MPI_Wait(&o.request, MPI_STATUS_IGNORE);
     }
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
     MPI_Type_free(&unit_);
+    if (owns_comm_) MPI_Comm_free(&comm_);
+  }
+
+  // MPI_Comm_split of this group's communicator; the new group takes this one's sum settings.
+  std::unique_ptr<replica_group> split(std::size_t color, std::size_t key) override {
+    SPARSELM_CHECK(color <= std::size_t(INT32_MAX) && key <= std::size_t(INT32_MAX), "MPI: split colour ", color,
+                   " or key ", key, " out of int range");
+    MPI_Comm c = MPI_COMM_NULL;
+    detail::mpi_check(MPI_Comm_split(comm_, int(color), int(key), &c), "MPI_Comm_split");
+    return std::make_unique<mpi_group>(c, nonblocking_, split_sums_, true);
   }
 
   std::size_t rank() const noexcept override { return rank_; }
@@ -356,6 +371,7 @@ class mpi_group final : public replica_group {
   };
 
   MPI_Comm comm_;
+  bool owns_comm_ = false;
   bool nonblocking_ = false;
   bool split_sums_ = true;
   std::deque<outgoing> outbox_;  // deque: growing it never moves a buffer MPI still reads

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -85,6 +86,11 @@ class replica_group {
   }
   virtual void flush_sends() {}
 
+  // The ranks that pass the same `color` as a group of their own, ordered by `key` (a 2-D grid of
+  // pipeline stages and data replicas, train/rank_grid.hpp). Collective: every rank of this group
+  // calls it. A group of one process splits into itself; a transport without sub-groups refuses.
+  virtual std::unique_ptr<replica_group> split(std::size_t color, std::size_t key);
+
   // Rank r's slice [lo, hi) of n items split as evenly as possible (the first n % P ranks get one
   // more).
   static std::pair<std::size_t, std::size_t> slice(std::size_t n, std::size_t r, std::size_t p) noexcept {
@@ -119,5 +125,10 @@ class single_replica final : public replica_group {
   void progress() override {}
   void wait() override {}
 };
+
+inline std::unique_ptr<replica_group> replica_group::split(std::size_t, std::size_t) {
+  SPARSELM_CHECK(size() == 1, describe(), ": no sub-groups (splitting the ranks into a grid)");
+  return std::make_unique<single_replica>();
+}
 
 }  // namespace sparselm::parallel

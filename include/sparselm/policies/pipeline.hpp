@@ -25,7 +25,8 @@
 // process (ranks: under mpirun with as many ranks as stages; each process holds the whole model,
 // runs its stage's parts and exchanges the boundary activations and their gradients with its
 // neighbours through a stage_link; the trainer then sums the gradients over the ranks, so every
-// rank applies the same update).
+// rank applies the same update). With a multiple of the stages, the ranks form data replicas of
+// the pipeline, each on its rows of every global batch (train/rank_grid.hpp).
 //
 // The stages' split is given (plan::split) or balanced (balance(): the split that minimises the
 // slowest stage): the first staged step weighs each part by its parameter count, the next two by

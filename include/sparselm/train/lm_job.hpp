@@ -186,7 +186,8 @@ class lm_job {
     }
     // Data parallelism (trainer::replicas()): each of the P ranks trains on batch_size rows of a
     // global batch of P·batch_size drawn identically on every rank; rank 0 alone writes files.
-    // A pipeline over ranks (trainer::processes()): every rank reads the whole global batch.
+    // A pipeline over ranks (trainer::processes()): every rank reads the whole global batch; with
+    // data replicas of the pipeline (train/rank_grid.hpp) every rank of a replica reads its rows.
     parallel::replica_group& group = t.replicas();
     parallel::replica_group& procs = t.processes();
     const std::size_t ranks = group.size();
@@ -296,11 +297,14 @@ class lm_job {
       if (t.compute() != dtype::f32) say(program_ + ": precision " + kernels::describe_compute(t.compute()));
       if (pipe.stages > 1 && &procs != &group) {
         say(program_ + ": pipeline of " + std::to_string(pipe.stages) + " stages (" + pipeline::name(pipe.schedule) +
-            ") over " + procs.describe() + ", one stage per rank, " + std::to_string(t.options().accumulation.steps) +
-            " micro-batches per step; every rank reads the whole batch and " +
+            ") over " + procs.describe() + ", one stage per rank" +
+            (ranks > 1 ? ", " + std::to_string(ranks) + " data replicas of the pipeline" : std::string()) + ", " +
+            std::to_string(t.options().accumulation.steps) + " micro-batches per step; " +
+            (ranks > 1 ? "each replica's ranks read its rows and every rank " : "every rank reads the whole batch and ") +
             (t.sharded() ? "updates its stage's tensors" : "applies the summed gradient"));
-        say(program_ + ": optimiser state per rank (MiB): " + state_mib.dump() +
-            (t.sharded() ? " (each rank its stage's)" : ""));
+        if (ranks == 1)  // with data replicas, said above
+          say(program_ + ": optimiser state per rank (MiB): " + state_mib.dump() +
+              (t.sharded() ? " (each rank its stage's)" : ""));
       } else if (pipe.stages > 1) {
         if (pipe.where == pipeline::placement::ranks)
           say(program_ + ": trainer.pipeline.placement is ranks but this is one process: the stages run as threads");

@@ -52,6 +52,7 @@
 #include "sparselm/policies/precision.hpp"
 #include "sparselm/policies/recompute.hpp"
 #include "sparselm/train/gathered_slots.hpp"
+#include "sparselm/train/rank_grid.hpp"
 #include "sparselm/train/replica_sums.hpp"
 #include "sparselm/train/slot_stream.hpp"
 #include "sparselm/train/trainer_options.hpp"
@@ -77,23 +78,6 @@ concept trainable_model = requires(Model& m, const typename Model::batch_type& b
   { m.grads() } -> std::convertible_to<arena<float>&>;
   m.layout();
 };
-
-namespace detail {
-// A replica group's ranks as the stages of a pipeline (rank = stage), over its point-to-point calls.
-class group_stage_link final : public pipeline::stage_link {
- public:
-  explicit group_stage_link(parallel::replica_group* g = nullptr) : g_(g) {}
-  std::size_t stage() const noexcept override { return g_ ? g_->rank() : 0; }
-  std::size_t stages() const noexcept override { return g_ ? g_->size() : 1; }
-  void send(std::span<const float> x, std::size_t to, std::uint64_t tag) override { g_->send(x, to, tag); }
-  void recv(std::span<float> x, std::size_t from, std::uint64_t tag) override { g_->recv(x, from, tag); }
-  void flush() override { g_->flush_sends(); }
-
- private:
-  parallel::replica_group* g_;
-};
-
-}  // namespace detail
 
 struct step_metrics {
   std::size_t step = 0;      // optimiser steps completed, including this one
@@ -162,12 +146,15 @@ class trainer {
   {
     SPARSELM_CHECK(step_ == 0 && opt_.step_count() == 0, "trainer: set_replicas after training began");
     if (o_.pipeline.where == pipeline::placement::ranks && g.size() > 1) {
-      // The processes are the stages of one pipeline, not data replicas (policies/pipeline.hpp).
-      SPARSELM_CHECK(g.size() == o_.pipeline.stages, "trainer: a pipeline of ", o_.pipeline.stages,
-                     " stages placed on ranks needs as many ranks; ", g.describe(),
-                     " (combining pipeline and data parallelism over ranks is not supported)");
-      stage_group_ = &g;
-      link_ = detail::group_stage_link(&g);
+      // The processes are the stages of a pipeline (policies/pipeline.hpp), or with a multiple of
+      // the stages, data replicas of that pipeline (train/rank_grid.hpp).
+      grid_ = rank_grid(g, o_.pipeline.stages);
+      stage_group_ = &grid_.pipeline();
+      group_ = grid_.data();
+      link_ = detail::group_stage_link(stage_group_);
+      SPARSELM_CHECK(!o_.shard_optimizer || grid_.replicas() == 1, "trainer: shard_optimizer with a pipeline over ranks ",
+                     "shards by stage and needs one replica of the pipeline; ", g.describe(), " holds ", grid_.replicas(),
+                     " replicas of ", o_.pipeline.stages, " stages");
       if (o_.shard_optimizer) {  // each stage keeps the optimiser state of its own tensors
         std::vector<optim::tensor_range> parts;
         if constexpr (requires { model_.stage_tensors(o_.pipeline); model_.tied_tensors(); }) {
@@ -271,9 +258,9 @@ class trainer {
     return full16_.visit(opt_.step_count(), std::forward<F>(f));
   }
   parallel::replica_group& replicas() noexcept { return group_ ? *group_ : single_; }
-  // Every process of the run: the data replicas, or the ranks of a pipeline over ranks (whose data
-  // replica group is the single process). Rank 0 writes; checks and stop requests span them all.
-  parallel::replica_group& processes() noexcept { return stage_group_ ? *stage_group_ : replicas(); }
+  // Every process of the run: the data replicas, or the ranks of a pipeline over ranks (and of its
+  // replicas, train/rank_grid.hpp). Rank 0 writes; checks and stop requests span them all.
+  parallel::replica_group& processes() noexcept { return grid_.active() ? grid_.world() : replicas(); }
 
   // Every replica takes rank 0's parameters (after initialisation or a resume), so all ranks train
   // the same model; then checks that they hold the same bytes.
@@ -485,6 +472,7 @@ class trainer {
   step_sums_type sums_;        // normalisers, tokens, samples and objective counts over the replicas
   parallel::replica_group* group_ = nullptr;
   parallel::replica_group* stage_group_ = nullptr;  // a pipeline over ranks (policies/pipeline.hpp)
+  rank_grid grid_;  // a pipeline over ranks: its ranks, with data replicas of it their groups
   detail::group_stage_link link_;
   gradient_shards shards_;                       // sharded: each rank's flat range
   std::vector<arena<slot_type>> full_slots_;     // sharded: whole-layout slots of a checkpoint
