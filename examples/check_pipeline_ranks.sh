@@ -21,8 +21,10 @@
 #     1 process x 4 rows within 1e-5 (the same sums in another order) and says so; stopped at step 4
 #     and resumed on the same grid it ends bit for bit on the uninterrupted grid run; sparse_lm with
 #     RigL updates on the grid makes the updates one process makes with the doubled batch and ends
-#     within 1e-4 of its validation loss; --shard-optimizer on the grid is refused, naming the grid;
-#   - 3 ranks for 2 stages is an error naming both, and no rank is left waiting.
+#     within 1e-4 of its validation loss; with --shard-optimizer each replica's ranks keep their
+#     stages' state (a replica's two ranks add up to one unsharded rank) and the grid logs the
+#     unsharded grid's losses bit for bit, also after a stop and resume, and for sparse_lm;
+#   - 3 ranks for 2 stages and 6 for 4 are errors naming both, and no rank is left waiting.
 #
 #   check_pipeline_ranks.sh GPT_TRAIN ENCODE_DATASET SPARSE_LM SOURCE_DIR WORK_DIR
 set -euo pipefail
@@ -114,6 +116,26 @@ assert res["resumed_from"] == 4 and res["valid"]["loss"] == grid["valid"]["loss"
 assert [l["loss"] for l in lines("grid-res", "train")] == b
 print("2 replicas x 2 stages on 4 ranks = 1 process x 4 rows:", b[-1], a[-1], "- resumed on the grid:", res["valid"]["loss"])
 PY
+run grid-shard 4 --steps 8 --batch-size 2 --dropout 0 --pipeline-stages 2 --pipeline-placement ranks --shard-optimizer
+run grid-shard-res 4 --steps 4 --batch-size 2 --dropout 0 --pipeline-stages 2 --pipeline-placement ranks --shard-optimizer
+run grid-shard-res 4 --steps 8 --batch-size 2 --dropout 0 --pipeline-stages 2 --pipeline-placement ranks --shard-optimizer \
+  --resume
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+def lines(p, kind):
+    return [l for l in map(json.loads, open(f"{w}/{p}/metrics.jsonl")) if l["kind"] == kind]
+grid, shard, res = (json.load(open(f"{w}/{p}.json")) for p in ("grid", "grid-shard", "grid-shard-res"))
+losses = [l["loss"] for l in lines("grid", "train")]
+assert [l["loss"] for l in lines("grid-shard", "train")] == losses and shard["valid"]["loss"] == grid["valid"]["loss"]
+assert res["resumed_from"] == 4 and res["valid"]["loss"] == grid["valid"]["loss"], (res, grid["valid"])
+assert [l["loss"] for l in lines("grid-shard-res", "train")] == losses
+full = lines("grid", "run")[0]["optimizer_state_mib"]
+mine = lines("grid-shard", "run")[0]["optimizer_state_mib"]  # ranks 0-1: replica 0's stages, 2-3: replica 1's
+assert len(set(full)) == 1 and len(mine) == 4 and mine[:2] == mine[2:] and all(0 < m < full[0] for m in mine), (full, mine)
+assert abs(mine[0] + mine[1] - full[0]) <= 1e-6 * full[0], (full, mine)
+print("the grid with its state sharded by stage:", mine, "MiB of", full[0], "- same losses, resumed too")
+PY
 s1=(-c "$src/configs/s1-tiny-train.json" --train "$work/train.tok" --valid "$work/train.tok" --vocab 50257
     --steps 6 --threads 1 --accumulation 2 --update-period 2)
 "$sparse_lm" "${s1[@]}" --out "$work/s1-one" > "$work/s1-one.json" 2> "$work/s1-one.err" ||
@@ -124,16 +146,19 @@ timeout 300 mpirun -np 2 "${mpi_opts[@]}" "$sparse_lm" "${s1[@]}" --pipeline-sta
 timeout 300 mpirun -np 2 "${mpi_opts[@]}" "$sparse_lm" "${s1[@]}" --pipeline-stages 2 --pipeline-placement ranks \
   --shard-optimizer --out "$work/s1-shard" > "$work/s1-shard.json" 2> "$work/s1-shard.err" ||
   { echo "FAIL: sparse_lm on 2 ranks, sharded"; cat "$work/s1-shard.err"; exit 1; }
-timeout 300 mpirun -np 4 "${mpi_opts[@]}" "$sparse_lm" "${s1[@]}" --batch-size 2 --pipeline-stages 2 \
-  --pipeline-placement ranks --out "$work/s1-grid" > "$work/s1-grid.json" 2> "$work/s1-grid.err" ||
-  { echo "FAIL: sparse_lm on a grid of 4 ranks"; cat "$work/s1-grid.err"; exit 1; }
+for v in grid grid-shard; do
+  timeout 300 mpirun -np 4 "${mpi_opts[@]}" "$sparse_lm" "${s1[@]}" --batch-size 2 --pipeline-stages 2 \
+    --pipeline-placement ranks $([ $v = grid ] || echo --shard-optimizer) --out "$work/s1-$v" > "$work/s1-$v.json" \
+    2> "$work/s1-$v.err" || { echo "FAIL: sparse_lm on a grid of 4 ranks ($v)"; cat "$work/s1-$v.err"; exit 1; }
+done
 /usr/bin/python3 - "$work" <<'PY'
 import json, sys
 w = sys.argv[1]
-a, g = (json.load(open(f"{w}/s1-{p}.json")) for p in ("one", "grid"))
+a, g, gs = (json.load(open(f"{w}/s1-{p}.json")) for p in ("one", "grid", "grid-shard"))
 assert a["pattern_updates"] >= 2 and a["pattern_updates"] == g["pattern_updates"], (a, g)
+assert gs["pattern_updates"] == g["pattern_updates"] and gs["valid"]["loss"] == g["valid"]["loss"], (g, gs)
 assert abs(a["valid"]["loss"] - g["valid"]["loss"]) <= 1e-4 * a["valid"]["loss"], (a["valid"], g["valid"])
-print("sparse_lm on 2 replicas x 2 stages: pattern updates", g["pattern_updates"], "valid loss", g["valid"]["loss"],
+print("sparse_lm on 2 replicas x 2 stages (sharded too): pattern updates", g["pattern_updates"], "valid loss", g["valid"]["loss"],
       "(1 process:", a["valid"]["loss"], ")")
 PY
 /usr/bin/python3 - "$work" <<'PY'
@@ -151,8 +176,8 @@ timeout 120 mpirun -np 3 "${mpi_opts[@]}" "$train" "${common[@]}" --steps 2 --pi
   --out "$work/bad" > /dev/null 2> "$work/bad.err"; rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "a pipeline of 2 stages placed on ranks needs as many ranks" "$work/bad.err" ||
   { echo "FAIL: 3 ranks for 2 stages (exit $rc)"; cat "$work/bad.err"; exit 1; }
-timeout 120 mpirun -np 4 "${mpi_opts[@]}" "$train" "${common[@]}" --steps 2 --pipeline-stages 2 --pipeline-placement ranks \
-  --shard-optimizer --out "$work/bad-grid" > /dev/null 2> "$work/bad-grid.err"; rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "shard_optimizer with a pipeline over ranks shards by stage and needs one replica" \
-  "$work/bad-grid.err" || { echo "FAIL: --shard-optimizer on a grid of 4 ranks (exit $rc)"; cat "$work/bad-grid.err"; exit 1; }
+timeout 120 mpirun -np 6 "${mpi_opts[@]}" "$train" "${common[@]}" --steps 2 --pipeline-stages 4 --pipeline-placement ranks \
+  --out "$work/bad-grid" > /dev/null 2> "$work/bad-grid.err"; rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "a pipeline of 4 stages placed on ranks needs as many ranks or a multiple" \
+  "$work/bad-grid.err" || { echo "FAIL: 6 ranks for 4 stages (exit $rc)"; cat "$work/bad-grid.err"; exit 1; }
 echo "examples.pipeline_ranks: ok"

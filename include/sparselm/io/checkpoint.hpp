@@ -230,7 +230,7 @@ void save_training_state(const std::filesystem::path& path, Trainer& t, const nl
         else
           w.add_streamed(std::move(name), dtype_of(sl.type), ti.shape, p.crc,
                          [&t, streamed, &p](const safetensors_writer::byte_sink& sink) {
-                           streamed->receive(t.processes(), p, sink);
+                           streamed->receive(t.shard_group(), p, sink);
                          });
       }
       optimizer_step = t.optimizer().step_count();

@@ -292,7 +292,7 @@ class lm_job {
         say(program_ + ": data parallel over " + group.describe() + ", " + std::to_string(rc_.batch_size) +
             " rows per rank, global batch " + std::to_string(global_batch));
         say(program_ + ": optimiser state per rank (MiB): " + state_mib.dump() +
-            (t.sharded() ? " (sharded over the ranks)" : ""));
+            (t.sharded() ? (&procs != &group ? " (each rank its stage's)" : " (sharded over the ranks)") : ""));
       }
       if (t.compute() != dtype::f32) say(program_ + ": precision " + kernels::describe_compute(t.compute()));
       if (pipe.stages > 1 && &procs != &group) {

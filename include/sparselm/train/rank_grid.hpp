@@ -52,6 +52,7 @@ class rank_grid {
                    " stages placed on ranks needs as many ranks or a multiple of them (stages x data replicas); ",
                    world.describe());
     replicas_ = P / stages;
+    replica_ = world.rank() / stages;
     if (replicas_ == 1) return;
     const std::size_t w = world.rank();
     // Collective on every rank of world, in the same order everywhere.
@@ -64,6 +65,8 @@ class rank_grid {
 
   bool active() const noexcept { return world_ != nullptr; }
   std::size_t replicas() const noexcept { return replicas_; }
+  // This rank's replica (0 without a grid).
+  std::size_t replica() const noexcept { return replica_; }
   // Every process of the run.
   parallel::replica_group& world() const noexcept { return *world_; }
   // This rank's pipeline: its replica's stages.
@@ -73,7 +76,7 @@ class rank_grid {
 
  private:
   parallel::replica_group* world_ = nullptr;
-  std::size_t replicas_ = 1;
+  std::size_t replicas_ = 1, replica_ = 0;
   std::unique_ptr<parallel::replica_group> pipeline_, data_;
 };
 

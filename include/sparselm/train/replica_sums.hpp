@@ -168,6 +168,32 @@ class gradient_shards {
   std::vector<std::size_t> scatter_;  // bounds_ within one part's range
 };
 
+// Data replicas of a pipeline over ranks (train/rank_grid.hpp) with the optimiser state sharded
+// by stage: a stage's replicas sum only the gradient ranges the stage needs: its own tensors, and on
+// the last stage the tensors it shares with stage 0 (tied_gradient_sum adds those afterwards), so
+// each sum is the one the unsharded grid makes, in the same order.
+class stage_range_sums {
+ public:
+  // Stage s of S: its flat range [bounds[s], bounds[s + 1]), and on the last stage the tied tensors.
+  void assign(const arena_layout& L, std::span<const std::size_t> bounds, std::size_t s, std::size_t S,
+              const std::vector<std::size_t>& tied) {
+    ranges_.assign(1, {bounds[s], bounds[s + 1]});
+    if (s + 1 == S)
+      for (std::size_t k : tied) ranges_.emplace_back(L[k].offset, L[k].offset + L[k].size);
+  }
+  bool active() const noexcept { return !ranges_.empty(); }
+  // Starts the sum over g of the recorded ranges' part of elements [begin, end) of all.
+  void start_sum(parallel::replica_group& g, std::span<float> all, std::size_t begin, std::size_t end) const {
+    for (const auto& [lo, hi] : ranges_) {
+      const std::size_t a = std::max(lo, begin), b = std::min(hi, end);
+      if (a < b) g.start_sum(all.subspan(a, b - a));
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::size_t, std::size_t>> ranges_;  // flat [begin, end) ranges
+};
+
 // A pipeline over ranks with the optimiser state sharded by stage (trainer_options::shard_optimizer):
 // only a stage's own layers write its tensors' gradients, except head tensors tied to the
 // embedding (owned by stage 0), to which the last stage adds. add() sends the last rank's part of
@@ -175,6 +201,7 @@ class gradient_shards {
 class tied_gradient_sum {
  public:
   void assign(std::vector<std::size_t> tensors) { tensors_ = std::move(tensors); }
+  const std::vector<std::size_t>& tensors() const noexcept { return tensors_; }
   void add(parallel::replica_group& g, arena<float>& grads) {
     const std::size_t last = g.size() - 1;
     constexpr std::uint64_t tag = 30000;  // above the pipeline's activation tags (2 per micro-batch)

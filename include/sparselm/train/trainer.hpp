@@ -152,18 +152,17 @@ class trainer {
       stage_group_ = &grid_.pipeline();
       group_ = grid_.data();
       link_ = detail::group_stage_link(stage_group_);
-      SPARSELM_CHECK(!o_.shard_optimizer || grid_.replicas() == 1, "trainer: shard_optimizer with a pipeline over ranks ",
-                     "shards by stage and needs one replica of the pipeline; ", g.describe(), " holds ", grid_.replicas(),
-                     " replicas of ", o_.pipeline.stages, " stages");
-      if (o_.shard_optimizer) {  // each stage keeps the optimiser state of its own tensors
+      if (o_.shard_optimizer) {  // each stage keeps the optimiser state of its own tensors (on a grid, each replica)
         std::vector<optim::tensor_range> parts;
         if constexpr (requires { model_.stage_tensors(o_.pipeline); model_.tied_tensors(); }) {
           for (const auto& [b, e] : model_.stage_tensors(o_.pipeline)) parts.push_back({b, e});
           tied_.assign(model_.tied_tensors());
         }
-        SPARSELM_CHECK(parts.size() == g.size(), "trainer: shard_optimizer over a pipeline's ranks needs the model's ",
-                       "stage tensors (embedding, blocks, head in layout order)");
-        shard_by(parts, g);
+        SPARSELM_CHECK(parts.size() == stage_group_->size(), "trainer: shard_optimizer over a pipeline's ranks needs the ",
+                       "model's stage tensors (embedding, blocks, head in layout order)");
+        shard_by(parts, *stage_group_);
+        if (grid_.replicas() > 1)
+          stage_sums_.assign(*model_.layout(), shards_.bounds(), stage_group_->rank(), stage_group_->size(), tied_.tensors());
       }
       return;
     }
@@ -202,8 +201,8 @@ class trainer {
     return st;
   }
   void gather_optimizer_state() {
-    if (!sharded()) return;
-    auto& g = processes();
+    if (!sharded() || !gathers_state()) return;
+    auto& g = shard_group();
     // 16-bit slots of a run-time slot choice travel and are kept in their own type (half the
     // bytes of the float copies state() would make): visit_gathered16() hands them to a save
     if (full16_.gather(opt_, g, model_.layout(), [&](std::size_t e) { return shards_.byte_bounds(e); })) {
@@ -237,19 +236,22 @@ class trainer {
   void release_gathered_state() {
     full_slots_.clear();
     full16_.clear();
-    if (stream_.armed()) stream_.drain(processes());  // a save that did not take the streamed slots
+    if (stream_.armed()) stream_.drain(shard_group());  // a save that did not take the streamed slots
   }
   // Sharded, on every process before a save (instead of gather_optimizer_state()): the other
   // ranks send their slots to rank 0 in chunks as it writes them (train/slot_stream.hpp), so it
   // never holds their whole state; io::save_training_state takes them from streamed_slots().
   // Then release_gathered_state() on every rank.
   void stream_optimizer_state() {
-    if (!sharded()) return;
-    stream_.prepare(processes(), *model_.layout(), shards_.bounds(), own_slots_of(opt_));
-    stream_.send_own(processes());
+    if (!sharded() || !gathers_state()) return;
+    stream_.prepare(shard_group(), *model_.layout(), shards_.bounds(), own_slots_of(opt_));
+    stream_.send_own(shard_group());
   }
   // Rank 0 between stream_optimizer_state() and the save; null otherwise.
   slot_stream* streamed_slots() noexcept { return stream_.armed() && processes().rank() == 0 ? &stream_ : nullptr; }
+  // The ranks the optimiser state is sharded over, whose slots a save streams: a replica's pipeline
+  // on a grid (its replicas hold the same shards), or every process.
+  parallel::replica_group& shard_group() noexcept { return sharded_by_stage() ? *stage_group_ : processes(); }
   // After gather_optimizer_state() on a sharded trainer whose slots are bf16 or half (a run-time
   // slot choice): calls f(optimizer_state<bf16 or half>) with the gathered whole-layout slots in
   // their own type and returns true (rank 0; the other ranks hold empty arenas). False otherwise.
@@ -381,7 +383,7 @@ class trainer {
     }
     m.lr = sched_(step_);
     opt_.step(model_.params(), model_.grads(), m.lr, grad_scale);
-    if (sharded()) shards_.share_params(processes(), model_.params());  // each process updated its own tensors
+    if (sharded()) shards_.share_params(shard_group(), model_.params());  // each process updated its own tensors
     ++step_;
     if (hooks_.after_update) hooks_.after_update(step_);
     m.step = step_;
@@ -416,17 +418,20 @@ class trainer {
   // Starts the sum over the replicas of gradient elements [begin, end). Sharded optimiser state:
   // each rank needs the sum of its own tensors only (train/replica_sums.hpp).
   void sum_gradients(parallel::replica_group& g, std::size_t begin, std::size_t end) {
+    if (stage_sums_.active()) return stage_sums_.start_sum(g, model_.grads().all(), begin, end);
     if (!sharded()) return g.start_sum(model_.grads().all().subspan(begin, end - begin));
     shards_.start_sum(g, model_.grads().all(), begin, end);
   }
 
   // The global gradient norm (sharded: from each rank's own tensors, bit-identical).
   double gradient_norm() {
-    return sharded() ? shards_.norm(processes(), model_.grads()) : optim::global_norm(model_.grads());
+    return sharded() ? shards_.norm(shard_group(), model_.grads()) : optim::global_norm(model_.grads());
   }
 
   // Optimiser state sharded over a pipeline's ranks, each keeping its own stage's tensors.
   bool sharded_by_stage() const noexcept { return stage_group_ && sharded(); }
+  // On a grid only the first replica's ranks gather a save's optimiser state (the others' is the same).
+  bool gathers_state() const noexcept { return grid_.replica() == 0; }
 
   template <class Parts>
   void shard_by(const Parts& parts, parallel::replica_group& g) {
@@ -479,6 +484,7 @@ class trainer {
   gathered_slots16 full16_;  // sharded 16-bit slots gathered in their own type (gather_optimizer_state)
   slot_stream stream_;              // sharded: a save's slots streamed to rank 0 (stream_optimizer_state)
   tied_gradient_sum tied_;        // by stage: the head's tensors stage 0 owns (train/replica_sums.hpp)
+  stage_range_sums stage_sums_;   // by stage on a grid: the ranges a stage's replicas sum
   parallel::single_replica single_;
   std::size_t step_ = 0;
   std::size_t skipped_in_row_ = 0;  // consecutive steps skipped for a non-finite loss or gradient
