@@ -23,7 +23,8 @@
 #     RigL updates on the grid makes the updates one process makes with the doubled batch and ends
 #     within 1e-4 of its validation loss; with --shard-optimizer each replica's ranks keep their
 #     stages' state (a replica's two ranks add up to one unsharded rank) and the grid logs the
-#     unsharded grid's losses bit for bit, also after a stop and resume, and for sparse_lm;
+#     unsharded grid's losses bit for bit, also after a stop and resume, and for sparse_lm; its
+#     step-4 checkpoint resumed by 2 ranks (one pipeline, 4 rows) and by 1 process ends within 1e-5;
 #   - 3 ranks for 2 stages and 6 for 4 are errors naming both, and no rank is left waiting.
 #
 #   check_pipeline_ranks.sh GPT_TRAIN ENCODE_DATASET SPARSE_LM SOURCE_DIR WORK_DIR
@@ -118,6 +119,9 @@ print("2 replicas x 2 stages on 4 ranks = 1 process x 4 rows:", b[-1], a[-1], "-
 PY
 run grid-shard 4 --steps 8 --batch-size 2 --dropout 0 --pipeline-stages 2 --pipeline-placement ranks --shard-optimizer
 run grid-shard-res 4 --steps 4 --batch-size 2 --dropout 0 --pipeline-stages 2 --pipeline-placement ranks --shard-optimizer
+cp -r "$work/grid-shard-res" "$work/grid-to-two"; cp -r "$work/grid-shard-res" "$work/grid-to-one"
+run grid-to-two 2 --steps 8 --batch-size 4 --dropout 0 --pipeline-stages 2 --pipeline-placement ranks --resume
+run grid-to-one 0 --steps 8 --batch-size 4 --dropout 0 --resume
 run grid-shard-res 4 --steps 8 --batch-size 2 --dropout 0 --pipeline-stages 2 --pipeline-placement ranks --shard-optimizer \
   --resume
 /usr/bin/python3 - "$work" <<'PY'
@@ -130,6 +134,9 @@ losses = [l["loss"] for l in lines("grid", "train")]
 assert [l["loss"] for l in lines("grid-shard", "train")] == losses and shard["valid"]["loss"] == grid["valid"]["loss"]
 assert res["resumed_from"] == 4 and res["valid"]["loss"] == grid["valid"]["loss"], (res, grid["valid"])
 assert [l["loss"] for l in lines("grid-shard-res", "train")] == losses
+for p in ("grid-to-two", "grid-to-one"):  # its step-4 checkpoint on one pipeline of 2 ranks, and on 1 process
+    r = json.load(open(f"{w}/{p}.json"))
+    assert r["resumed_from"] == 4 and abs(r["valid"]["loss"] - grid["valid"]["loss"]) <= 1e-5 * grid["valid"]["loss"], (p, r)
 full = lines("grid", "run")[0]["optimizer_state_mib"]
 mine = lines("grid-shard", "run")[0]["optimizer_state_mib"]  # ranks 0-1: replica 0's stages, 2-3: replica 1's
 assert len(set(full)) == 1 and len(mine) == 4 and mine[:2] == mine[2:] and all(0 < m < full[0] for m in mine), (full, mine)
