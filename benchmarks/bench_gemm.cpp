@@ -20,6 +20,7 @@
 //   ./build/benchmarks/bench_gemm --benchmark_filter='gemm/ours/NN/4096/.*/threads:2'
 //   ./build/benchmarks/bench_gemm --benchmark_filter='/4096/768/768/'
 // Every benchmark runs a fixed number of calls worth ~0.4 s at 300 GFLOP/s (at least one).
+// pack_a/<fp32|bf16f>/<N|T>/K times the packing of A alone (bm_pack_a below).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -185,6 +186,31 @@ void print_summary() {
   }
 }
 
+// Packing alone: one thread's share of A at M = 4096 on 2 threads (2048 rows x K, all of K as
+// gemm_region packs it, in MC-row blocks) into one A block, for the fp32 family ("fp32") or the
+// AVX512-BF16 one ("bf16f": rounded while packed); transposed = the TN product's A (stored K x 4096).
+// Elements/s in the "Gelem/s" counter. pack_a/<family>/<N|T>/K.
+template <class F>
+void bm_pack_a(benchmark::State& state, bool transposed, std::size_t K) {
+  constexpr std::size_t rows = 2048, M = 4096;
+  std::vector<float> A(M * K);
+  for (std::size_t i = 0; i < A.size(); ++i) A[i] = float(i % 1013) * 1e-3f;
+  const std::size_t kc = std::min(K, F::KC), mc = F::MC;
+  std::vector<typename F::packed, xsimd::aligned_allocator<typename F::packed, 64>> dst(
+      F::A_PANEL * ((mc + F::MR - 1) / F::MR));
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t pc = 0; pc < K; pc += kc)
+      for (std::size_t ic = 0; ic < rows; ic += mc)
+        F::pack_a(transposed, A.data(), transposed ? M : K, ic, std::min(mc, rows - ic), pc, std::min(kc, K - pc),
+                  dst.data());
+    benchmark::DoNotOptimize(dst.data());
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  state.counters["Gelem/s"] =
+      benchmark::Counter(double(rows * K) * double(state.iterations()) * 1e-9, benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -206,6 +232,18 @@ int main(int argc, char** argv) {
                 ->UseManualTime()
                 ->Unit(benchmark::kMillisecond);
           }
+  for (std::size_t K : {std::size_t(768), std::size_t(3072)})
+    for (bool t : {false, true}) {
+      const std::string tail = std::string(t ? "/T/" : "/N/") + std::to_string(K);
+      using fp32 = sparselm::kernels::detail::gemm_fp32_family<sparselm::native_arch>;
+      benchmark::RegisterBenchmark(("pack_a/fp32" + tail).c_str(), bm_pack_a<fp32>, t, K)
+          ->UseManualTime()->Unit(benchmark::kMicrosecond);
+#if SPARSELM_GEMM_BF16_NATIVE
+      using bf16f = sparselm::kernels::detail::gemm_bf16_family<sparselm::native_arch>;
+      benchmark::RegisterBenchmark(("pack_a/bf16f" + tail).c_str(), bm_pack_a<bf16f>, t, K)
+          ->UseManualTime()->Unit(benchmark::kMicrosecond);
+#endif
+    }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("peak GFLOP/s (1 thread, 2 threads)",

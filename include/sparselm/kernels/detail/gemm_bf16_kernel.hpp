@@ -80,26 +80,33 @@ struct gemm_bf16_family {
   static void pack_a(bool transposed, const S* A, std::size_t lda, std::size_t i0, std::size_t mc, std::size_t p0,
                      std::size_t kc, std::uint32_t* __restrict dst) {
     const std::size_t kp = (kc + 1) / 2;
-    for (std::size_t ip = 0; ip < mc; ip += MR, dst += A_PANEL) {
-      const std::size_t mr = std::min(MR, mc - ip);
-      if (!transposed) {
-        for (std::size_t r = 0; r < mr; ++r) {
-          const S* src = A + (i0 + ip + r) * lda + p0;
-          std::uint32_t* d = dst + r * A_STRIDE;
-          for (std::size_t k = 0; k < kc; k += 32)
-            _mm512_mask_storeu_epi32(d + k / 2, (k + 32 <= kc ? __mmask16(0xffff) : __mmask16((1u << ((kc - k + 1) / 2)) - 1u)),
-                                     gemm_bf16_row32(src + k, kc - k));
-        }
-        for (std::size_t r = mr; r < MR; ++r) std::memset(dst + r * A_STRIDE, 0, kp * sizeof(std::uint32_t));
-      } else {
-        const S* src = A + p0 * lda + i0 + ip;
-        const __mmask16 m = __mmask16((1u << MR) - 1u);
-        for (std::size_t p = 0; p < kp; ++p) {
-          const __m256i lo = gemm_bf16_load16(src + 2 * p * lda, mr);
-          const __m256i hi = 2 * p + 1 < kc ? gemm_bf16_load16(src + (2 * p + 1) * lda, mr) : _mm256_setzero_si256();
-          _mm512_mask_storeu_epi32(dst + p * MR, m, gemm_bf16_pairs(lo, hi));
+    if (transposed) {
+      // Pair by pair across all the micro-panels: each stored row of A is read once, front to back
+      // (as in gemm_pack_a; panel by panel it packed 2-4x slower, measured on a Zen 5).
+      const __mmask16 m = __mmask16((1u << MR) - 1u);
+      const std::size_t np = (mc + MR - 1) / MR;
+      for (std::size_t p = 0; p < kp; ++p) {
+        const S* r0 = A + (p0 + 2 * p) * lda + i0;
+        const bool odd = 2 * p + 1 < kc;
+        for (std::size_t q = 0; q < np; ++q) {
+          const std::size_t mr = std::min(MR, mc - q * MR);
+          const __m256i lo = gemm_bf16_load16(r0 + q * MR, mr);
+          const __m256i hi = odd ? gemm_bf16_load16(r0 + lda + q * MR, mr) : _mm256_setzero_si256();
+          _mm512_mask_storeu_epi32(dst + q * A_PANEL + p * MR, m, gemm_bf16_pairs(lo, hi));
         }
       }
+      return;
+    }
+    for (std::size_t ip = 0; ip < mc; ip += MR, dst += A_PANEL) {
+      const std::size_t mr = std::min(MR, mc - ip);
+      for (std::size_t r = 0; r < mr; ++r) {
+        const S* src = A + (i0 + ip + r) * lda + p0;
+        std::uint32_t* d = dst + r * A_STRIDE;
+        for (std::size_t k = 0; k < kc; k += 32)
+          _mm512_mask_storeu_epi32(d + k / 2, (k + 32 <= kc ? __mmask16(0xffff) : __mmask16((1u << ((kc - k + 1) / 2)) - 1u)),
+                                   gemm_bf16_row32(src + k, kc - k));
+      }
+      for (std::size_t r = mr; r < MR; ++r) std::memset(dst + r * A_STRIDE, 0, kp * sizeof(std::uint32_t));
     }
   }
 
