@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/peak.hpp"
+#include "common/random_pattern.hpp"
 #include "sparselm/core/simd.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/kernels/bsr.hpp"
@@ -61,26 +62,6 @@ double median_time(int reps, const std::function<void()>& f) {
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
-}
-
-// Uniform pattern with ceil((1 - sparsity) * blocks) active blocks.
-sparse::block_pattern random_pattern(std::size_t B, std::size_t in, std::size_t out, double sparsity, std::uint32_t seed) {
-  sparse::block_pattern p;
-  p.block = B;
-  p.rows_b = in / B;
-  p.cols_b = out / B;
-  const std::size_t cells = p.rows_b * p.cols_b;
-  const std::size_t n = std::size_t(std::ceil((1.0 - sparsity) * double(cells)));
-  std::vector<std::uint32_t> idx(cells);
-  std::iota(idx.begin(), idx.end(), 0u);
-  std::mt19937 rng(seed);
-  for (std::size_t k = 0; k < n; ++k) std::swap(idx[k], idx[k + rng() % (cells - k)]);
-  for (std::size_t k = 0; k < n; ++k) {
-    p.row.push_back(idx[k] / std::uint32_t(p.cols_b));
-    p.col.push_back(idx[k] % std::uint32_t(p.cols_b));
-  }
-  p.finalize("bench");
-  return p;
 }
 
 struct shape {
@@ -306,7 +287,7 @@ int main(int argc, char** argv) {
         std::vector<float> pooled((sh.in / B) * (sh.out / B));
         const double t_pool = median_time(o.reps, [&] { time_pooled(B, X, dY, M, sh.in, sh.out, pooled); });
         for (double s : o.sparsity) {
-          const auto p = random_pattern(B, sh.in, sh.out, s, 7);
+          const auto p = bench::random_pattern(B, sh.in, sh.out, s, 7);
           const auto values = rand_vec(p.nnz() * B * B);
           std::vector<float> dvalues(p.nnz() * B * B);
           const auto t = time_sparse_b(false, B, p, X, dY, Y, dX, values, dvalues, bias, M, o.reps);

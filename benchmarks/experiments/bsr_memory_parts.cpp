@@ -4,7 +4,7 @@
 // with the weight gradient per chunk of rows, and this core's memory bandwidth. Variants that skip
 // work compute wrong results on purpose: they are timings only. Not built by CMake:
 //
-//   g++ -std=c++20 -O3 -march=native -fopenmp -DNDEBUG -Iinclude \
+//   g++ -std=c++20 -O3 -march=native -fopenmp -DNDEBUG -Iinclude -Ibenchmarks \
 //       benchmarks/experiments/bsr_memory_parts.cpp -o bsr_memory_parts
 //   ./bsr_memory_parts forward 4096 768 768 1     # M in out threads
 //   ./bsr_memory_parts backward 4096 768 3072 2
@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/random_pattern.hpp"
 #include "sparselm/kernels/bsr.hpp"
 
 #if defined(__AVX512F__)
@@ -34,21 +35,7 @@ constexpr std::size_t B = 16;
 namespace {
 
 sparse::block_pattern random_pattern(std::size_t in, std::size_t out, double sparsity) {
-  sparse::block_pattern p;
-  p.block = B;
-  p.rows_b = in / B;
-  p.cols_b = out / B;
-  const std::size_t cells = p.rows_b * p.cols_b, n = std::size_t(std::ceil((1.0 - sparsity) * double(cells)));
-  std::vector<std::uint32_t> idx(cells);
-  std::iota(idx.begin(), idx.end(), 0u);
-  std::mt19937 rng(7);
-  for (std::size_t k = 0; k < n; ++k) std::swap(idx[k], idx[k + rng() % (cells - k)]);
-  for (std::size_t k = 0; k < n; ++k) {
-    p.row.push_back(idx[k] / std::uint32_t(p.cols_b));
-    p.col.push_back(idx[k] % std::uint32_t(p.cols_b));
-  }
-  p.finalize("experiment");
-  return p;
+  return bench::random_pattern(B, in, out, sparsity, 7);
 }
 
 template <class F>
@@ -63,12 +50,35 @@ double median_ms(F&& f, int reps = 7) {
   return t[t.size() / 2];
 }
 
-enum class fwd { full, y_in_l2, no_packing, packing_only, stores_only, interleaved, prepacked_in_place, prepacked_copied };
+enum class fwd {
+  full, y_in_l2, no_packing, packing_only, stores_only, interleaved, prepacked_in_place, prepacked_copied, row_panels,
+  x_in_place
+};
 const char* name(fwd v) {
   static const char* n[] = {"full",         "Y to an L2 scratch", "no packing (one panel reused)", "packing only (Y to L2)",
                             "stores only",  "next panel packed between block columns", "pre-packed panels read in place",
-                            "pre-packed panels copied (memcpy)"};
+                            "pre-packed panels copied (memcpy)", "row-major panels (memcpy, no transpose)",
+                            "X read in place (no panel)"};
   return n[int(v)];
+}
+
+// The lanes-N tile reading its MR rows of X in place (row r at X + r*lda), no panel: the
+// broadcasts come straight from X's rows.
+template <std::size_t MR>
+void tile_in_place(const float* X, std::size_t lda, std::size_t n, const std::uint32_t* kb, const float* V, float* C,
+                   std::size_t ldc, std::size_t mvalid) {
+  using vec = xsimd::batch<float, Arch>;
+  vec acc[MR];
+  for (std::size_t r = 0; r < MR; ++r) acc[r] = vec(0.0f);
+  for (std::size_t t = 0; t < n; ++t) {
+    const float* a = X + std::size_t(kb[t]) * B;
+    for (std::size_t k = 0; k < B; ++k) {
+      const vec w = vec::load_unaligned(V + t * B * B + k * B);
+#pragma GCC unroll 32
+      for (std::size_t r = 0; r < MR; ++r) acc[r] = xsimd::fma(vec(a[r * lda + k]), w, acc[r]);
+    }
+  }
+  for (std::size_t r = 0; r < mvalid; ++r) acc[r].store_unaligned(C + r * ldc);
 }
 
 // The lanes-N forward C = A·S over row panels of MR rows (one column group), in variant v.
@@ -102,6 +112,17 @@ void forward(fwd v, const float* A, std::size_t M, std::size_t K, const bsr_list
     const std::size_t m0 = p * MR, mv = std::min(MR, M - m0);
     float* Cp = v == fwd::y_in_l2 || v == fwd::packing_only ? bsr_scratch(MR * N, 2) : C + m0 * N;
     float* P = bsr_scratch(K * MR, 0);
+    if (v == fwd::row_panels || v == fwd::x_in_place) {
+      if (v == fwd::row_panels) pack_row_panel<B, MR>(A + m0 * K, K, mv, K, P);
+      for (std::size_t j = 0; j < L.n_out_blocks; ++j) {
+        const std::size_t t0 = L.ptr[j], n = L.ptr[j + 1] - t0;
+        if (v == fwd::row_panels)
+          tile_lanes_n<B, MR, Arch, false>(P, n, pb.kb + t0, pb.values + t0 * B * B, Cp + j * B, N, mv, 0.0f, nullptr);
+        else
+          tile_in_place<MR>(A + m0 * K, K, n, pb.kb + t0, pb.values + t0 * B * B, Cp + j * B, N, mv);
+      }
+      return;
+    }
     if (v == fwd::prepacked_in_place)
       P = const_cast<float*>(prepacked) + p * K * MR;
     else if (v == fwd::prepacked_copied)
@@ -236,7 +257,7 @@ int main(int argc, char** argv) {
     for (const auto* pat : {&dense, &p}) {
       const bsr_lists L{pat->col_ptr.data(), pat->col_slots.data(), pat->row.data(), pat->cols_b};
       const packed_blocks pb = pack_blocks<B, false, Arch>(L, V.data());
-      for (int v = 0; v <= int(fwd::prepacked_copied); ++v) {
+      for (int v = 0; v <= int(fwd::x_in_place); ++v) {
         if (pat == &dense && v > 0) continue;
         const double ms = median_ms([&] { forward(fwd(v), X.data(), M, K, L, pb, Y.data(), N, prepacked.data()); });
         std::printf("round %d, density %.3f, %s: %.3f ms\n", round, double(pat->nnz()) / double(dense.nnz()),

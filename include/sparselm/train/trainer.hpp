@@ -149,20 +149,20 @@ class trainer {
       // The processes are the stages of a pipeline (policies/pipeline.hpp), or with a multiple of
       // the stages, data replicas of that pipeline (train/rank_grid.hpp).
       grid_ = rank_grid(g, o_.pipeline.stages);
-      stage_group_ = &grid_.pipeline();
       group_ = grid_.data();
-      link_ = detail::group_stage_link(stage_group_);
+      link_ = detail::group_stage_link(stage_group());
       if (o_.shard_optimizer) {  // each stage keeps the optimiser state of its own tensors (on a grid, each replica)
         std::vector<optim::tensor_range> parts;
         if constexpr (requires { model_.stage_tensors(o_.pipeline); model_.tied_tensors(); }) {
           for (const auto& [b, e] : model_.stage_tensors(o_.pipeline)) parts.push_back({b, e});
           tied_.assign(model_.tied_tensors());
         }
-        SPARSELM_CHECK(parts.size() == stage_group_->size(), "trainer: shard_optimizer over a pipeline's ranks needs the ",
+        parallel::replica_group& stages = grid_.pipeline();
+        SPARSELM_CHECK(parts.size() == stages.size(), "trainer: shard_optimizer over a pipeline's ranks needs the ",
                        "model's stage tensors (embedding, blocks, head in layout order)");
-        shard_by(parts, *stage_group_);
+        shard_by(parts, stages);
         if (grid_.replicas() > 1)
-          stage_sums_.assign(*model_.layout(), shards_.bounds(), stage_group_->rank(), stage_group_->size(), tied_.tensors());
+          stage_sums_.assign(*model_.layout(), shards_.bounds(), stages.rank(), stages.size(), tied_.tensors());
       }
       return;
     }
@@ -251,7 +251,7 @@ class trainer {
   slot_stream* streamed_slots() noexcept { return stream_.armed() && processes().rank() == 0 ? &stream_ : nullptr; }
   // The ranks the optimiser state is sharded over, whose slots a save streams: a replica's pipeline
   // on a grid (its replicas hold the same shards), or every process.
-  parallel::replica_group& shard_group() noexcept { return sharded_by_stage() ? *stage_group_ : processes(); }
+  parallel::replica_group& shard_group() noexcept { return sharded_by_stage() ? *stage_group() : processes(); }
   // After gather_optimizer_state() on a sharded trainer whose slots are bf16 or half (a run-time
   // slot choice): calls f(optimizer_state<bf16 or half>) with the gathered whole-layout slots in
   // their own type and returns true (rank 0; the other ranks hold empty arenas). False otherwise.
@@ -306,7 +306,7 @@ class trainer {
     ctx.compute = compute();
     ctx.bf16_activations = o_.bf16_activations;
     ctx.pipeline = &o_.pipeline;
-    if (stage_group_) ctx.stage_link = &link_;
+    if (stage_group()) ctx.stage_link = &link_;
     scales_.resize(micro.size());
     m.loss_scale = scaler_.scale();
     // The micro-batches' normalisers, tokens, samples and objective counts over the replicas,
@@ -342,9 +342,9 @@ class trainer {
     // their sum is the whole gradient on every rank, which then applies the same update.
     // Sharded by stage, a rank's own tensors' gradients are complete once the tied ones are added
     // (the whole arena counts as summed).
-    if (sharded_by_stage()) tied_.add(*stage_group_, model_.grads());
-    if (stage_group_)
-      reduce_over_replicas(*stage_group_, sharded_by_stage() ? model_.grads().all().size() : 0, ctx.need_dense_grad, m.loss);
+    if (sharded_by_stage()) tied_.add(*stage_group(), model_.grads());
+    if (auto* stages = stage_group())
+      reduce_over_replicas(*stages, sharded_by_stage() ? model_.grads().all().size() : 0, ctx.need_dense_grad, m.loss);
     // The gradients hold loss_scale × the true ones; final_scale folds the un-scaling in.
     const float final_scale = float(o_.accumulation.final_scale()) / m.loss_scale;
     float grad_scale = final_scale;
@@ -428,8 +428,10 @@ class trainer {
     return sharded() ? shards_.norm(shard_group(), model_.grads()) : optim::global_norm(model_.grads());
   }
 
+  // This rank's pipeline when the stages are ranks (null otherwise).
+  parallel::replica_group* stage_group() const noexcept { return grid_.active() ? &grid_.pipeline() : nullptr; }
   // Optimiser state sharded over a pipeline's ranks, each keeping its own stage's tensors.
-  bool sharded_by_stage() const noexcept { return stage_group_ && sharded(); }
+  bool sharded_by_stage() const noexcept { return stage_group() && sharded(); }
   // On a grid only the first replica's ranks gather a save's optimiser state (the others' is the same).
   bool gathers_state() const noexcept { return grid_.replica() == 0; }
 
@@ -476,8 +478,7 @@ class trainer {
   using step_sums_type = step_sums<Model, batch_type>;
   step_sums_type sums_;        // normalisers, tokens, samples and objective counts over the replicas
   parallel::replica_group* group_ = nullptr;
-  parallel::replica_group* stage_group_ = nullptr;  // a pipeline over ranks (policies/pipeline.hpp)
-  rank_grid grid_;  // a pipeline over ranks: its ranks, with data replicas of it their groups
+  rank_grid grid_;  // a pipeline over ranks (policies/pipeline.hpp): its ranks, with data replicas of it their groups
   detail::group_stage_link link_;
   gradient_shards shards_;                       // sharded: each rank's flat range
   std::vector<arena<slot_type>> full_slots_;     // sharded: whole-layout slots of a checkpoint
