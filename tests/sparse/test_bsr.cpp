@@ -123,6 +123,10 @@ void check_all_products() {
   // A deep K: several row blocks of the blocked lanes-N driver (rows per block shrink with K), a
   // partial last block and panel, column groups balanced by blocks per column.
   check_products<B, Arch>({203, 1024 / B, 48 / B}, (1024 / B) * (48 / B) / 5, layout::random, 12);
+  // Depths on both sides of the lanes-N driver's panel layout switch (row-major up to K = 2304,
+  // k-major beyond): the forward at K = 2320, the data gradient at out = 2320.
+  check_products<B, Arch>({40, 2320 / B, 32 / B}, (2320 / B) * (32 / B) / 6, layout::random, 15);
+  check_products<B, Arch>({40, 32 / B, 2320 / B}, (2320 / B) * (32 / B) / 6, layout::random, 16);
   // Long block rows: the weight gradient's groups of slots of one block row (16 for B = 4 on
   // AVX-512, with shorter kernels of 4, 8 and 12 slots for a row's end) full and with every tail.
   check_products<B, Arch>({70, 3, 29}, 3 * 29, layout::random, 13);

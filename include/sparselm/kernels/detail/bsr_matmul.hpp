@@ -275,16 +275,27 @@ void bsr_product(const float* A, std::size_t lda, std::size_t M, std::size_t K, 
     const std::size_t j0 = g * L.n_out_blocks / ngrp, j1 = (g + 1) * L.n_out_blocks / ngrp;
     if (j0 == j1) return;
     float* Cp = C + m0 * ldc;
-    // The panel of A, k-major (K x MR) and zero-padded to MR rows.
     float* P = bsr_scratch(K * MR, 0);
-    pack_transpose<Arch>(A + m0 * lda, lda, mv, MR, K, P, MR);
     if constexpr (T::lanes_n) {
+      // The panel of A zero-padded to MR rows: up to a depth of 2304, block rows of MR x B copied
+      // as they are (pack_row_panel: no transposes; 3-10 % less forward time at K = 768-2304 on a
+      // Zen 5, docs/sparsity.md), deeper k-major (K x MR; row-major was 1-4 % slower at K = 3072).
+      const bool row_major = K <= 2304;
+      if (row_major)
+        pack_row_panel<B, MR>(A + m0 * lda, lda, mv, K, P);
+      else
+        pack_transpose<Arch>(A + m0 * lda, lda, mv, MR, K, P, MR);
       for (std::size_t j = j0; j < j1; ++j) {
-        const std::size_t t0 = L.ptr[j];
-        tile_lanes_n<B, MR, Arch>(P, L.ptr[j + 1] - t0, pb.kb + t0, pb.values + t0 * B * B, Cp + j * B, ldc, mv, beta,
-                                  bias ? bias + j * B : nullptr);
+        const std::size_t t0 = L.ptr[j], n = L.ptr[j + 1] - t0;
+        const float* bj = bias ? bias + j * B : nullptr;
+        if (row_major)
+          tile_lanes_n<B, MR, Arch, false>(P, n, pb.kb + t0, pb.values + t0 * B * B, Cp + j * B, ldc, mv, beta, bj);
+        else
+          tile_lanes_n<B, MR, Arch>(P, n, pb.kb + t0, pb.values + t0 * B * B, Cp + j * B, ldc, mv, beta, bj);
       }
     } else {
+      // The panel of A, k-major (K x MR) and zero-padded to MR rows.
+      pack_transpose<Arch>(A + m0 * lda, lda, mv, MR, K, P, MR);
       // Column chunks of about 128 output columns: the chunk of C (column-major) stays in cache
       // until it is transposed back.
       constexpr std::size_t JC = std::max<std::size_t>(1, 128 / B);
