@@ -123,7 +123,7 @@ void gemm_pack_a(bool transposed, const S* A, std::size_t lda, std::size_t i0, s
   }
   // Transposed: depth by depth across all the micro-panels, so that each stored row of A is read
   // once, front to back (panel by panel instead, every panel walked kc rows lda apart again:
-  // 2-4x slower to pack measured on a Zen 5, where the TN products trailed NN by 5-8 %). Where a
+  // 1.5-2.7x slower to pack measured on a Zen 5, where the TN products trailed NN by 5-8 %). Where a
   // whole vector fits in the row, one vector of W >= MR elements is stored: its W - MR extra
   // lanes land on the next depth's slots, written next (or, after the last depth, in the panel's
   // padding: A_PANEL >= (kc + 1) * MR).
