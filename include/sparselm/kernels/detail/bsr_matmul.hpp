@@ -150,7 +150,10 @@ inline void tile_lanes_m(const float* P, std::size_t n, const std::uint32_t* kb,
       if constexpr (B >= 4) prefetch_span<MR>(pn + k * MR);
       vec x[NV];
 #pragma GCC unroll 8
-      for (std::size_t v = 0; v < NV; ++v) x[v] = vec::load_aligned(p + k * MR + v * W);
+      for (std::size_t v = 0; v < NV; ++v) {
+        x[v] = vec::load_aligned(p + k * MR + v * W);
+        pin_register(x[v]);
+      }
 #pragma GCC unroll 16
       for (std::size_t c = 0; c < B; ++c) {
         const vec wb(w[k * B + c]);

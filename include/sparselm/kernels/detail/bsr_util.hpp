@@ -81,6 +81,17 @@ inline void prefetch_span(const float* p) noexcept {
   if constexpr (N % 16 != 0) __builtin_prefetch(p + N - 1, 0, 3);
 }
 
+// Keeps a loaded vector in a register: GCC otherwise folds a load that several FMAs share into
+// each FMA's memory operand when registers run short (the B = 4 lanes-M tile re-read its 6 panel
+// vectors 4 times each, 34 loads per 24 FMAs). An empty asm that claims to modify the register
+// forbids the refold; no instruction is emitted.
+template <class V>
+inline void pin_register([[maybe_unused]] V& v) noexcept {
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+  if constexpr (sizeof(V) >= 16) __asm__("" : "+v"(v.data));
+#endif
+}
+
 // Threads a kernel may use here: one inside an enclosing parallel region.
 inline int team_size() noexcept { return in_parallel() ? 1 : num_threads(); }
 
@@ -273,7 +284,10 @@ inline void xty_tile(const float* X, std::size_t ldx, const float* dY, std::size
   for (std::size_t m = m0; m < m1; ++m, x += ldx, d += ldd) {
     vec dy[NB];
 #pragma GCC unroll 4
-    for (std::size_t v = 0; v < NB; ++v) dy[v] = vec::load_unaligned(d + v * W);
+    for (std::size_t v = 0; v < NB; ++v) {
+      dy[v] = vec::load_unaligned(d + v * W);
+      pin_register(dy[v]);
+    }
 #pragma GCC unroll 16
     for (std::size_t a = 0; a < RA; ++a) {
       const vec xb(x[a]);
