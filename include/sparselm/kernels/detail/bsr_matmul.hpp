@@ -49,6 +49,11 @@ struct bsr_tiling {
   // every output block column over all MR-row panels of the block, so a column's blocks are reused
   // from L1; the panels hold each block row of A as MR x B (row-major), which needs no transpose.
   static constexpr bool row_blocks = lanes_n && !arch_is_avx512<Arch>;
+  // Lanes-N panels on AVX-512 up to this depth hold each block row of A as MR x B (row-major, a
+  // plain copy), deeper ones k-major (K x MR, transposed while packed). Measured on a Zen 5 with one
+  // thread at M = 1024 (docs/sparsity.md): row-major 3-10 % faster at K = 768-2304, 1-4 % slower at
+  // 3072.
+  static constexpr std::size_t row_major_max_depth = 2304;
 };
 
 // Rows of A per row block of the blocked driver: MC x K floats take about 160 KiB (L2), 1 to 16
@@ -280,21 +285,20 @@ void bsr_product(const float* A, std::size_t lda, std::size_t M, std::size_t K, 
     float* Cp = C + m0 * ldc;
     float* P = bsr_scratch(K * MR, 0);
     if constexpr (T::lanes_n) {
-      // The panel of A zero-padded to MR rows: up to a depth of 2304, block rows of MR x B copied
-      // as they are (pack_row_panel: no transposes; 3-10 % less forward time at K = 768-2304 on a
-      // Zen 5, docs/sparsity.md), deeper k-major (K x MR; row-major was 1-4 % slower at K = 3072).
-      const bool row_major = K <= 2304;
-      if (row_major)
+      // The panel of A zero-padded to MR rows, row-major or k-major by depth (T::row_major_max_depth).
+      auto columns = [&]<bool KMajor>() {
+        for (std::size_t j = j0; j < j1; ++j) {
+          const std::size_t t0 = L.ptr[j], n = L.ptr[j + 1] - t0;
+          tile_lanes_n<B, MR, Arch, KMajor>(P, n, pb.kb + t0, pb.values + t0 * B * B, Cp + j * B, ldc, mv, beta,
+                                            bias ? bias + j * B : nullptr);
+        }
+      };
+      if (K <= T::row_major_max_depth) {
         pack_row_panel<B, MR>(A + m0 * lda, lda, mv, K, P);
-      else
+        columns.template operator()<false>();
+      } else {
         pack_transpose<Arch>(A + m0 * lda, lda, mv, MR, K, P, MR);
-      for (std::size_t j = j0; j < j1; ++j) {
-        const std::size_t t0 = L.ptr[j], n = L.ptr[j + 1] - t0;
-        const float* bj = bias ? bias + j * B : nullptr;
-        if (row_major)
-          tile_lanes_n<B, MR, Arch, false>(P, n, pb.kb + t0, pb.values + t0 * B * B, Cp + j * B, ldc, mv, beta, bj);
-        else
-          tile_lanes_n<B, MR, Arch>(P, n, pb.kb + t0, pb.values + t0 * B * B, Cp + j * B, ldc, mv, beta, bj);
+        columns.template operator()<true>();
       }
     } else {
       // The panel of A, k-major (K x MR) and zero-padded to MR rows.
