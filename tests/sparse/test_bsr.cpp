@@ -127,10 +127,12 @@ void check_all_products() {
   // k-major beyond): the forward at K = 2320, the data gradient at out = 2320.
   check_products<B, Arch>({40, 2320 / B, 32 / B}, (2320 / B) * (32 / B) / 6, layout::random, 15);
   check_products<B, Arch>({40, 32 / B, 2320 / B}, (2320 / B) * (32 / B) / 6, layout::random, 16);
-  // Long block rows: the weight gradient's groups of slots of one block row (16 for B = 4 on
-  // AVX-512, with shorter kernels of 4, 8 and 12 slots for a row's end) full and with every tail.
+  // Long block rows: the weight gradient's groups of slots of one block row (6 for B = 4 on
+  // AVX-512, with kernels of 1 to 5 slots for a row's end) full and with every tail; row counts
+  // that are not multiples of 4 (B = 4 on AVX-512 steps 4 rows, zero-padded).
   check_products<B, Arch>({70, 3, 29}, 3 * 29, layout::random, 13);
   check_products<B, Arch>({70, 5, 40}, 150, layout::random, 14);
+  for (std::size_t cb = 7; cb <= 12; ++cb) check_products<B, Arch>({37, 2, cb}, 2 * cb, layout::random, 20 + cb);
   // B = 1: grids large enough that the weight gradient's slot order spans several L1 tiles and
   // runs, with either side streaming.
   if constexpr (B == 1) {

@@ -88,7 +88,10 @@ inline void prefetch_span(const float* p) noexcept {
 template <class V>
 inline void pin_register([[maybe_unused]] V& v) noexcept {
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
-  if constexpr (sizeof(V) >= 16) __asm__("" : "+v"(v.data));
+  if constexpr (requires { v.data; })
+    __asm__("" : "+v"(v.data));  // an xsimd batch
+  else
+    __asm__("" : "+v"(v));  // an intrinsic vector type
 #endif
 }
 

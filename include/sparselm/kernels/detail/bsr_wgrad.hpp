@@ -10,9 +10,12 @@
 // Micro-kernels:
 //  * B % W == 0 (B = 16 on AVX-512): the B x B block accumulates in registers, lanes along the
 //    block columns: per m one row of the dY strip is loaded and B values of X broadcast;
-//  * AVX-512, B = 4 or 8: a vector holds R = 16/B rows of a block (lanes (r, b)); per m the X strip
-//    row is permuted once into "each value repeated B times" and shared by U slots of the same
-//    block row, whose dY strip rows are broadcast R times: one load per FMA, no horizontal work;
+//  * AVX-512, B = 8: a vector holds R = 2 rows of a block (lanes (r, b)); per m the X strip row is
+//    permuted once into "each value repeated B times" and shared by U slots of the same block row,
+//    whose dY strip rows are broadcast R times: one load per FMA, no horizontal work;
+//  * AVX-512, B = 4: a vector holds 4 rows of M x 4 columns of a dY strip (one full load, shared by
+//    4 FMAs); the X strip's 4 x 4 piece, shuffled in-lane, supplies each block row's values; the
+//    4 row lanes are summed once per chunk;
 //  * other 4 <= B < W (e.g. B = 4 on AVX2): G = W/B slots of one block row share a vector, the dY
 //    operand assembled from G pieces;
 //  * B == 1: X and dY chunks are transposed (lanes along M) and each slot is a dot product. The
@@ -58,15 +61,19 @@ inline std::size_t strip_stride(std::size_t rows) noexcept {
 // strip. (Walking each strip down all rows touches a new page at almost every row when rows are
 // several KiB apart, which the hardware prefetchers do not follow: measured a third of the weight
 // gradient's time on the Zen 3 host, with the chunk coming from memory.)
+// Rows from `rows` up to `padded` (>= rows) are zero; the stride is strip_stride<B>(padded).
 template <std::size_t B>
-inline void pack_strips(const float* src, std::size_t lds, std::size_t rows, std::size_t cols, float* dst) {
+inline void pack_strips(const float* src, std::size_t lds, std::size_t rows, std::size_t cols, float* dst,
+                        std::size_t padded) {
   constexpr std::size_t RG = 8;
-  const std::size_t nb = cols / B, ss = strip_stride<B>(rows);
+  const std::size_t nb = cols / B, ss = strip_stride<B>(padded);
   for (std::size_t r0 = 0; r0 < rows; r0 += RG) {
     const std::size_t r1 = std::min(rows, r0 + RG);
     for (std::size_t b = 0; b < nb; ++b)
       for (std::size_t r = r0; r < r1; ++r) std::memcpy(dst + b * ss + r * B, src + r * lds + b * B, B * sizeof(float));
   }
+  if (padded > rows)
+    for (std::size_t b = 0; b < nb; ++b) std::memset(dst + b * ss + rows * B, 0, (padded - rows) * B * sizeof(float));
 }
 
 // ---- B % W == 0 ----------------------------------------------------------------------------------
@@ -87,7 +94,7 @@ inline void wgrad_block_n(const float* xs, const float* ds, std::size_t rows, fl
   }
 }
 
-// ---- AVX-512, B = 4 or 8: block lanes ------------------------------------------------------------
+// ---- AVX-512, B = 8 (and 4): block lanes ------------------------------------------------------------
 
 #if defined(__AVX512F__)
 // U slots of one block row: X strip xs, dY strips ds + off[u], outputs dvs[u] (B x B, += ).
@@ -131,6 +138,46 @@ inline void wgrad_block_lanes(const float* xs, const float* ds, const std::size_
   for (std::size_t u = 0; u < U; ++u)
 #pragma GCC unroll 4
     for (std::size_t q = 0; q < Q; ++q) _mm512_storeu_ps(dvs[u] + q * 16, acc[u][q]);
+}
+
+// B = 4, U <= 6 slots of one block row, 4 rows per step (rows % 4 == 0, strips zero-padded): one
+// full load of a dY strip holds 4 rows x 4 columns (lanes (r, b)); the X strip's 4 x 4 piece of
+// the same rows gives, by one in-lane shuffle per block row a, the vector of x[r][a] repeated over
+// b. Per 4 rows: U loads and 4U FMAs into 4U accumulators, whose 4 row lanes are summed at the end.
+// (The row-at-a-time form above, one broadcast load per FMA, ran at ~55 % of the FMA peak with its
+// strips in L1 on the Zen 5 host; this one at ~75 %.)
+template <std::size_t U>
+inline void wgrad_b4_rows4(const float* xs, const float* ds, const std::size_t* off, std::size_t rows,
+                           float* const* dvs) {
+  static_assert(U >= 1 && U <= 6);  // 4U accumulators, 4 shuffled X vectors, the X and dY loads
+  __m512 acc[U][4];
+#pragma GCC unroll 8
+  for (std::size_t u = 0; u < U; ++u)
+#pragma GCC unroll 4
+    for (std::size_t a = 0; a < 4; ++a) acc[u][a] = _mm512_setzero_ps();
+  for (std::size_t m = 0; m < rows; m += 4, xs += 16, ds += 16) {
+    __m512 x4 = _mm512_loadu_ps(xs);
+    pin_register(x4);
+    const __m512 xa[4] = {_mm512_permute_ps(x4, 0x00), _mm512_permute_ps(x4, 0x55), _mm512_permute_ps(x4, 0xAA),
+                          _mm512_permute_ps(x4, 0xFF)};
+#pragma GCC unroll 8
+    for (std::size_t u = 0; u < U; ++u) {
+      __m512 d = _mm512_loadu_ps(ds + off[u]);
+      pin_register(d);
+#pragma GCC unroll 4
+      for (std::size_t a = 0; a < 4; ++a) acc[u][a] = _mm512_fmadd_ps(xa[a], d, acc[u][a]);
+    }
+  }
+#pragma GCC unroll 8
+  for (std::size_t u = 0; u < U; ++u)
+#pragma GCC unroll 4
+    for (std::size_t a = 0; a < 4; ++a) {
+      const __m512 v = acc[u][a];
+      const __m256 h =
+          _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+      const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+      _mm_storeu_ps(dvs[u] + a * 4, _mm_add_ps(_mm_loadu_ps(dvs[u] + a * 4), q));
+    }
 }
 #endif
 
@@ -353,13 +400,20 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
       }
       return;
     } else {
+#if defined(__AVX512F__)
+      constexpr bool lanes = arch_is_avx512<Arch>;
+#else
+      constexpr bool lanes = false;
+#endif
+      // B = 4 on AVX-512 takes 4 rows per step: chunks padded with zero rows to a multiple of 4.
+      constexpr std::size_t rows_step = lanes && B == 4 ? 4 : 1;
       const std::size_t mc = wgrad_chunk(in, out, 32, 256, 16);
       float* Xs = bsr_scratch(strip_stride<B>(mc) * (in / B), 0);
       float* dYs = bsr_scratch(strip_stride<B>(mc) * (out / B), 1);
       for (std::size_t m0 = mb; m0 < me; m0 += mc) {
-        const std::size_t mv = std::min(mc, me - m0);
-        pack_strips<B>(X + m0 * ldx, ldx, mv, in, Xs);
-        pack_strips<B>(dY + m0 * ldd, ldd, mv, out, dYs);
+        const std::size_t rows = std::min(mc, me - m0), mv = (rows + rows_step - 1) / rows_step * rows_step;
+        pack_strips<B>(X + m0 * ldx, ldx, rows, in, Xs, mv);
+        pack_strips<B>(dY + m0 * ldd, ldd, rows, out, dYs, mv);
         const std::size_t strip = strip_stride<B>(mv);
         if constexpr (B % W == 0) {
           for (std::size_t q = pb; q < pe; ++q) {
@@ -369,19 +423,12 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
         } else {
           // Runs of U slots of one block row; a short run is padded with a repeated column whose
           // result goes to a dummy block.
-#if defined(__AVX512F__)
-          constexpr bool lanes = arch_is_avx512<Arch>;
-#else
-          constexpr bool lanes = false;
-#endif
           // Groups without AVX-512: 2 (3 with 16 registers and B = 4) vectors of W / B slots.
-          // AVX-512 block lanes: 16 slots (B = 4; 16 accumulators) or 4 (B = 8; 8 accumulators). A
-          // B = 4 group shorter than 16 (the end of a block row) takes the smallest kernel of 4, 8
-          // or 12 slots that holds it, so few padded slots are computed. Measured on the Zen 5
-          // host (docs/sparsity.md): B = 4 with 16 slots 10-25 % faster than with 8; 24 slots
-          // slower (spills); B = 8 with 8 slots (16 accumulators) no faster than with 4.
+          // AVX-512: B = 4 takes 6 slots 4 rows at a time (wgrad_b4_rows4; a shorter group, the
+          // end of a block row, its own kernel of 1 to 5 slots), B = 8 block lanes of 4 slots (8
+          // accumulators; 8 slots measured no faster on the Zen 5 host, docs/sparsity.md).
           constexpr std::size_t NG = B == 4 && vec_regs<Arch> == 16 && W == 8 ? 3 : 2;
-          constexpr std::size_t U = lanes ? (B == 4 ? 16 : 4) : NG * (W / B);
+          constexpr std::size_t U = lanes ? (B == 4 ? 6 : 4) : NG * (W / B);
           float* dummy = bsr_scratch(U * B * B, 2);
           std::memset(dummy, 0, U * B * B * sizeof(float));
           for_row_groups<U>(p, pb, pe, [&](std::size_t i, std::size_t q, std::size_t n) {
@@ -396,14 +443,26 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
             if constexpr (lanes) {
               const float* xs = Xs + i * strip;
               if constexpr (B == 4) {
-                if (n <= 4)
-                  wgrad_block_lanes<B, 4>(xs, dYs, off, mv, dvs);
-                else if (n <= 8)
-                  wgrad_block_lanes<B, 8>(xs, dYs, off, mv, dvs);
-                else if (n <= 12)
-                  wgrad_block_lanes<B, 12>(xs, dYs, off, mv, dvs);
-                else
-                  wgrad_block_lanes<B, 16>(xs, dYs, off, mv, dvs);
+                switch (n) {
+                  case 1:
+                    wgrad_b4_rows4<1>(xs, dYs, off, mv, dvs);
+                    break;
+                  case 2:
+                    wgrad_b4_rows4<2>(xs, dYs, off, mv, dvs);
+                    break;
+                  case 3:
+                    wgrad_b4_rows4<3>(xs, dYs, off, mv, dvs);
+                    break;
+                  case 4:
+                    wgrad_b4_rows4<4>(xs, dYs, off, mv, dvs);
+                    break;
+                  case 5:
+                    wgrad_b4_rows4<5>(xs, dYs, off, mv, dvs);
+                    break;
+                  default:
+                    wgrad_b4_rows4<6>(xs, dYs, off, mv, dvs);
+                    break;
+                }
               } else {
                 wgrad_block_lanes<B, U>(xs, dYs, off, mv, dvs);
               }
