@@ -443,26 +443,11 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
             if constexpr (lanes) {
               const float* xs = Xs + i * strip;
               if constexpr (B == 4) {
-                switch (n) {
-                  case 1:
-                    wgrad_b4_rows4<1>(xs, dYs, off, mv, dvs);
-                    break;
-                  case 2:
-                    wgrad_b4_rows4<2>(xs, dYs, off, mv, dvs);
-                    break;
-                  case 3:
-                    wgrad_b4_rows4<3>(xs, dYs, off, mv, dvs);
-                    break;
-                  case 4:
-                    wgrad_b4_rows4<4>(xs, dYs, off, mv, dvs);
-                    break;
-                  case 5:
-                    wgrad_b4_rows4<5>(xs, dYs, off, mv, dvs);
-                    break;
-                  default:
-                    wgrad_b4_rows4<6>(xs, dYs, off, mv, dvs);
-                    break;
+                // The kernel of exactly n (<= U) slots.
+                [&]<std::size_t... I>(std::index_sequence<I...>) {
+                  (void)((n == I + 1 && (wgrad_b4_rows4<I + 1>(xs, dYs, off, mv, dvs), true)) || ...);
                 }
+                (std::make_index_sequence<U>{});
               } else {
                 wgrad_block_lanes<B, U>(xs, dYs, off, mv, dvs);
               }
