@@ -424,11 +424,12 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
           // Runs of U slots of one block row; a short run is padded with a repeated column whose
           // result goes to a dummy block.
           // Groups without AVX-512: 2 (3 with 16 registers and B = 4) vectors of W / B slots.
-          // AVX-512: B = 4 takes 6 slots 4 rows at a time (wgrad_b4_rows4; a shorter group, the
-          // end of a block row, its own kernel of 1 to 5 slots), B = 8 block lanes of 4 slots (8
-          // accumulators; 8 slots measured no faster on the Zen 5 host, docs/sparsity.md).
+          // AVX-512: groups of 6 slots, 24 accumulators (a shorter group, the end of a block row,
+          // its own kernel of 1 to 5 slots): B = 4 four rows at a time (wgrad_b4_rows4), B = 8 in
+          // block lanes (wgrad_block_lanes; 6 slots 0-13 % faster than 4 on the Zen 5 host on
+          // three of four shapes, docs/sparsity.md).
           constexpr std::size_t NG = B == 4 && vec_regs<Arch> == 16 && W == 8 ? 3 : 2;
-          constexpr std::size_t U = lanes ? (B == 4 ? 6 : 4) : NG * (W / B);
+          constexpr std::size_t U = lanes ? 6 : NG * (W / B);
           float* dummy = bsr_scratch(U * B * B, 2);
           std::memset(dummy, 0, U * B * B * sizeof(float));
           for_row_groups<U>(p, pb, pe, [&](std::size_t i, std::size_t q, std::size_t n) {
@@ -442,15 +443,18 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
 #if defined(__AVX512F__)
             if constexpr (lanes) {
               const float* xs = Xs + i * strip;
-              if constexpr (B == 4) {
-                // The kernel of exactly n (<= U) slots.
-                [&]<std::size_t... I>(std::index_sequence<I...>) {
-                  (void)((n == I + 1 && (wgrad_b4_rows4<I + 1>(xs, dYs, off, mv, dvs), true)) || ...);
-                }
-                (std::make_index_sequence<U>{});
-              } else {
-                wgrad_block_lanes<B, U>(xs, dYs, off, mv, dvs);
+              // The kernel of exactly n (<= U) slots.
+              const auto run = [&]<std::size_t N>() {
+                if constexpr (B == 4)
+                  wgrad_b4_rows4<N>(xs, dYs, off, mv, dvs);
+                else
+                  wgrad_block_lanes<B, N>(xs, dYs, off, mv, dvs);
+                return true;
+              };
+              [&]<std::size_t... I>(std::index_sequence<I...>) {
+                (void)((n == I + 1 && run.template operator()<I + 1>()) || ...);
               }
+              (std::make_index_sequence<U>{});
             } else
 #endif
               wgrad_group<B, NG, Arch>(Xs + i * strip, dYs, off, mv, dvs);
