@@ -44,11 +44,6 @@ struct bsr_tiling {
   static constexpr std::size_t NV =
       B == 1 ? 4 : std::clamp<std::size_t>((vec_regs<Arch> - (arch_is_avx512<Arch> ? 6 : 4)) / B, 1, 8);
   static constexpr std::size_t MR = lanes_n ? MR_N : NV * W;
-  // B = 1 walks the panel in depth slices of this many rows (64 KiB with 64-row panels): every output
-  // column per slice, its partial sums kept in the column-major chunk. Measured on the Zen 5 host
-  // (docs/sparsity.md): on one thread the forward 5-14 % and the data gradient 0-9 % faster than
-  // whole-depth columns (512 and no slicing no better); on two threads within noise.
-  static constexpr std::size_t b1_depth_slice = 256;
   // Lanes-N tiles without AVX-512 read the activation in row blocks of MC rows kept in L2 and walk
   // every output block column over all MR-row panels of the block, so a column's blocks are reused
   // from L1; the panels hold each block row of A as MR x B (row-major), which needs no transpose.
@@ -137,10 +132,9 @@ inline void tile_lanes_n(const float* P, std::size_t n, const std::uint32_t* kb,
 // ---- lanes along M -------------------------------------------------------------------------------
 
 // Tile of MR = NV*W rows x B columns from the packed panel P (K x MR, k-major); the result goes to
-// Ct (B x MR, column-major), or is added to it. Blocks as in tile_lanes_n.
+// Ct (B x MR, column-major). Blocks as in tile_lanes_n.
 template <std::size_t B, std::size_t NV, class Arch>
-inline void tile_lanes_m(const float* P, std::size_t n, const std::uint32_t* kb, const float* V, float* Ct,
-                         bool add = false) {
+inline void tile_lanes_m(const float* P, std::size_t n, const std::uint32_t* kb, const float* V, float* Ct) {
   using vec = xsimd::batch<float, Arch>;
   constexpr std::size_t W = vec::size, MR = NV * W;
   vec acc[B][NV];
@@ -177,10 +171,7 @@ inline void tile_lanes_m(const float* P, std::size_t n, const std::uint32_t* kb,
 #pragma GCC unroll 16
   for (std::size_t c = 0; c < B; ++c)
 #pragma GCC unroll 8
-    for (std::size_t v = 0; v < NV; ++v) {
-      if (add) acc[c][v] += vec::load_aligned(Ct + c * MR + v * W);
-      acc[c][v].store_aligned(Ct + c * MR + v * W);
-    }
+    for (std::size_t v = 0; v < NV; ++v) acc[c][v].store_aligned(Ct + c * MR + v * W);
 }
 
 // ---- driver --------------------------------------------------------------------------------------
@@ -285,22 +276,6 @@ void bsr_product(const float* A, std::size_t lda, std::size_t M, std::size_t K, 
     bsr_product_row_blocks<B, Arch>(A, lda, M, K, L, pb, beta, C, ldc, bias, nt);
     return;
   }
-  // B = 1: per output column, where each depth slice's blocks start (slice s of column j:
-  // cuts[s*(n+1) + j] .. cuts[(s+1)*(n+1) + j]); the lists are in increasing K.
-  const std::size_t nob = L.n_out_blocks, nslices = B == 1 ? (K + T::b1_depth_slice - 1) / T::b1_depth_slice : 1;
-  thread_local std::vector<std::uint32_t> cut_buf;
-  if constexpr (B == 1) {
-    cut_buf.resize(std::max(cut_buf.size(), (nslices + 1) * (nob + 1)));
-    for (std::size_t j = 0; j < nob; ++j) {
-      std::uint32_t t = L.ptr[j];
-      for (std::size_t s = 0; s < nslices; ++s) {
-        cut_buf[s * (nob + 1) + j] = t;
-        while (t < L.ptr[j + 1] && pb.kb[t] < (s + 1) * T::b1_depth_slice) ++t;
-      }
-      cut_buf[nslices * (nob + 1) + j] = L.ptr[j + 1];
-    }
-  }
-  const std::uint32_t* cuts = cut_buf.data();
   const std::size_t npan = (M + MR - 1) / MR;
   // Split the output columns too when there are few row panels for the threads.
   const std::size_t ngrp =
@@ -331,17 +306,6 @@ void bsr_product(const float* A, std::size_t lda, std::size_t M, std::size_t K, 
     } else {
       // The panel of A, k-major (K x MR) and zero-padded to MR rows.
       pack_transpose<Arch>(A + m0 * lda, lda, mv, MR, K, P, MR);
-      if constexpr (B == 1) {
-        // Depth slices (bsr_tiling::b1_depth_slice), the group's whole chunk of C per slice.
-        float* Ct = bsr_scratch(nob * MR, 1);
-        for (std::size_t s = 0; s < nslices; ++s) {
-          const std::uint32_t *c0 = cuts + s * (nob + 1), *c1 = c0 + nob + 1;
-          for (std::size_t j = j0; j < j1; ++j)
-            tile_lanes_m<B, T::NV, Arch>(P, c1[j] - c0[j], pb.kb + c0[j], pb.values + c0[j], Ct + (j - j0) * MR, s > 0);
-        }
-        unpack_transpose<Arch>(Ct, MR, mv, j1 - j0, Cp + j0, ldc, beta, bias ? bias + j0 : nullptr);
-        return;
-      }
       // Column chunks of about 128 output columns: the chunk of C (column-major) stays in cache
       // until it is transposed back.
       constexpr std::size_t JC = std::max<std::size_t>(1, 128 / B);
