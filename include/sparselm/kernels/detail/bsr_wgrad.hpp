@@ -144,8 +144,8 @@ inline void wgrad_block_lanes(const float* xs, const float* ds, const std::size_
 // full load of a dY strip holds 4 rows x 4 columns (lanes (r, b)); the X strip's 4 x 4 piece of
 // the same rows gives, by one in-lane shuffle per block row a, the vector of x[r][a] repeated over
 // b. Per 4 rows: U loads and 4U FMAs into 4U accumulators, whose 4 row lanes are summed at the end.
-// (The row-at-a-time form above, one broadcast load per FMA, ran at ~55 % of the FMA peak with its
-// strips in L1 on the Zen 5 host; this one at ~75 %.)
+// (With the strips in L1 / L2 this form ran at 1.26-1.31x the GFLOP/s of the row-at-a-time form
+// above, one broadcast load per FMA, on the Zen 5 host: benchmarks/experiments/bsr_wgrad_kernels.cpp.)
 template <std::size_t U>
 inline void wgrad_b4_rows4(const float* xs, const float* ds, const std::size_t* off, std::size_t rows,
                            float* const* dvs) {
@@ -421,8 +421,8 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
             wgrad_block_n<B, Arch>(Xs + p.row[s] * strip, dYs + p.col[s] * strip, mv, dv + q * B * B);
           }
         } else {
-          // Runs of U slots of one block row; a short run is padded with a repeated column whose
-          // result goes to a dummy block.
+          // Runs of U slots of one block row; without AVX-512 a short run is padded with a
+          // repeated column whose result goes to a dummy block.
           // Groups without AVX-512: 2 (3 with 16 registers and B = 4) vectors of W / B slots.
           // AVX-512: groups of 6 slots, 24 accumulators (a shorter group, the end of a block row,
           // its own kernel of 1 to 5 slots): B = 4 four rows at a time (wgrad_b4_rows4), B = 8 in
