@@ -168,16 +168,17 @@ inline void wgrad_b4_rows4(const float* xs, const float* ds, const std::size_t* 
       for (std::size_t a = 0; a < 4; ++a) acc[u][a] = _mm512_fmadd_ps(xa[a], d, acc[u][a]);
     }
   }
+  // Per slot: the 4 row lanes (128 bits each) of acc[u][a] summed into lane a of one vector, which
+  // is then the block (row a = 4 floats): two rounds of lane shuffles and adds.
 #pragma GCC unroll 8
-  for (std::size_t u = 0; u < U; ++u)
-#pragma GCC unroll 4
-    for (std::size_t a = 0; a < 4; ++a) {
-      const __m512 v = acc[u][a];
-      const __m256 h =
-          _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-      const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-      _mm_storeu_ps(dvs[u] + a * 4, _mm_add_ps(_mm_loadu_ps(dvs[u] + a * 4), q));
-    }
+  for (std::size_t u = 0; u < U; ++u) {
+    const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(acc[u][0], acc[u][1], 0x44),
+                                     _mm512_shuffle_f32x4(acc[u][0], acc[u][1], 0xEE));
+    const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(acc[u][2], acc[u][3], 0x44),
+                                     _mm512_shuffle_f32x4(acc[u][2], acc[u][3], 0xEE));
+    const __m512 sum = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xDD));
+    _mm512_storeu_ps(dvs[u], _mm512_add_ps(_mm512_loadu_ps(dvs[u]), sum));
+  }
 }
 #endif
 
@@ -407,7 +408,9 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
 #endif
       // B = 4 on AVX-512 takes 4 rows per step: chunks padded with zero rows to a multiple of 4.
       constexpr std::size_t rows_step = lanes && B == 4 ? 4 : 1;
-      const std::size_t mc = wgrad_chunk(in, out, 32, 256, 16);
+      // At least 64 rows per chunk for it (its row lanes are summed once per chunk and slot): with
+      // 32, the floor that wide products hit, its weight gradient measured 8-18 % slower.
+      const std::size_t mc = wgrad_chunk(in, out, rows_step == 4 ? 64 : 32, 256, 16);
       float* Xs = bsr_scratch(strip_stride<B>(mc) * (in / B), 0);
       float* dYs = bsr_scratch(strip_stride<B>(mc) * (out / B), 1);
       for (std::size_t m0 = mb; m0 < me; m0 += mc) {
