@@ -408,9 +408,10 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
 #endif
       // B = 4 on AVX-512 takes 4 rows per step: chunks padded with zero rows to a multiple of 4.
       constexpr std::size_t rows_step = lanes && B == 4 ? 4 : 1;
-      // At least 64 rows per chunk for it (its row lanes are summed once per chunk and slot): with
-      // 32, the floor that wide products hit, its weight gradient measured 8-18 % slower.
-      const std::size_t mc = wgrad_chunk(in, out, rows_step == 4 ? 64 : 32, 256, 16);
+      // At least 64 rows per chunk (the accumulators are loaded and stored once per chunk and slot,
+      // and B = 4 sums its row lanes then): with 32, the floor that products as wide as 768 x 3072
+      // hit, the B = 4 weight gradient measured 8-18 % slower, B = 8 and 16 1-5 %.
+      const std::size_t mc = wgrad_chunk(in, out, 64, 256, 16);
       float* Xs = bsr_scratch(strip_stride<B>(mc) * (in / B), 0);
       float* dYs = bsr_scratch(strip_stride<B>(mc) * (out / B), 1);
       for (std::size_t m0 = mb; m0 < me; m0 += mc) {
