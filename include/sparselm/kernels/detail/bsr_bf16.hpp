@@ -97,10 +97,18 @@ inline void store_words(std::uint32_t* dst, __m512i w, std::size_t g) noexcept {
     static_assert(B == 4);
     __m128i q;
     switch (g) {
-      case 0: q = _mm512_castsi512_si128(w); break;
-      case 1: q = _mm512_extracti32x4_epi32(w, 1); break;
-      case 2: q = _mm512_extracti32x4_epi32(w, 2); break;
-      default: q = _mm512_extracti32x4_epi32(w, 3); break;
+      case 0:
+        q = _mm512_castsi512_si128(w);
+        break;
+      case 1:
+        q = _mm512_extracti32x4_epi32(w, 1);
+        break;
+      case 2:
+        q = _mm512_extracti32x4_epi32(w, 2);
+        break;
+      default:
+        q = _mm512_extracti32x4_epi32(w, 3);
+        break;
     }
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), q);
   }
@@ -170,8 +178,10 @@ inline void pack_panel_bf16(const S* A, std::size_t lda, std::size_t rows, std::
       const std::size_t np = std::min<std::size_t>(16, (K - k) / 2);
       float* d = reinterpret_cast<float*>(P + (k / 2) * MR + r0);
       for (std::size_t i = 0; i < np; ++i) {
-        if (ns == 16) _mm512_storeu_ps(d + i * MR, v[i]);
-        else _mm512_mask_storeu_ps(d + i * MR, lanes_mask(ns), v[i]);
+        if (ns == 16)
+          _mm512_storeu_ps(d + i * MR, v[i]);
+        else
+          _mm512_mask_storeu_ps(d + i * MR, lanes_mask(ns), v[i]);
       }
     }
   }
@@ -264,8 +274,8 @@ inline void tile_bf16_m(const std::uint32_t* P, std::size_t n, const std::uint32
 // V (TransV as in pack_blocks). Work split as in bsr_product: M panels, and output block column
 // groups when there are few panels for the threads. A is float (rounded while packed) or bf16.
 template <std::size_t B, bool TransV, class Arch, class SA = float>
-void bsr_product_bf16(const SA* A, std::size_t lda, std::size_t M, std::size_t K, const bsr_lists& L,
-                      const float* V, float beta, float* C, std::size_t ldc, const float* bias) {
+void bsr_product_bf16(const SA* A, std::size_t lda, std::size_t M, std::size_t K, const bsr_lists& L, const float* V,
+                      float beta, float* C, std::size_t ldc, const float* bias) {
   static_assert(arch_is_avx512<Arch> && B % 2 == 0);
   using T = bsr_tiling<B, Arch>;
   // Lanes-N tiles of 28 rows (28 of the 32 registers; measured a little faster than the fp32 kernel's 24).
@@ -304,14 +314,16 @@ void bsr_product_bf16(const SA* A, std::size_t lda, std::size_t M, std::size_t K
 // Strips of `rows` rows of src (cols columns, a multiple of B): for every block column b, the
 // words dst[b*ss + q*B + a] = (src(2q, bB+a), src(2q+1, bB+a)), q < ceil(rows/2) (a missing odd
 // row reads as zero); ss = strip_stride<B>(ceil(rows/2)).
+// Pairs from ceil(rows/2) up to `padded` are zero (padded >= ceil(rows/2); the stride is then
+// strip_stride<B>(padded)).
 template <std::size_t B, class S>
-inline void pack_strips_bf16(const S* src, std::size_t lds, std::size_t rows, std::size_t cols,
-                             std::uint32_t* dst) {
+inline void pack_strips_bf16(const S* src, std::size_t lds, std::size_t rows, std::size_t cols, std::uint32_t* dst,
+                             std::size_t padded) {
   // Groups of QG pairs: 2*QG sequential read streams, and QG*B words written contiguously per
   // strip (as pack_strips; one pair at a time measured slower, its loads waiting on memory).
   constexpr std::size_t QG = 4;
   constexpr std::size_t PF = 1024 / sizeof(S);  // software prefetch distance along the rows: 1 KiB
-  const std::size_t np = (rows + 1) / 2, ss = strip_stride<B>(np);
+  const std::size_t np = (rows + 1) / 2, ss = strip_stride<B>(padded);
   for (std::size_t q0 = 0; q0 < np; q0 += QG) {
     const std::size_t q1 = std::min(np, q0 + QG);
     for (std::size_t c = 0; c < cols; c += 16) {
@@ -327,6 +339,8 @@ inline void pack_strips_bf16(const S* src, std::size_t lds, std::size_t rows, st
       }
     }
   }
+  if (padded > np)
+    for (std::size_t b = 0; b < cols / B; ++b) std::memset(dst + b * ss + np * B, 0, (padded - np) * B * 4);
 }
 
 // dv (16 x 16, += ) = strip(X)ᵀ · strip(dY) over np pairs of rows.
@@ -347,8 +361,8 @@ inline void wgrad_bf16_block16(const std::uint32_t* xs, const std::uint32_t* ds,
 // (B x B, += ), over np pairs of rows. Vector q of a block holds block rows qR .. qR+R-1 (R = 16/B),
 // lane (r, c) at r*B + c.
 template <std::size_t B, std::size_t U>
-inline void wgrad_bf16_lanes(const std::uint32_t* xs, const std::uint32_t* ds, const std::size_t* off,
-                             std::size_t np, float* const* dvs) {
+inline void wgrad_bf16_lanes(const std::uint32_t* xs, const std::uint32_t* ds, const std::size_t* off, std::size_t np,
+                             float* const* dvs) {
   static_assert(B == 4 || B == 8);
   constexpr std::size_t R = 16 / B, Q = B / R;
   __m512i idx[Q];
@@ -388,6 +402,36 @@ inline void wgrad_bf16_lanes(const std::uint32_t* xs, const std::uint32_t* ds, c
     for (std::size_t q = 0; q < Q; ++q) _mm512_storeu_ps(dvs[u] + q * 16, acc[u][q]);
 }
 
+// B = 4, U <= 6 slots of one block row, 4 pairs of rows per step (np % 4 == 0, strips zero-padded):
+// the fp32 wgrad_b4_rows4 with pairs of rows in place of rows — one full load of a dY strip holds 4
+// pairs x 4 columns, the X strip's piece shuffled in-lane per block row a, one vdpbf16ps per (slot,
+// a) for 4 pairs (the form above broadcasts a dY pair row per vdpbf16ps).
+template <std::size_t U>
+inline void wgrad_bf16_b4_rows4(const std::uint32_t* xs, const std::uint32_t* ds, const std::size_t* off,
+                                std::size_t np, float* const* dvs) {
+  static_assert(U >= 1 && U <= 6);
+  __m512 acc[U][4];
+#pragma GCC unroll 8
+  for (std::size_t u = 0; u < U; ++u)
+#pragma GCC unroll 4
+    for (std::size_t a = 0; a < 4; ++a) acc[u][a] = _mm512_setzero_ps();
+  for (std::size_t q = 0; q < np; q += 4, xs += 16, ds += 16) {
+    __m512 x4 = _mm512_castsi512_ps(_mm512_loadu_si512(xs));
+    pin_register(x4);
+    const __m512bh xa[4] = {(__m512bh)_mm512_permute_ps(x4, 0x00), (__m512bh)_mm512_permute_ps(x4, 0x55),
+                            (__m512bh)_mm512_permute_ps(x4, 0xAA), (__m512bh)_mm512_permute_ps(x4, 0xFF)};
+#pragma GCC unroll 8
+    for (std::size_t u = 0; u < U; ++u) {
+      __m512i d = _mm512_loadu_si512(ds + off[u]);
+      pin_register(d);
+#pragma GCC unroll 4
+      for (std::size_t a = 0; a < 4; ++a) acc[u][a] = _mm512_dpbf16_ps(acc[u][a], xa[a], (__m512bh)d);
+    }
+  }
+#pragma GCC unroll 8
+  for (std::size_t u = 0; u < U; ++u) sum_row_lanes_b4(acc[u], dvs[u]);
+}
+
 // dvalues (slot order) += bf16(X)ᵀ · bf16(dY) on the active blocks, B = 4, 8 or 16; X is float
 // (rounded while packed) or bf16.
 template <std::size_t B, class Arch, class SX = float>
@@ -399,8 +443,9 @@ void bsr_wgrad_bf16(const SX* X, std::size_t ldx, const float* dY, std::size_t l
   const int nt = int(std::min<std::size_t>(std::size_t(team_size()), std::max<std::size_t>(1, M / 64)));
   float* const partial = bsr_scratch(std::size_t(nt) * nnz * B * B, 3);
   // Rows per chunk: the fp32 kernel's bytes of strips (a word holds two rows).
-  const std::size_t mc = 2 * wgrad_chunk(in, out, 32, 256, 16);
-  constexpr std::size_t U = B == 4 ? 8 : 4;
+  const std::size_t mc = 2 * wgrad_chunk(in, out, 64, 256, 16);
+  constexpr std::size_t U = B == 4 ? 6 : 4;
+  constexpr std::size_t pairs_step = B == 4 ? 4 : 1;  // B = 4: 4 pairs per step, strips zero-padded
   run_team(nt, [&](int t, int T) {
     const std::size_t mb = M * std::size_t(t) / std::size_t(T), me = M * std::size_t(t + 1) / std::size_t(T);
     float* const dv = partial + std::size_t(t) * nnz * B * B;
@@ -412,9 +457,10 @@ void bsr_wgrad_bf16(const SX* X, std::size_t ldx, const float* dY, std::size_t l
     auto* Xs = reinterpret_cast<std::uint32_t*>(bsr_scratch(strip_stride<B>(mc / 2) * (in / B), 0));
     auto* dYs = reinterpret_cast<std::uint32_t*>(bsr_scratch(strip_stride<B>(mc / 2) * (out / B), 1));
     for (std::size_t m0 = mb; m0 < me; m0 += mc) {
-      const std::size_t mv = std::min(mc, me - m0), np = (mv + 1) / 2, strip = strip_stride<B>(np);
-      pack_strips_bf16<B>(X + m0 * ldx, ldx, mv, in, Xs);
-      pack_strips_bf16<B>(dY + m0 * ldd, ldd, mv, out, dYs);
+      const std::size_t mv = std::min(mc, me - m0);
+      const std::size_t np = ((mv + 1) / 2 + pairs_step - 1) / pairs_step * pairs_step, strip = strip_stride<B>(np);
+      pack_strips_bf16<B>(X + m0 * ldx, ldx, mv, in, Xs, np);
+      pack_strips_bf16<B>(dY + m0 * ldd, ldd, mv, out, dYs, np);
       if constexpr (B == 16) {
         for (std::size_t q = 0; q < nnz; ++q) {
           const std::uint32_t s = p.row_slots[q];
@@ -428,7 +474,15 @@ void bsr_wgrad_bf16(const SX* X, std::size_t ldx, const float* dY, std::size_t l
             off[u] = std::size_t(p.col[p.row_slots[q + std::min(u, n - 1)]]) * strip;
             dvs[u] = u < n ? dv + (q + u) * B * B : dummy + u * B * B;
           }
-          wgrad_bf16_lanes<B, U>(Xs + i * strip, dYs, off, np, dvs);
+          if constexpr (B == 4) {
+            // The kernel of exactly n (<= U) slots.
+            [&]<std::size_t... I>(std::index_sequence<I...>) {
+              (void)((n == I + 1 && (wgrad_bf16_b4_rows4<I + 1>(Xs + i * strip, dYs, off, np, dvs), true)) || ...);
+            }
+            (std::make_index_sequence<U>{});
+          } else {
+            wgrad_bf16_lanes<B, U>(Xs + i * strip, dYs, off, np, dvs);
+          }
         });
       }
     }

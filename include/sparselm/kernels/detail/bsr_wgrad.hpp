@@ -140,6 +140,17 @@ inline void wgrad_block_lanes(const float* xs, const float* ds, const std::size_
     for (std::size_t q = 0; q < Q; ++q) _mm512_storeu_ps(dvs[u] + q * 16, acc[u][q]);
 }
 
+// dv (4 x 4, += ): the 4 row lanes (128 bits each) of acc[a] summed into lane a of one vector, which
+// is then the block (row a = 4 floats): two rounds of lane shuffles and adds.
+inline void sum_row_lanes_b4(const __m512 (&acc)[4], float* dv) {
+  const __m512 s01 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(acc[0], acc[1], 0x44), _mm512_shuffle_f32x4(acc[0], acc[1], 0xEE));
+  const __m512 s23 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(acc[2], acc[3], 0x44), _mm512_shuffle_f32x4(acc[2], acc[3], 0xEE));
+  const __m512 sum = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xDD));
+  _mm512_storeu_ps(dv, _mm512_add_ps(_mm512_loadu_ps(dv), sum));
+}
+
 // B = 4, U <= 6 slots of one block row, 4 rows per step (rows % 4 == 0, strips zero-padded): one
 // full load of a dY strip holds 4 rows x 4 columns (lanes (r, b)); the X strip's 4 x 4 piece of
 // the same rows gives, by one in-lane shuffle per block row a, the vector of x[r][a] repeated over
@@ -168,17 +179,8 @@ inline void wgrad_b4_rows4(const float* xs, const float* ds, const std::size_t* 
       for (std::size_t a = 0; a < 4; ++a) acc[u][a] = _mm512_fmadd_ps(xa[a], d, acc[u][a]);
     }
   }
-  // Per slot: the 4 row lanes (128 bits each) of acc[u][a] summed into lane a of one vector, which
-  // is then the block (row a = 4 floats): two rounds of lane shuffles and adds.
 #pragma GCC unroll 8
-  for (std::size_t u = 0; u < U; ++u) {
-    const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(acc[u][0], acc[u][1], 0x44),
-                                     _mm512_shuffle_f32x4(acc[u][0], acc[u][1], 0xEE));
-    const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(acc[u][2], acc[u][3], 0x44),
-                                     _mm512_shuffle_f32x4(acc[u][2], acc[u][3], 0xEE));
-    const __m512 sum = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xDD));
-    _mm512_storeu_ps(dvs[u], _mm512_add_ps(_mm512_loadu_ps(dvs[u]), sum));
-  }
+  for (std::size_t u = 0; u < U; ++u) sum_row_lanes_b4(acc[u], dvs[u]);
 }
 #endif
 
