@@ -450,8 +450,8 @@ void bsr_wgrad_bf16(const SX* X, std::size_t ldx, const float* dY, std::size_t l
     const std::size_t mb = M * std::size_t(t) / std::size_t(T), me = M * std::size_t(t + 1) / std::size_t(T);
     float* const dv = partial + std::size_t(t) * nnz * B * B;
     std::memset(dv, 0, nnz * B * B * sizeof(float));
-    // B = 4 and 8: runs of U slots of one block row; a short run repeats its last column into a
-    // dummy block.
+    // B = 4 and 8: runs of U slots of one block row; for B = 8 a short run repeats its last column
+    // into a dummy block (B = 4 has a kernel for every run length).
     float* const dummy = B == 16 ? nullptr : bsr_scratch(U * B * B, 2);
     if constexpr (B != 16) std::memset(dummy, 0, U * B * B * sizeof(float));
     auto* Xs = reinterpret_cast<std::uint32_t*>(bsr_scratch(strip_stride<B>(mc / 2) * (in / B), 0));
