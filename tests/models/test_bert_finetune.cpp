@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -139,7 +140,8 @@ TEST_CASE("bert fine-tuning models start from our pre-training checkpoint (load_
   // A pre-training checkpoint with an incomplete head, or an unknown tensor, is an error naming it.
   io::safetensors_writer w;
   for (const auto& t : *pre.layout())
-    if (t.name != "cls.seq_relationship.bias" && t.name != "pooler.dense.bias") w.add(t.name, t.shape, pre.params().at(t.name));
+    if (t.name != "cls.seq_relationship.bias" && t.name != "pooler.dense.bias")
+      w.add(t.name, t.shape, pre.params().at(t.name));
   w.set_metadata("sparselm.layout", "x");
   const fs::path bad = fs::path(SPARSELM_TEST_TMPDIR) / "finetune_bad";
   fs::create_directories(bad);
@@ -154,6 +156,98 @@ TEST_CASE("bert fine-tuning models start from our pre-training checkpoint (load_
   w2.write(bad / io::model_file);
   const std::string e2 = test::error_of([&] { io::load_pretrained(bad, cls, io::hf_bert_map()); });
   CHECK_MESSAGE(e2.find("neither the model's nor a known head's: 'mystery.weight'") != std::string::npos, e2);
+}
+
+TEST_CASE("a block-sparse pre-training checkpoint starts block-sparse fine-tuning models, which keep its patterns") {
+  namespace fs = std::filesystem;
+  const auto cfg = tiny();
+  using S = block_sparse<16>;
+  bert<float, S> pre(cfg, sparse_plan{.sparsity = 0.5});
+  pre.init(5);
+  const fs::path dir = fs::path(SPARSELM_TEST_TMPDIR) / "finetune_from_sparse";
+  fs::remove_all(dir);
+  io::save_model(dir, pre);
+
+  const auto sp = io::read_checkpoint_sparsity(dir);
+  CHECK(sp.block == 16);
+  CHECK(sp.sparsity == doctest::Approx(0.5));
+  const auto pre_weights = pre.sparse_weights();
+  REQUIRE(sp.blocks.size() == pre_weights.size());
+  std::map<std::string, const sparse::block_pattern*> pre_pattern;
+  for (const auto& w : pre_weights) {
+    CHECK(sp.blocks.at(w.name) == w.pattern->nnz());
+    pre_pattern[w.name] = w.pattern;
+  }
+  auto same_patterns = [&](auto& m) {
+    const auto ws = m.sparse_weights();
+    REQUIRE(ws.size() == pre_weights.size());
+    for (const auto& w : ws) {
+      const auto* q = pre_pattern.at(w.name);
+      CHECK_MESSAGE((w.pattern->row == q->row && w.pattern->col == q->col), w.name << ": pattern differs");
+    }
+  };
+  // A dense checkpoint of ours says it has no patterns; an HF-style directory has none either.
+  bert<> dense_pre(cfg);
+  dense_pre.init(5);
+  const fs::path ddir = fs::path(SPARSELM_TEST_TMPDIR) / "finetune_from_dense";
+  fs::remove_all(ddir);
+  io::save_model(ddir, dense_pre);
+  CHECK(io::read_checkpoint_sparsity(ddir).block == 0);
+
+  bert_classifier<float, S> cls(cfg, 3, sp.plan());
+  cls.init(9);  // other patterns than pre's
+  bool differ = false;
+  for (const auto& w : cls.sparse_weights())
+    differ = differ || w.pattern->row != pre_pattern.at(w.name)->row || w.pattern->col != pre_pattern.at(w.name)->col;
+  CHECK(differ);
+  const auto r = io::load_pretrained(dir, cls, io::hf_bert_map());
+  CHECK(r.format == "sparselm");
+  CHECK(r.loaded("pooler"));
+  CHECK(r.absent_group("classifier"));
+  same_patterns(cls);
+  for (const auto& t : *cls.layout()) {
+    if (t.name.rfind("classifier.", 0) == 0) continue;
+    const auto a = cls.params().at(t.name), b = pre.params().at(t.name);
+    CHECK_MESSAGE(std::equal(a.begin(), a.end(), b.begin(), b.end()), t.name << " not loaded");
+  }
+  // Fine-tuning trains the active blocks and keeps the patterns.
+  toy_data d;
+  const auto b = d.classify();
+  trainer<bert_classifier<float, S>> t(cls, {}, optim::adamw<>(json{{"weight_decay", 0.01}}),
+                                       optim::make_schedule({{"type", "constant"}, {"lr", 5e-3}}));
+  const double first = cls.evaluate(b).mean_loss();
+  const std::vector<float> w0(cls.params().at(pre_weights[0].name).begin(), cls.params().at(pre_weights[0].name).end());
+  for (int k = 0; k < 30; ++k) t.train_step(std::span<const bert_classify_batch>(&b, 1));
+  CHECK(cls.evaluate(b).mean_loss() < 0.5 * first);
+  const auto w1 = cls.params().at(pre_weights[0].name);
+  CHECK_FALSE(std::equal(w1.begin(), w1.end(), w0.begin(), w0.end()));
+  same_patterns(cls);
+
+  bert_qa<float, S> qa(cfg, sp.plan());
+  std::string e = test::error_of([&] { io::load_pretrained(dir, qa, io::hf_bert_map()); });
+  CHECK_MESSAGE(e.find("initialise the model (init) before loading into it") != std::string::npos, e);
+  qa.init(1);
+  const auto rq = io::load_pretrained(dir, qa, io::hf_bert_map());
+  CHECK(rq.absent_group("qa"));
+  same_patterns(qa);
+
+  // Mismatches are errors naming the culprit, before anything is read.
+  bert_classifier<> dense_cls(cfg, 3);
+  e = test::error_of([&] { io::load_pretrained(dir, dense_cls, io::hf_bert_map()); });
+  CHECK_MESSAGE(
+      e.find("loads into a block-sparse model of its block size, not into this dense one") != std::string::npos, e);
+  bert_classifier<float, S> from_dense(cfg, 3, sparse_plan{.sparsity = 0.5});
+  from_dense.init(1);
+  e = test::error_of([&] { io::load_pretrained(ddir, from_dense, io::hf_bert_map()); });
+  CHECK_MESSAGE(e.find("has no pattern in the file") != std::string::npos, e);
+  bert_classifier<float, S> other_count(cfg, 3, sparse_plan{.sparsity = 0.25});
+  other_count.init(1);
+  e = test::error_of([&] { io::load_pretrained(dir, other_count, io::hf_bert_map()); });
+  CHECK_MESSAGE(e.find("active blocks in the file, the model") != std::string::npos, e);
+  bert_classifier<float, block_sparse<8>> other_block(cfg, 3, sp.plan());
+  other_block.init(1);
+  e = test::error_of([&] { io::load_pretrained(dir, other_block, io::hf_bert_map()); });
+  CHECK_MESSAGE(e.find("the model's are 8x8") != std::string::npos, e);
 }
 
 TEST_CASE("bert fine-tuning models: padded positions change nothing; predictions are the logits") {
@@ -216,8 +310,8 @@ TEST_CASE("bert fine-tuning models: bad batches are errors naming the culprit") 
   std::vector<std::int32_t> starts{3, 6, 1}, ends{5, 6, 4};
   bs.start_positions = starts;
   bs.end_positions = ends;
-  CHECK_THROWS_WITH_AS(qa.evaluate(bs), "bert span batch: answer span [6, 6] of sequence 1 is outside its 6 valid positions",
-                       error);
+  CHECK_THROWS_WITH_AS(qa.evaluate(bs),
+                       "bert span batch: answer span [6, 6] of sequence 1 is outside its 6 valid positions", error);
   std::vector<std::int32_t> s2{3, 2, 4}, e2{5, 2, 1};
   bs.start_positions = s2;
   bs.end_positions = e2;
