@@ -13,9 +13,10 @@
 // --resume, SIGINT saves and stops. <out>/predictions.json and <out>/eval.json hold the results.
 // Under mpirun the fine-tuning is data parallel (docs/distributed.md): --batch-size examples per
 // rank, --shard-optimizer for ZeRO-1; rank 0 writes the run directory and evaluates.
+// A block-sparse --init-from checkpoint (bert_pretrain --block B) gives a block-sparse encoder of
+// its block size that keeps the checkpoint's patterns (docs/bert.md, "Fine-tuning programs").
 
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <map>
 #include <string>
@@ -106,13 +107,16 @@ int main(int argc, char** argv) {
     cli.lr = 1e-4;
     cli.epochs = 2;
     cli.job.batch_size = 8;
-    std::filesystem::path train_path, predict_path, vocab = std::filesystem::path(SPARSELM_SOURCE_DIR) / "data/bert/vocab.txt";
+    std::filesystem::path train_path, predict_path,
+        vocab = std::filesystem::path(SPARSELM_SOURCE_DIR) / "data/bert/vocab.txt";
     data::squad_feature_options fo;
     data::squad_postprocess_options po;
     app.add_option("--train", train_path, "SQuAD v1.1 training JSON")->required();
     app.add_option("--predict", predict_path, "SQuAD v1.1 JSON to answer and score after training");
     app.add_option("--vocab", vocab, "WordPiece vocab.txt")->capture_default_str();
-    app.add_option("--max-seq", fo.max_seq, "Tokens per feature")->check(CLI::Range(16ul, 1ul << 14))->capture_default_str();
+    app.add_option("--max-seq", fo.max_seq, "Tokens per feature")
+        ->check(CLI::Range(16ul, 1ul << 14))
+        ->capture_default_str();
     app.add_option("--doc-stride", fo.doc_stride, "Tokens between the starts of a context's windows")
         ->check(CLI::Range(1ul, 1ul << 14))
         ->capture_default_str();
@@ -148,7 +152,7 @@ int main(int argc, char** argv) {
     cli.resolve_steps(app, task.size(), replicas.group().size());
     if (rank0)
       std::fprintf(stderr, "bert_squad: %zu questions -> %zu training features, %zu steps\n", train_examples.size(),
-                 train_features.size(), cli.job.steps);
+                   train_features.size(), cli.job.steps);
 
     cli.job.config = cli.run_config();
     cli.job.config["model"] = cfg.to_json();
@@ -156,61 +160,63 @@ int main(int argc, char** argv) {
                               {"max_seq", fo.max_seq},             {"doc_stride", fo.doc_stride},
                               {"max_query", fo.max_query_tokens},  {"n_best", po.n_best},
                               {"max_answer", po.max_answer_tokens}};
-    bert_qa<> model(cfg);
-    model.init(cli.job.seed);
-    auto t = cli.make_trainer(model);
-    t.set_replicas(replicas.group());
-    const auto summary = finetune_job(cli.job).run(model, t, task);
-    if (summary.value("interrupted", false)) return 130;
-    if (!rank0) return 0;  // rank 0 predicts, scores and writes
-    std::fprintf(stderr, "%s\n", summary.dump().c_str());
-    if (predict_path.empty()) {
-      std::printf("%s\n", nlohmann::json{{"train", summary}}.dump().c_str());
-      return 0;
-    }
+    return cli.with_encoder_sparsity(
+        rank0,
+        [&]<class S>(const sparse_plan& plan) -> int {
+          bert_qa<float, S> model(cfg, plan);
+          model.init(cli.job.seed);
+          auto t = cli.make_trainer(model);
+          t.set_replicas(replicas.group());
+          const auto summary = finetune_job(cli.job).run(model, t, task);
+          if (summary.value("interrupted", false)) return 130;
+          if (!rank0) return 0;  // rank 0 predicts, scores and writes
+          std::fprintf(stderr, "%s\n", summary.dump().c_str());
+          if (predict_path.empty()) {
+            std::printf("%s\n", nlohmann::json{{"train", summary}}.dump().c_str());
+            return 0;
+          }
 
-    // Answer every question of --predict and score the answers.
-    const data::squad_dataset dev = data::read_squad(predict_path);
-    for (const std::string& m : dev.skipped.messages)
-      std::fprintf(stderr, "%s: skipped: %s\n", predict_path.string().c_str(), m.c_str());
-    const auto dev_examples = data::squad_examples(dev);
-    const auto dev_features = data::squad_features(dev_examples, wp, fo, /*training=*/false);
-    span_task ev{&dev_features, fo.max_seq, {}, {}, {}, {}, {}};
-    const std::size_t B = cli.job.batch_size, T = fo.max_seq;
-    std::vector<std::vector<float>> starts(dev_features.size()), ends(dev_features.size());
-    std::vector<float> out(B * T * 2);
-    std::vector<std::size_t> pick;
-    for (std::size_t at = 0; at < dev_features.size(); at += B) {
-      pick.clear();
-      for (std::size_t i = at; i < std::min(at + B, dev_features.size()); ++i) pick.push_back(i);
-      model.predict(ev.batch(pick, false), matrix_view<float>{out.data(), pick.size() * T, 2});
-      for (std::size_t i = 0; i < pick.size(); ++i) {
-        auto& s = starts[pick[i]];
-        auto& e = ends[pick[i]];
-        s.resize(T);
-        e.resize(T);
-        for (std::size_t p = 0; p < T; ++p) {
-          s[p] = out[2 * (i * T + p)];
-          e[p] = out[2 * (i * T + p) + 1];
-        }
-      }
-    }
-    const auto preds = data::squad_best_answers(wp, dev_examples, dev_features, starts, ends, po);
-    nlohmann::json pj = nlohmann::json::object();
-    for (const auto& [id, text] : preds) pj[id] = text;
-    io::atomic_write_text(cli.job.out / "predictions.json", pj.dump(2) + "\n");
-    const data::squad_totals tot = data::squad_evaluate(dev.graded(), preds);
-    const nlohmann::json report = {{"exact_match", tot.exact_match},
-                                   {"f1", tot.f1},
-                                   {"questions", tot.questions},
-                                   {"features", dev_features.size()},
-                                   {"predict", predict_path.string()},
-                                   {"train", summary}};
-    io::atomic_write_text(cli.job.out / "eval.json", report.dump(2) + "\n");
-    std::printf("%s\n", report.dump().c_str());
-    std::fprintf(stderr, "%s: exact match %.2f, F1 %.2f over %zu questions (%s/predictions.json)\n",
-                 predict_path.string().c_str(), tot.exact_match, tot.f1, tot.questions, cli.job.out.string().c_str());
-    return 0;
+          // Answer every question of --predict and score the answers.
+          const data::squad_dataset dev = data::read_squad(predict_path);
+          for (const std::string& m : dev.skipped.messages)
+            std::fprintf(stderr, "%s: skipped: %s\n", predict_path.string().c_str(), m.c_str());
+          const auto dev_examples = data::squad_examples(dev);
+          const auto dev_features = data::squad_features(dev_examples, wp, fo, /*training=*/false);
+          span_task ev{&dev_features, fo.max_seq, {}, {}, {}, {}, {}};
+          const std::size_t B = cli.job.batch_size, T = fo.max_seq;
+          std::vector<std::vector<float>> starts(dev_features.size()), ends(dev_features.size());
+          std::vector<float> out(B * T * 2);
+          std::vector<std::size_t> pick;
+          for (std::size_t at = 0; at < dev_features.size(); at += B) {
+            pick.clear();
+            for (std::size_t i = at; i < std::min(at + B, dev_features.size()); ++i) pick.push_back(i);
+            model.predict(ev.batch(pick, false), matrix_view<float>{out.data(), pick.size() * T, 2});
+            for (std::size_t i = 0; i < pick.size(); ++i) {
+              auto& s = starts[pick[i]];
+              auto& e = ends[pick[i]];
+              s.resize(T);
+              e.resize(T);
+              for (std::size_t p = 0; p < T; ++p) {
+                s[p] = out[2 * (i * T + p)];
+                e[p] = out[2 * (i * T + p) + 1];
+              }
+            }
+          }
+          const auto preds = data::squad_best_answers(wp, dev_examples, dev_features, starts, ends, po);
+          nlohmann::json pj = nlohmann::json::object();
+          for (const auto& [id, text] : preds) pj[id] = text;
+          io::atomic_write_text(cli.job.out / "predictions.json", pj.dump(2) + "\n");
+          const data::squad_totals tot = data::squad_evaluate(dev.graded(), preds);
+          const nlohmann::json report = {{"exact_match", tot.exact_match},   {"f1", tot.f1},
+                                         {"questions", tot.questions},       {"features", dev_features.size()},
+                                         {"predict", predict_path.string()}, {"train", summary}};
+          io::atomic_write_text(cli.job.out / "eval.json", report.dump(2) + "\n");
+          std::printf("%s\n", report.dump().c_str());
+          std::fprintf(stderr, "%s: exact match %.2f, F1 %.2f over %zu questions (%s/predictions.json)\n",
+                       predict_path.string().c_str(), tot.exact_match, tot.f1, tot.questions,
+                       cli.job.out.string().c_str());
+          return 0;
+        });
   });
   return replicas.finish(status);
 }

@@ -8,7 +8,10 @@
 #   3. bert_classify --init-from a HuggingFace directory (export_hf of the same checkpoint) starts
 #      from the same weights: its first logged loss equals the run from our checkpoint;
 #   4. bert_squad on the bundled SQuAD-format set: predictions.json answers every dev question
-#      with text from its context, eval.json's EM / F1 equal squad_eval's on those predictions.
+#      with text from its context, eval.json's EM / F1 equal squad_eval's on those predictions;
+#   5. a block-sparse pre-training run (--block 16 --sparsity 0.9) starts block-sparse fine-tuning
+#      in both programs: the patterns of every encoder weight are the pre-training run's at the end
+#      (bit for bit) while the active blocks trained; exact resume as in 2.
 #   check_finetune.sh BERT_DATA BERT_PRETRAIN BERT_CLASSIFY BERT_SQUAD SQUAD_EVAL EXPORT_HF SOURCE_DIR WORK_DIR
 set -euo pipefail
 data=$1 pretrain=$2 classify=$3 squad=$4 squad_eval=$5 export_hf=$6 src=$7 work=$8
@@ -66,9 +69,42 @@ sq=(--train "$src/data/squad/train-v1.1.json" --predict "$src/data/squad/dev-v1.
 "$squad" "${sq[@]}" --out "$work/squad" --steps 6 > "$work/squad.json" 2> "$work/squad.log"
 "$squad_eval" "$src/data/squad/dev-v1.1.json" "$work/squad/predictions.json" > "$work/squad_eval.out"
 
+"$pretrain" --config "$src/configs/bert-tiny.json" --train "$work/p.bex" --out "$work/pre-sparse" --steps 4 \
+  --batch-size 8 --eval-every 0 --threads 2 --block 16 --sparsity 0.9 > /dev/null 2> "$work/pre-sparse.log"
+cls_sparse=("${cls[@]/#$work\/pre/$work/pre-sparse}")
+"$classify" "${cls_sparse[@]}" --out "$work/cls-sparse" --steps 6 --checkpoint-every 3 > /dev/null \
+  2> "$work/cls-sparse.log"
+grep -q "block-sparse encoder (B = 16, .* kept while fine-tuning" "$work/cls-sparse.log" ||
+  { echo "FAIL: bert_classify did not build the block-sparse encoder: $(cat "$work/cls-sparse.log")"; exit 1; }
+cp -r "$work/cls-sparse" "$work/cls-sparse-resumed"
+rm -rf "$work/cls-sparse-resumed/checkpoints/step-000006"
+echo "step-000003" > "$work/cls-sparse-resumed/checkpoints/latest"
+"$classify" "${cls_sparse[@]}" --out "$work/cls-sparse-resumed" --steps 6 --checkpoint-every 3 --resume > /dev/null \
+  2> "$work/cls-sparse-resumed.log"
+"$squad" "${sq[@]/#$work\/pre/$work/pre-sparse}" --out "$work/squad-sparse" --steps 2 > /dev/null \
+  2> "$work/squad-sparse.log"
+grep -q "block-sparse encoder (B = 16" "$work/squad-sparse.log" ||
+  { echo "FAIL: bert_squad did not build the block-sparse encoder: $(cat "$work/squad-sparse.log")"; exit 1; }
+
 /usr/bin/python3 - "$work" "$src" <<'PY'
-import json, sys
+import json, struct, sys
 w, src = sys.argv[1], sys.argv[2]
+def tensors(path):  # safetensors: name -> raw bytes
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    head = json.loads(b[8:8 + n])
+    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in head.items() if k != "__metadata__"}
+pre = tensors(f"{w}/pre-sparse/checkpoints/step-000004/model.safetensors")
+patterns = [k for k in pre if k.endswith(".pattern") and k.startswith("encoder.")]
+assert len(patterns) == 8, f"FAIL: {len(patterns)} encoder patterns in the pre-training checkpoint"
+for run in ("cls-sparse/checkpoints/step-000006", "squad-sparse/checkpoints/step-000002"):
+    t = tensors(f"{w}/{run}/model.safetensors")
+    for k in patterns:
+        assert t[k] == pre[k], f"FAIL: {run}: pattern {k} changed"
+        v = k[:-len(".pattern")]
+        assert t[v] != pre[v], f"FAIL: {run}: {v} did not train"
+rc = [json.loads(l) for l in open(f"{w}/cls-sparse/metrics.jsonl")]
+assert rc[0]["config"]["sparsity"]["block"] == 16, rc[0]["config"]["sparsity"]
 def lines(run, kind):
     return [json.loads(l) for l in open(f"{w}/{run}/metrics.jsonl") if json.loads(l).get("kind") == kind]
 ev = json.load(open(f"{w}/cls/eval.json"))
@@ -87,6 +123,9 @@ for k in ("loss", "accuracy", "lr", "grad_norm", "samples_per_s"):
 a = [(j["step"], j["loss"], j["grad_norm"]) for j in train if j["step"] > 6]
 b = [(j["step"], j["loss"], j["grad_norm"]) for j in lines("cls-resumed", "train") if j["step"] > 6]
 assert a == b, f"FAIL: resumed run differs:\n{a}\n{b}"
+a = [(j["step"], j["loss"], j["grad_norm"]) for j in lines("cls-sparse", "train") if j["step"] > 3]
+b = [(j["step"], j["loss"], j["grad_norm"]) for j in lines("cls-sparse-resumed", "train") if j["step"] > 3]
+assert len(a) == 3 and a == b, f"FAIL: resumed block-sparse run differs:\n{a}\n{b}"
 hf = lines("cls-hf", "train")
 assert (hf[0]["loss"], hf[0]["grad_norm"]) == (train[0]["loss"], train[0]["grad_norm"]), \
     f"FAIL: HF start differs from ours: {hf[0]} vs {train[0]}"
@@ -103,5 +142,6 @@ assert abs(sq["exact_match"] - ref["exact_match"]) < 1e-9 and abs(sq["f1"] - ref
 assert sq["questions"] == len(contexts)
 st = lines("squad", "train")
 assert st and all(k in st[-1] for k in ("start_loss", "end_loss", "start_accuracy", "end_accuracy")), st[-1]
-print(f"classify accuracy {ev['accuracy']:.3f}; squad EM {sq['exact_match']:.2f} F1 {sq['f1']:.2f}: ok")
+print(f"classify accuracy {ev['accuracy']:.3f}; squad EM {sq['exact_match']:.2f} F1 {sq['f1']:.2f}; "
+      f"block-sparse fine-tuning kept {len(patterns)} patterns: ok")
 PY

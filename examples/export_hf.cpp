@@ -69,10 +69,20 @@ int main(int argc, char** argv) {
         j.erase("sparselm");
       }
       const auto cfg = bert_config::from_json(j, ctx);
-      return registry::with_sparsity(block, [&]<class S>() {
-        bert<float, S> model(cfg, sparse_plan{sparsity});
-        return export_model(model, from, out, io::hf_bert_map());
-      }, ctx + ": sparselm.block_size");
+      // Each block-sparse weight gets the file's block count (any allocation, uniform or not).
+      const auto sp = io::read_checkpoint_sparsity(from);
+      SPARSELM_CHECK(sp.block == block, ctx, ": the config's block size is ", block,
+                     " (sparselm.block_size; 0: dense) but the checkpoint's block-sparse weights have blocks of ",
+                     sp.block, " (0: none)");
+      return registry::with_sparsity(
+          block,
+          [&]<class S>() {
+            sparse_plan plan{sparsity};
+            if constexpr (S::is_sparse) plan = sp.plan();
+            bert<float, S> model(cfg, plan);
+            return export_model(model, from, out, io::hf_bert_map());
+          },
+          ctx + ": sparselm.block_size");
     }
     SPARSELM_CHECK(type == "gpt2", ctx, ": field 'model_type' is '", type,
                    "'; HuggingFace export is for 'bert' and 'gpt2' checkpoints");

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
 #include <optional>
 #include <string>
 
@@ -16,10 +17,12 @@
 #include "sparselm/core/json.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/io/checkpoint.hpp"
+#include "sparselm/io/pretrained.hpp"
 #include "sparselm/models/bert.hpp"
 #include "sparselm/optim/adam.hpp"
 #include "sparselm/optim/schedules.hpp"
 #include "sparselm/optim/slot_choice.hpp"
+#include "sparselm/train/registry.hpp"
 #include "sparselm/train/finetune_job.hpp"
 #include "sparselm/train/trainer.hpp"
 
@@ -86,12 +89,53 @@ struct finetune_cli {
     if (threads > 0) sparselm::set_num_threads(threads);
     std::string path = config;
     if (path.empty())
-      path = job.init_from.empty() ? std::string(SPARSELM_SOURCE_DIR) + "/configs/bert-tiny.json"
-                                   : (sparselm::io::resolve_checkpoint(job.init_from) / sparselm::io::config_file).string();
+      path = job.init_from.empty()
+                 ? std::string(SPARSELM_SOURCE_DIR) + "/configs/bert-tiny.json"
+                 : (sparselm::io::resolve_checkpoint(job.init_from) / sparselm::io::config_file).string();
     nlohmann::json j = sparselm::read_json_file(path);
     sparselm::check_model_limits(j, path);
     if (dropout) j["hidden_dropout_prob"] = j["attention_probs_dropout_prob"] = *dropout;
     return sparselm::bert_config::from_json(j, path);
+  }
+
+  // The encoder's block sparsity: that of the --init-from checkpoint, or when resuming that of the
+  // run's newest checkpoint (block 0: dense). A block-sparse encoder is built with the file's block
+  // size and per-weight block counts, loads its patterns and keeps them: fine-tuning trains the
+  // active blocks only (no pattern updates).
+  sparselm::io::checkpoint_sparsity sparsity() const {
+    if (job.resume)
+      if (auto latest = sparselm::io::checkpoint_dir(job.out / "checkpoints").latest())
+        return sparselm::io::read_checkpoint_sparsity(*latest);
+    if (job.init_from.empty()) return {};
+    return sparselm::io::read_checkpoint_sparsity(sparselm::io::resolve_checkpoint(job.init_from));
+  }
+  // Its entry in the run config, and the line that says it.
+  static nlohmann::json sparsity_json(const sparselm::io::checkpoint_sparsity& sp) {
+    if (sp.block == 0) return {{"block", 0}};
+    return {{"block", sp.block},
+            {"weights", sp.blocks.size()},
+            {"active_blocks", sp.active_blocks()},
+            {"sparsity", sp.sparsity},
+            {"patterns", "static"}};
+  }
+  // f.template operator()<S>(plan) for the encoder's sparsity S (sparselm::dense or block_sparse<B>)
+  // and a plan with the checkpoint's block counts, after recording it in the run config (job.config,
+  // set before) and, when `say`, saying it.
+  template <class F>
+  int with_encoder_sparsity(bool say, F&& f) {
+    const auto sp = sparsity();
+    job.config["sparsity"] = sparsity_json(sp);
+    if (say && sp.block != 0) std::fprintf(stderr, "%s: %s\n", job.program.c_str(), describe(sp).c_str());
+    return sparselm::registry::with_sparsity(
+        sp.block,
+        [&]<class S>() -> int { return f.template operator()<S>(S::is_sparse ? sp.plan() : sparselm::sparse_plan{}); },
+        "block size of the checkpoint");
+  }
+  static std::string describe(const sparselm::io::checkpoint_sparsity& sp) {
+    return "block-sparse encoder (B = " + std::to_string(sp.block) + ", " + std::to_string(sp.blocks.size()) +
+           " weights, " + std::to_string(sp.active_blocks()) + " active blocks, sparsity " +
+           std::to_string(sp.sparsity).substr(0, 4) + ") with the patterns of " + sp.file.string() +
+           ", kept while fine-tuning";
   }
 
   // Steps from --epochs unless --steps was given (ranks: the data-parallel replicas, whose global
@@ -104,11 +148,17 @@ struct finetune_cli {
   }
 
   nlohmann::json run_config() const {
-    return {{"steps", job.steps},          {"batch_size", job.batch_size}, {"lr", lr},
-            {"warmup_frac", warmup_frac},  {"weight_decay", weight_decay}, {"max_norm", max_norm},
-            {"seed", job.seed},            {"init_from", job.init_from.string()},
+    return {{"steps", job.steps},
+            {"batch_size", job.batch_size},
+            {"lr", lr},
+            {"warmup_frac", warmup_frac},
+            {"weight_decay", weight_decay},
+            {"max_norm", max_norm},
+            {"seed", job.seed},
+            {"init_from", job.init_from.string()},
             {"optimizer", {{"type", "adamw"}, {"eps", 1e-6}, {"bias_correction", false}, {"slots", slots}}},
-            {"schedule", "linear"},        {"precision", precision},
+            {"schedule", "linear"},
+            {"precision", precision},
             {"shard_optimizer", shard_optimizer}};
   }
 
