@@ -195,41 +195,40 @@ int main(int argc, char** argv) {
                               {"max_seq", max_seq},
                               {"labels", set.label_names},
                               {"max_train", max_train}};
-    return cli.with_encoder_sparsity(
-        rank0,
-        [&]<class S>(const sparse_plan& plan) -> int {
-          bert_classifier<float, S> model(cfg, set.label_names.size(), plan);
-          model.init(cli.job.seed);
-          auto t = cli.make_trainer(model);
-          t.set_replicas(replicas.group());
-          const auto summary = finetune_job(cli.job).run(model, t, train);
-          if (summary.value("interrupted", false)) return 130;
-          if (!rank0) return 0;  // rank 0 evaluates and writes
-          std::fprintf(stderr, "%s\n", summary.dump().c_str());
+    return cli.with_encoder_sparsity(rank0, [&]<class S>(const sparse_plan& plan) -> int {
+      bert_classifier<float, S> model(cfg, set.label_names.size(), plan);
+      model.init(cli.job.seed);
+      cli.start_pruned<bert_classifier<>>(model, rank0, cfg, set.label_names.size());
+      auto t = cli.make_trainer(model);
+      t.set_replicas(replicas.group());
+      const auto summary = finetune_job(cli.job).run(model, t, train);
+      if (summary.value("interrupted", false)) return 130;
+      if (!rank0) return 0;  // rank 0 evaluates and writes
+      std::fprintf(stderr, "%s\n", summary.dump().c_str());
 
-          // Held-out evaluation: argmax of the logits.
-          const std::size_t B = cli.job.batch_size, K = set.label_names.size();
-          std::vector<std::int32_t> pred(test.size());
-          std::vector<float> logits(B * K);
-          std::vector<std::size_t> pick;
-          for (std::size_t at = 0; at < test.size(); at += B) {
-            pick.clear();
-            for (std::size_t i = at; i < std::min(at + B, test.size()); ++i) pick.push_back(i);
-            model.predict(test.batch(pick, false), matrix_view<float>{logits.data(), pick.size(), K});
-            for (std::size_t i = 0; i < pick.size(); ++i) {
-              const float* row = logits.data() + i * K;
-              pred[pick[i]] = std::int32_t(std::max_element(row, row + K) - row);
-            }
-          }
-          nlohmann::json report = classification_report(test.labels, pred, set.label_names);
-          report["train"] = summary;
-          io::atomic_write_text(cli.job.out / "eval.json", report.dump(2) + "\n");
-          std::printf("%s\n", report.dump().c_str());
-          std::fprintf(stderr, "held-out accuracy %.4f, macro F1 %.4f over %zu examples (%s/eval.json)\n",
-                       report["accuracy"].get<double>(), report["macro_f1"].get<double>(), test.size(),
-                       cli.job.out.string().c_str());
-          return 0;
-        });
+      // Held-out evaluation: argmax of the logits.
+      const std::size_t B = cli.job.batch_size, K = set.label_names.size();
+      std::vector<std::int32_t> pred(test.size());
+      std::vector<float> logits(B * K);
+      std::vector<std::size_t> pick;
+      for (std::size_t at = 0; at < test.size(); at += B) {
+        pick.clear();
+        for (std::size_t i = at; i < std::min(at + B, test.size()); ++i) pick.push_back(i);
+        model.predict(test.batch(pick, false), matrix_view<float>{logits.data(), pick.size(), K});
+        for (std::size_t i = 0; i < pick.size(); ++i) {
+          const float* row = logits.data() + i * K;
+          pred[pick[i]] = std::int32_t(std::max_element(row, row + K) - row);
+        }
+      }
+      nlohmann::json report = classification_report(test.labels, pred, set.label_names);
+      report["train"] = summary;
+      io::atomic_write_text(cli.job.out / "eval.json", report.dump(2) + "\n");
+      std::printf("%s\n", report.dump().c_str());
+      std::fprintf(stderr, "held-out accuracy %.4f, macro F1 %.4f over %zu examples (%s/eval.json)\n",
+                   report["accuracy"].get<double>(), report["macro_f1"].get<double>(), test.size(),
+                   cli.job.out.string().c_str());
+      return 0;
+    });
   });
   return replicas.finish(status);
 }

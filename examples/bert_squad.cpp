@@ -160,63 +160,61 @@ int main(int argc, char** argv) {
                               {"max_seq", fo.max_seq},             {"doc_stride", fo.doc_stride},
                               {"max_query", fo.max_query_tokens},  {"n_best", po.n_best},
                               {"max_answer", po.max_answer_tokens}};
-    return cli.with_encoder_sparsity(
-        rank0,
-        [&]<class S>(const sparse_plan& plan) -> int {
-          bert_qa<float, S> model(cfg, plan);
-          model.init(cli.job.seed);
-          auto t = cli.make_trainer(model);
-          t.set_replicas(replicas.group());
-          const auto summary = finetune_job(cli.job).run(model, t, task);
-          if (summary.value("interrupted", false)) return 130;
-          if (!rank0) return 0;  // rank 0 predicts, scores and writes
-          std::fprintf(stderr, "%s\n", summary.dump().c_str());
-          if (predict_path.empty()) {
-            std::printf("%s\n", nlohmann::json{{"train", summary}}.dump().c_str());
-            return 0;
-          }
+    return cli.with_encoder_sparsity(rank0, [&]<class S>(const sparse_plan& plan) -> int {
+      bert_qa<float, S> model(cfg, plan);
+      model.init(cli.job.seed);
+      cli.start_pruned<bert_qa<>>(model, rank0, cfg);
+      auto t = cli.make_trainer(model);
+      t.set_replicas(replicas.group());
+      const auto summary = finetune_job(cli.job).run(model, t, task);
+      if (summary.value("interrupted", false)) return 130;
+      if (!rank0) return 0;  // rank 0 predicts, scores and writes
+      std::fprintf(stderr, "%s\n", summary.dump().c_str());
+      if (predict_path.empty()) {
+        std::printf("%s\n", nlohmann::json{{"train", summary}}.dump().c_str());
+        return 0;
+      }
 
-          // Answer every question of --predict and score the answers.
-          const data::squad_dataset dev = data::read_squad(predict_path);
-          for (const std::string& m : dev.skipped.messages)
-            std::fprintf(stderr, "%s: skipped: %s\n", predict_path.string().c_str(), m.c_str());
-          const auto dev_examples = data::squad_examples(dev);
-          const auto dev_features = data::squad_features(dev_examples, wp, fo, /*training=*/false);
-          span_task ev{&dev_features, fo.max_seq, {}, {}, {}, {}, {}};
-          const std::size_t B = cli.job.batch_size, T = fo.max_seq;
-          std::vector<std::vector<float>> starts(dev_features.size()), ends(dev_features.size());
-          std::vector<float> out(B * T * 2);
-          std::vector<std::size_t> pick;
-          for (std::size_t at = 0; at < dev_features.size(); at += B) {
-            pick.clear();
-            for (std::size_t i = at; i < std::min(at + B, dev_features.size()); ++i) pick.push_back(i);
-            model.predict(ev.batch(pick, false), matrix_view<float>{out.data(), pick.size() * T, 2});
-            for (std::size_t i = 0; i < pick.size(); ++i) {
-              auto& s = starts[pick[i]];
-              auto& e = ends[pick[i]];
-              s.resize(T);
-              e.resize(T);
-              for (std::size_t p = 0; p < T; ++p) {
-                s[p] = out[2 * (i * T + p)];
-                e[p] = out[2 * (i * T + p) + 1];
-              }
-            }
+      // Answer every question of --predict and score the answers.
+      const data::squad_dataset dev = data::read_squad(predict_path);
+      for (const std::string& m : dev.skipped.messages)
+        std::fprintf(stderr, "%s: skipped: %s\n", predict_path.string().c_str(), m.c_str());
+      const auto dev_examples = data::squad_examples(dev);
+      const auto dev_features = data::squad_features(dev_examples, wp, fo, /*training=*/false);
+      span_task ev{&dev_features, fo.max_seq, {}, {}, {}, {}, {}};
+      const std::size_t B = cli.job.batch_size, T = fo.max_seq;
+      std::vector<std::vector<float>> starts(dev_features.size()), ends(dev_features.size());
+      std::vector<float> out(B * T * 2);
+      std::vector<std::size_t> pick;
+      for (std::size_t at = 0; at < dev_features.size(); at += B) {
+        pick.clear();
+        for (std::size_t i = at; i < std::min(at + B, dev_features.size()); ++i) pick.push_back(i);
+        model.predict(ev.batch(pick, false), matrix_view<float>{out.data(), pick.size() * T, 2});
+        for (std::size_t i = 0; i < pick.size(); ++i) {
+          auto& s = starts[pick[i]];
+          auto& e = ends[pick[i]];
+          s.resize(T);
+          e.resize(T);
+          for (std::size_t p = 0; p < T; ++p) {
+            s[p] = out[2 * (i * T + p)];
+            e[p] = out[2 * (i * T + p) + 1];
           }
-          const auto preds = data::squad_best_answers(wp, dev_examples, dev_features, starts, ends, po);
-          nlohmann::json pj = nlohmann::json::object();
-          for (const auto& [id, text] : preds) pj[id] = text;
-          io::atomic_write_text(cli.job.out / "predictions.json", pj.dump(2) + "\n");
-          const data::squad_totals tot = data::squad_evaluate(dev.graded(), preds);
-          const nlohmann::json report = {{"exact_match", tot.exact_match},   {"f1", tot.f1},
-                                         {"questions", tot.questions},       {"features", dev_features.size()},
-                                         {"predict", predict_path.string()}, {"train", summary}};
-          io::atomic_write_text(cli.job.out / "eval.json", report.dump(2) + "\n");
-          std::printf("%s\n", report.dump().c_str());
-          std::fprintf(stderr, "%s: exact match %.2f, F1 %.2f over %zu questions (%s/predictions.json)\n",
-                       predict_path.string().c_str(), tot.exact_match, tot.f1, tot.questions,
-                       cli.job.out.string().c_str());
-          return 0;
-        });
+        }
+      }
+      const auto preds = data::squad_best_answers(wp, dev_examples, dev_features, starts, ends, po);
+      nlohmann::json pj = nlohmann::json::object();
+      for (const auto& [id, text] : preds) pj[id] = text;
+      io::atomic_write_text(cli.job.out / "predictions.json", pj.dump(2) + "\n");
+      const data::squad_totals tot = data::squad_evaluate(dev.graded(), preds);
+      const nlohmann::json report = {{"exact_match", tot.exact_match},   {"f1", tot.f1},
+                                     {"questions", tot.questions},       {"features", dev_features.size()},
+                                     {"predict", predict_path.string()}, {"train", summary}};
+      io::atomic_write_text(cli.job.out / "eval.json", report.dump(2) + "\n");
+      std::printf("%s\n", report.dump().c_str());
+      std::fprintf(stderr, "%s: exact match %.2f, F1 %.2f over %zu questions (%s/predictions.json)\n",
+                   predict_path.string().c_str(), tot.exact_match, tot.f1, tot.questions, cli.job.out.string().c_str());
+      return 0;
+    });
   });
   return replicas.finish(status);
 }

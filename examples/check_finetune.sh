@@ -11,7 +11,9 @@
 #      with text from its context, eval.json's EM / F1 equal squad_eval's on those predictions;
 #   5. a block-sparse pre-training run (--block 16 --sparsity 0.9) starts block-sparse fine-tuning
 #      in both programs: the patterns of every encoder weight are the pre-training run's at the end
-#      (bit for bit) while the active blocks trained; exact resume as in 2.
+#      (bit for bit) while the active blocks trained; exact resume as in 2;
+#   6. --prune-block 16 --prune-sparsity 0.5 from the dense checkpoint: each encoder weight keeps the
+#      blocks of largest L2 norm of the pre-training weights (recomputed here), and keeps them.
 #   check_finetune.sh BERT_DATA BERT_PRETRAIN BERT_CLASSIFY BERT_SQUAD SQUAD_EVAL EXPORT_HF SOURCE_DIR WORK_DIR
 set -euo pipefail
 data=$1 pretrain=$2 classify=$3 squad=$4 squad_eval=$5 export_hf=$6 src=$7 work=$8
@@ -85,14 +87,20 @@ echo "step-000003" > "$work/cls-sparse-resumed/checkpoints/latest"
   2> "$work/squad-sparse.log"
 grep -q "block-sparse encoder (B = 16" "$work/squad-sparse.log" ||
   { echo "FAIL: bert_squad did not build the block-sparse encoder: $(cat "$work/squad-sparse.log")"; exit 1; }
+"$classify" "${cls[@]}" --out "$work/cls-pruned" --steps 3 --prune-block 16 --prune-sparsity 0.5 > /dev/null \
+  2> "$work/cls-pruned.log"
+grep -q "block-sparse encoder (B = 16) pruned from $work/pre/checkpoints/step-000004 .* patterns fixed" \
+  "$work/cls-pruned.log" || { echo "FAIL: bert_classify --prune-block: $(cat "$work/cls-pruned.log")"; exit 1; }
 
 /usr/bin/python3 - "$work" "$src" <<'PY'
 import json, struct, sys
 w, src = sys.argv[1], sys.argv[2]
-def tensors(path):  # safetensors: name -> raw bytes
+def tensors(path, shapes=None):  # safetensors: name -> raw bytes (and name -> shape into `shapes`)
     b = open(path, "rb").read()
     n = struct.unpack("<Q", b[:8])[0]
     head = json.loads(b[8:8 + n])
+    if shapes is not None:
+        shapes.update({k: v["shape"] for k, v in head.items() if k != "__metadata__"})
     return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in head.items() if k != "__metadata__"}
 pre = tensors(f"{w}/pre-sparse/checkpoints/step-000004/model.safetensors")
 patterns = [k for k in pre if k.endswith(".pattern") and k.startswith("encoder.")]
@@ -103,6 +111,23 @@ for run in ("cls-sparse/checkpoints/step-000006", "squad-sparse/checkpoints/step
         assert t[k] == pre[k], f"FAIL: {run}: pattern {k} changed"
         v = k[:-len(".pattern")]
         assert t[v] != pre[v], f"FAIL: {run}: {v} did not train"
+# --prune-block: the kept blocks are the largest by L2 norm of the dense pre-training weights.
+import numpy as np
+dshape = {}
+dense = tensors(f"{w}/pre/checkpoints/step-000004/model.safetensors", dshape)
+pruned = tensors(f"{w}/cls-pruned/checkpoints/step-000003/model.safetensors")
+kept = grid = 0
+for k in patterns:
+    v = k[:-len(".pattern")]
+    rows, cols = dshape[v]
+    d = np.frombuffer(dense[v], dtype=np.float32).astype(np.float64).reshape(rows, cols)
+    norms = (d.reshape(rows // 16, 16, cols // 16, 16) ** 2).sum(axis=(1, 3)).reshape(-1)
+    got = np.frombuffer(pruned[k], dtype=np.int32).reshape(-1, 2)
+    order = sorted(range(norms.size), key=lambda g: (-norms[g], g))[:len(got)]
+    want = sorted(order)
+    assert [int(r) * (cols // 16) + int(c) for r, c in got] == want, f"FAIL: {v}: pruned blocks are not the largest"
+    kept, grid = kept + len(got), grid + norms.size
+assert abs(kept / grid - 0.5) < 0.05, f"FAIL: --prune-sparsity 0.5 kept {kept} of {grid} blocks"
 rc = [json.loads(l) for l in open(f"{w}/cls-sparse/metrics.jsonl")]
 assert rc[0]["config"]["sparsity"]["block"] == 16, rc[0]["config"]["sparsity"]
 def lines(run, kind):
@@ -143,5 +168,5 @@ assert sq["questions"] == len(contexts)
 st = lines("squad", "train")
 assert st and all(k in st[-1] for k in ("start_loss", "end_loss", "start_accuracy", "end_accuracy")), st[-1]
 print(f"classify accuracy {ev['accuracy']:.3f}; squad EM {sq['exact_match']:.2f} F1 {sq['f1']:.2f}; "
-      f"block-sparse fine-tuning kept {len(patterns)} patterns: ok")
+      f"block-sparse fine-tuning kept {len(patterns)} patterns; pruning kept {kept} of {grid} blocks: ok")
 PY

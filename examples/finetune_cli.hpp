@@ -22,6 +22,7 @@
 #include "sparselm/optim/adam.hpp"
 #include "sparselm/optim/schedules.hpp"
 #include "sparselm/optim/slot_choice.hpp"
+#include "sparselm/sparse/magnitude.hpp"
 #include "sparselm/train/registry.hpp"
 #include "sparselm/train/finetune_job.hpp"
 #include "sparselm/train/trainer.hpp"
@@ -37,6 +38,9 @@ struct finetune_cli {
   std::optional<double> dropout;
   int threads = 0;
   bool shard_optimizer = false;
+  std::size_t prune_block = 0;  // --prune-block: magnitude-prune the dense checkpoint into this block size
+  double prune_sparsity = 0.9;
+  bool pruning = false;  // set by with_encoder_sparsity: a fresh run pruning --init-from (start_pruned)
 
   void add(CLI::App& app) {
     app.add_option("-c,--config", config,
@@ -82,6 +86,15 @@ struct finetune_cli {
     app.add_option("--seed", job.seed, "Initialisation, data order and dropout")->capture_default_str();
     app.add_option("--threads", threads, "Threads (0: OpenMP default)")->check(CLI::Range(0, 1024));
     add_shard_option(app, shard_optimizer);
+    app.add_option("--prune-block", prune_block,
+                   "Start a block-sparse encoder of this block size from the dense --init-from checkpoint: one-shot "
+                   "magnitude pruning keeps the blocks of largest L2 norm of each projection, the patterns then "
+                   "stay fixed (0: no pruning)")
+        ->check(CLI::IsMember({0ul, 1ul, 4ul, 8ul, 16ul}))
+        ->capture_default_str();
+    app.add_option("--prune-sparsity", prune_sparsity, "Fraction of each projection's blocks --prune-block drops")
+        ->check(CLI::Range(0.0, 0.99))
+        ->capture_default_str();
   }
 
   // The model config: --config, else the --init-from checkpoint's, else bert-tiny.
@@ -121,15 +134,57 @@ struct finetune_cli {
   // f.template operator()<S>(plan) for the encoder's sparsity S (sparselm::dense or block_sparse<B>)
   // and a plan with the checkpoint's block counts, after recording it in the run config (job.config,
   // set before) and, when `say`, saying it.
+  // With --prune-block on a fresh run the encoder is block-sparse of that size with uniform
+  // --prune-sparsity, and the model is to be started by start_pruned (not from --init-from).
   template <class F>
   int with_encoder_sparsity(bool say, F&& f) {
+    const bool resuming = job.resume && sparselm::io::checkpoint_dir(job.out / "checkpoints").latest();
     const auto sp = sparsity();
-    job.config["sparsity"] = sparsity_json(sp);
-    if (say && sp.block != 0) std::fprintf(stderr, "%s: %s\n", job.program.c_str(), describe(sp).c_str());
+    pruning = prune_block != 0 && !resuming;
+    if (pruning) {
+      SPARSELM_CHECK(!job.init_from.empty(), job.program, ": --prune-block needs --init-from (the dense checkpoint to prune)");
+      SPARSELM_CHECK(sp.block == 0, job.program, ": --prune-block: ", sp.file.string(),
+                     " is block-sparse already (blocks of ", sp.block, "); it fine-tunes block-sparse as it is");
+      job.config["sparsity"] = {{"block", prune_block},
+                                {"sparsity", prune_sparsity},
+                                {"patterns", "static"},
+                                {"from", "magnitude pruning (L2 norm per block) of " + job.init_from.string()}};
+    } else {
+      job.config["sparsity"] = sparsity_json(sp);
+      if (say && sp.block != 0) std::fprintf(stderr, "%s: %s\n", job.program.c_str(), describe(sp).c_str());
+    }
     return sparselm::registry::with_sparsity(
-        sp.block,
-        [&]<class S>() -> int { return f.template operator()<S>(S::is_sparse ? sp.plan() : sparselm::sparse_plan{}); },
+        pruning ? prune_block : sp.block,
+        [&]<class S>() -> int {
+          if (!S::is_sparse) return f.template operator()<S>(sparselm::sparse_plan{});
+          return f.template operator()<S>(pruning ? sparselm::sparse_plan{prune_sparsity} : sp.plan());
+        },
         "block size of the checkpoint");
+  }
+  // When pruning (above): loads --init-from into a dense twin (Dense built from args, initialised
+  // with the run's seed: heads the file lacks start as a dense run's do), prunes it into `model`
+  // (sparse::prune_model) and clears job.init_from, which the job would load otherwise.
+  template <class Dense, class Model, class... Args>
+  void start_pruned(Model& model, bool say, Args&&... args) {
+    if constexpr (Model::sparsity::is_sparse) {
+      if (!pruning) return;
+      Dense dense(std::forward<Args>(args)...);
+      dense.init(job.seed);
+      const auto from = sparselm::io::resolve_checkpoint(job.init_from);
+      const auto r = sparselm::io::load_pretrained(from, dense, sparselm::io::hf_bert_map());
+      sparselm::sparse::prune_model(dense, model);
+      std::size_t kept = 0, grid = 0;
+      for (const auto& w : model.sparse_weights()) {
+        kept += w.pattern->nnz();
+        grid += w.pattern->rows_b * w.pattern->cols_b;
+      }
+      if (say)
+        std::fprintf(stderr,
+                     "%s: block-sparse encoder (B = %zu) pruned from %s (%s): the %zu blocks of largest L2 norm of "
+                     "%zu kept, patterns fixed while fine-tuning\n",
+                     job.program.c_str(), prune_block, from.string().c_str(), r.summary().c_str(), kept, grid);
+      job.init_from.clear();
+    }
   }
   static std::string describe(const sparselm::io::checkpoint_sparsity& sp) {
     return "block-sparse encoder (B = " + std::to_string(sp.block) + ", " + std::to_string(sp.blocks.size()) +
