@@ -91,6 +91,12 @@ grep -q "block-sparse encoder (B = 16" "$work/squad-sparse.log" ||
   2> "$work/cls-pruned.log"
 grep -q "block-sparse encoder (B = 16) pruned from $work/pre/checkpoints/step-000004 .* patterns fixed" \
   "$work/cls-pruned.log" || { echo "FAIL: bert_classify --prune-block: $(cat "$work/cls-pruned.log")"; exit 1; }
+if "$classify" "${cls_sparse[@]}" --out "$work/cls-prune-bad" --steps 1 --prune-block 16 > /dev/null \
+  2> "$work/prune-bad.log"; then
+  echo "FAIL: --prune-block accepted a block-sparse checkpoint"; exit 1
+fi
+grep -q "is block-sparse already (blocks of 16)" "$work/prune-bad.log" ||
+  { echo "FAIL: --prune-block on a sparse checkpoint: $(cat "$work/prune-bad.log")"; exit 1; }
 
 /usr/bin/python3 - "$work" "$src" <<'PY'
 import json, struct, sys

@@ -133,16 +133,16 @@ struct finetune_cli {
   }
   // f.template operator()<S>(plan) for the encoder's sparsity S (sparselm::dense or block_sparse<B>)
   // and a plan with the checkpoint's block counts, after recording it in the run config (job.config,
-  // set before) and, when `say`, saying it.
-  // With --prune-block on a fresh run the encoder is block-sparse of that size with uniform
-  // --prune-sparsity, and the model is to be started by start_pruned (not from --init-from).
+  // set before) and, when `say`, saying it. With --prune-block on a fresh run the encoder is
+  // block-sparse of that size with uniform --prune-sparsity, and start_pruned starts the model.
   template <class F>
   int with_encoder_sparsity(bool say, F&& f) {
     const bool resuming = job.resume && sparselm::io::checkpoint_dir(job.out / "checkpoints").latest();
     const auto sp = sparsity();
     pruning = prune_block != 0 && !resuming;
     if (pruning) {
-      SPARSELM_CHECK(!job.init_from.empty(), job.program, ": --prune-block needs --init-from (the dense checkpoint to prune)");
+      SPARSELM_CHECK(!job.init_from.empty(), job.program,
+                     ": --prune-block needs --init-from (the dense checkpoint to prune)");
       SPARSELM_CHECK(sp.block == 0, job.program, ": --prune-block: ", sp.file.string(),
                      " is block-sparse already (blocks of ", sp.block, "); it fine-tunes block-sparse as it is");
       job.config["sparsity"] = {{"block", prune_block},
