@@ -14,6 +14,8 @@
 // patterns, no updates): the same model FLOPs are reported (so "mfu" is the dense-equivalent rate),
 // and "flop_ceiling" is the dense model's FLOPs over the sparse one's (the encoder's projections
 // counted at their active blocks), the speed-up over the dense step if every FLOP ran at one rate.
+// `--precision bf16|fp16` trains with that compute type (trainer_options::precision, docs/precision.md);
+// "mfu" stays against the fp32 FMA peak.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -36,6 +38,7 @@ int main(int argc, char** argv) {
   int threads = 2;
   std::size_t block = 0;
   double sparsity = 0.9;
+  std::string precision_name = "fp32";
   for (int i = 1; i < argc; ++i) {
     auto arg = [&](const char* name) { return std::strcmp(argv[i], name) == 0 && i + 1 < argc; };
     if (arg("--config"))
@@ -56,10 +59,12 @@ int main(int argc, char** argv) {
       block = std::stoul(argv[++i]);
     else if (arg("--sparsity"))
       sparsity = std::stod(argv[++i]);
+    else if (arg("--precision"))
+      precision_name = argv[++i];
     else {
       std::fprintf(stderr,
                    "usage: %s [--config bert.json] [--batch 8] [--seq 128] [--masked 20] [--steps 3] "
-                   "[--warmup 1] [--threads 2] [--block 16 --sparsity 0.9]\n",
+                   "[--warmup 1] [--threads 2] [--block 16 --sparsity 0.9] [--precision fp32|bf16|fp16]\n",
                    argv[0]);
       return 2;
     }
@@ -68,6 +73,7 @@ int main(int argc, char** argv) {
     set_num_threads(threads);
     auto cfg = bert_config::from_json(read_json_file(config), config);
     SPARSELM_CHECK(M <= T && T >= 2, "bench_bert_step: --masked ", M, " must be at most --seq ", T);
+    const dtype compute = precision::parse(precision_name, "bench_bert_step: --precision");
     SPARSELM_CHECK(sparsity >= 0.0 && sparsity < 1.0, "bench_bert_step: --sparsity ", sparsity, " is not in [0, 1)");
     return registry::with_sparsity(
         block,
@@ -77,6 +83,7 @@ int main(int argc, char** argv) {
           trainer_options o;
           o.max_norm = 1.0f;
           o.dropout_seed = 7;
+          o.precision = compute;
           trainer<bert<float, S>> t(model, o, optim::adamw<>(json{{"weight_decay", 0.01}, {"eps", 1e-6}}),
                                     optim::schedule(optim::constant_schedule(1e-4f)));
           std::vector<std::int32_t> ids(B * T), types(B * T), lengths(B, std::int32_t(T)), pos(B * M), labels(B * M),
@@ -118,12 +125,14 @@ int main(int argc, char** argv) {
           rusage ru{};
           getrusage(RUSAGE_SELF, &ru);
           std::printf(
-              "{\"impl\": \"sparselm\", \"block\": %zu, \"sparsity\": %.3f, \"flop_ceiling\": %.3f, "
+              "{\"impl\": \"sparselm\", \"precision\": \"%s\", \"block\": %zu, \"sparsity\": %.3f, "
+              "\"flop_ceiling\": %.3f, "
               "\"batch\": %zu, \"seq\": %zu, \"masked\": %zu, \"threads\": %d, "
               "\"step_seconds\": %.4f, \"samples_per_second\": %.3f, \"model_gflops_per_s\": %.1f, "
               "\"fma_peak_gflops\": %.1f, \"mfu\": %.4f, \"peak_rss_mb\": %.1f, \"loss\": %.4f}\n",
-              block, S::is_sparse ? sparsity : 0.0, flops / sparse_flops, B, T, M, threads, med, double(B) / med,
-              flops / med / 1e9, peak, flops / med / 1e9 / peak, double(ru.ru_maxrss) / 1024.0, loss);
+              std::string(precision::name(compute)).c_str(), block, S::is_sparse ? sparsity : 0.0, flops / sparse_flops,
+              B, T, M, threads, med, double(B) / med, flops / med / 1e9, peak, flops / med / 1e9 / peak,
+              double(ru.ru_maxrss) / 1024.0, loss);
           return 0;
         },
         "--block");
