@@ -15,6 +15,7 @@
 
 #include "../common/errors.hpp"
 #include "../common/tiny_bert.hpp"
+#include "sparselm/io/atomic_file.hpp"
 #include "sparselm/io/huggingface.hpp"
 #include "sparselm/io/pretrained.hpp"
 #include "sparselm/models/bert.hpp"
@@ -248,6 +249,60 @@ TEST_CASE("a block-sparse pre-training checkpoint starts block-sparse fine-tunin
   other_block.init(1);
   e = test::error_of([&] { io::load_pretrained(dir, other_block, io::hf_bert_map()); });
   CHECK_MESSAGE(e.find("the model's are 8x8") != std::string::npos, e);
+}
+
+TEST_CASE("read_checkpoint_sparsity: malformed patterns and configs are named") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(SPARSELM_TEST_TMPDIR) / "sparsity_bad";
+  const std::vector<float> v16(2 * 16 * 16, 0.5f), v8(2 * 8 * 8, 0.5f), v_flat(2 * 16 * 8, 0.5f);
+  // Writes model.safetensors (ours: with the layout record) from `fill`, and config.json if given.
+  auto write = [&](auto fill, const std::string& config = "") {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    io::safetensors_writer w;
+    fill(w);
+    w.set_metadata("sparselm.layout", "x");
+    w.write(dir / io::model_file);
+    if (!config.empty()) io::atomic_write_text(dir / io::config_file, config);
+  };
+  auto error = [&] { return test::error_of([&] { io::read_checkpoint_sparsity(dir); }); };
+  write([&](io::safetensors_writer& w) {
+    w.add("a.weight", {2, 16, 16}, v16);
+    w.add_owned("a.weight.pattern", {2, 3}, std::vector<std::int32_t>(6, 0));
+  });
+  CHECK_MESSAGE(error().find("pattern 'a.weight.pattern' has shape [2, 3], expected (nnz, 2)") != std::string::npos,
+                error());
+  write([&](io::safetensors_writer& w) { w.add_owned("a.weight.pattern", {2, 2}, std::vector<std::int32_t>(4, 0)); });
+  CHECK_MESSAGE(error().find("pattern 'a.weight.pattern' without its values 'a.weight'") != std::string::npos, error());
+  write([&](io::safetensors_writer& w) {
+    w.add("a.weight", {2, 16, 8}, v_flat);
+    w.add_owned("a.weight.pattern", {2, 2}, std::vector<std::int32_t>(4, 0));
+  });
+  CHECK_MESSAGE(error().find("block-sparse values 'a.weight' have shape [2, 16, 8], expected (2, B, B)") !=
+                    std::string::npos,
+                error());
+  write([&](io::safetensors_writer& w) {
+    w.add("a.weight", {2, 16, 16}, v16);
+    w.add_owned("a.weight.pattern", {2, 2}, std::vector<std::int32_t>(4, 0));
+    w.add("b.weight", {2, 8, 8}, v8);
+    w.add_owned("b.weight.pattern", {2, 2}, std::vector<std::int32_t>(4, 0));
+  });
+  CHECK_MESSAGE(error().find("two block sizes: 'a.weight' has 16, 'b.weight' 8") != std::string::npos, error());
+  auto one = [&](io::safetensors_writer& w) {
+    w.add("a.weight", {2, 16, 16}, v16);
+    w.add_owned("a.weight.pattern", {2, 2}, std::vector<std::int32_t>(4, 0));
+  };
+  write(one, R"({"sparselm": {"block_size": 16, "sparsity": 1.5}})");
+  CHECK_MESSAGE(error().find("sparselm.sparsity 1.5 is not in [0, 1)") != std::string::npos, error());
+  write(one, R"({"sparselm": {"block_size": 16, "sparsity": 0.75}})");
+  const auto sp = io::read_checkpoint_sparsity(dir);
+  CHECK(sp.block == 16);
+  CHECK(sp.sparsity == 0.75);
+  CHECK(sp.active_blocks() == 2);
+  const auto plan = sp.plan();
+  CHECK(plan.blocks("a.weight", 64, 64, 16) == 2);
+  CHECK(test::error_of([&] { plan.blocks("c.weight", 64, 64, 16); }).find("no block-sparse pattern for the model's "
+                                                                          "weight 'c.weight'") != std::string::npos);
 }
 
 TEST_CASE("bert fine-tuning models: padded positions change nothing; predictions are the logits") {
