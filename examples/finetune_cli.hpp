@@ -115,10 +115,14 @@ struct finetune_cli {
   // run's newest checkpoint (block 0: dense). A block-sparse encoder is built with the file's block
   // size and per-weight block counts, loads its patterns and keeps them: fine-tuning trains the
   // active blocks only (no pattern updates).
-  sparselm::io::checkpoint_sparsity sparsity() const {
+  // resuming: set when that was the run's newest checkpoint.
+  sparselm::io::checkpoint_sparsity sparsity(bool& resuming) const {
+    resuming = false;
     if (job.resume)
-      if (auto latest = sparselm::io::checkpoint_dir(job.out / "checkpoints").latest())
+      if (auto latest = sparselm::io::checkpoint_dir(job.out / "checkpoints").latest()) {
+        resuming = true;
         return sparselm::io::read_checkpoint_sparsity(*latest);
+      }
     if (job.init_from.empty()) return {};
     return sparselm::io::read_checkpoint_sparsity(sparselm::io::resolve_checkpoint(job.init_from));
   }
@@ -137,8 +141,8 @@ struct finetune_cli {
   // block-sparse of that size with uniform --prune-sparsity, and start_pruned starts the model.
   template <class F>
   int with_encoder_sparsity(bool say, F&& f) {
-    const bool resuming = job.resume && sparselm::io::checkpoint_dir(job.out / "checkpoints").latest();
-    const auto sp = sparsity();
+    bool resuming = false;
+    const auto sp = sparsity(resuming);
     pruning = prune_block != 0 && !resuming;
     if (pruning) {
       SPARSELM_CHECK(!job.init_from.empty(), job.program,

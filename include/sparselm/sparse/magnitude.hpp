@@ -19,19 +19,13 @@
 #include <string>
 #include <vector>
 
+#include "sparselm/core/arena.hpp"
 #include "sparselm/core/error.hpp"
 #include "sparselm/sparse/block_pattern.hpp"
 #include "sparselm/sparse/init.hpp"
 
 namespace sparselm::sparse {
 
-namespace detail {
-inline std::string shape_text(const std::vector<std::size_t>& shape) {
-  std::string r = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) r += (i ? ", " : "") + std::to_string(shape[i]);
-  return r + "]";
-}
-}  // namespace detail
 
 // The pattern of the nnz blocks of largest L2 norm of `dense` (in x out, row-major), slots in
 // increasing grid position. Throws naming the weight on a size mismatch, a block count outside
@@ -104,15 +98,16 @@ void prune_model(Dense& dense_model, Sparse& sparse_model) {
     SPARSELM_CHECK(p.block == B, "prune_model: block-sparse weight '", sw.name,
                    "' has no pattern yet: initialise the model (init) first");
     SPARSELM_CHECK((d.shape == std::vector<std::size_t>{p.in(), p.out()}), "prune_model: dense tensor '", sw.name,
-                   "' is ", detail::shape_text(d.shape), ", the block-sparse weight ", p.in(), "x", p.out());
+                   "' is ", shape_string(d.shape), ", the block-sparse weight ", p.in(), "x", p.out());
     patterns[w] = magnitude_pattern(sw.name, dense_model.params().at(sw.name), d.shape[0], d.shape[1], B, nnz);
   }
+  std::vector<bool> is_sparse(sl.count(), false);
+  for (const auto& w : weights) is_sparse[w.tensor] = true;
   for (std::size_t i = 0; i < sl.count(); ++i) {
-    const bool sparse = std::any_of(weights.begin(), weights.end(), [&](const auto& w) { return w.tensor == i; });
-    if (!sparse)
-      SPARSELM_CHECK(dl[dense_index(sl[i].name)].shape == sl[i].shape, "prune_model: tensor '", sl[i].name,
-                     "' has shape ", detail::shape_text(dl[dense_index(sl[i].name)].shape), " in the dense model and ",
-                     detail::shape_text(sl[i].shape), " in the sparse one");
+    if (is_sparse[i]) continue;
+    const auto& shape = dl[dense_index(sl[i].name)].shape;
+    SPARSELM_CHECK(shape == sl[i].shape, "prune_model: tensor '", sl[i].name, "' has shape ", shape_string(shape),
+                   " in the dense model and ", shape_string(sl[i].shape), " in the sparse one");
   }
   auto& sp = sparse_model.params();
   for (std::size_t w = 0; w < weights.size(); ++w) {
@@ -120,7 +115,7 @@ void prune_model(Dense& dense_model, Sparse& sparse_model) {
     gather_blocks(weights[w].name, patterns[w], dense_model.params().at(weights[w].name), sp[weights[w].tensor]);
   }
   for (std::size_t i = 0; i < sl.count(); ++i) {
-    if (std::any_of(weights.begin(), weights.end(), [&](const auto& w) { return w.tensor == i; })) continue;
+    if (is_sparse[i]) continue;
     const auto src = dense_model.params().at(sl[i].name);
     std::copy(src.begin(), src.end(), sp[i].begin());
   }
