@@ -14,7 +14,9 @@
 // Under mpirun the fine-tuning is data parallel (docs/distributed.md): --batch-size examples per
 // rank, --shard-optimizer for ZeRO-1; rank 0 writes the run directory and evaluates.
 // A block-sparse --init-from checkpoint (bert_pretrain --block B) gives a block-sparse encoder of
-// its block size that keeps the checkpoint's patterns (docs/bert.md, "Fine-tuning programs").
+// its block size with the checkpoint's patterns, --prune-block B one pruned from a dense checkpoint;
+// --update-period N prunes and regrows its patterns while fine-tuning (docs/bert.md,
+// "Fine-tuning programs").
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -166,7 +168,7 @@ int main(int argc, char** argv) {
       cli.start_pruned<bert_qa<>>(model, rank0, cfg);
       auto t = cli.make_trainer(model);
       t.set_replicas(replicas.group());
-      const auto summary = finetune_job(cli.job).run(model, t, task);
+      const auto summary = cli.run(model, t, task);
       if (summary.value("interrupted", false)) return 130;
       if (!rank0) return 0;  // rank 0 predicts, scores and writes
       std::fprintf(stderr, "%s\n", summary.dump().c_str());

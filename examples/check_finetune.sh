@@ -13,7 +13,10 @@
 #      in both programs: the patterns of every encoder weight are the pre-training run's at the end
 #      (bit for bit) while the active blocks trained; exact resume as in 2;
 #   6. --prune-block 16 --prune-sparsity 0.5 from the dense checkpoint: each encoder weight keeps the
-#      blocks of largest L2 norm of the pre-training weights (recomputed here), and keeps them.
+#      blocks of largest L2 norm of the pre-training weights (recomputed here), and keeps them;
+#   7. the same with --update-period 2 over 6 steps: patterns updated at steps 2 and 4 (not at the
+#      last), each weight's block count kept, the final patterns differ from 6's; exact resume from
+#      step 3 (losses and final patterns bit-identical); --update-period on a dense encoder refused.
 #   check_finetune.sh BERT_DATA BERT_PRETRAIN BERT_CLASSIFY BERT_SQUAD SQUAD_EVAL EXPORT_HF SOURCE_DIR WORK_DIR
 set -euo pipefail
 data=$1 pretrain=$2 classify=$3 squad=$4 squad_eval=$5 export_hf=$6 src=$7 work=$8
@@ -67,8 +70,8 @@ grep -q "model weights from $work/pre-hf (.*huggingface" "$work/cls-hf.log" ||
   { echo "FAIL: bert_classify did not read the HF directory: $(cat "$work/cls-hf.log")"; exit 1; }
 
 sq=(--train "$src/data/squad/train-v1.1.json" --predict "$src/data/squad/dev-v1.1.json" --init-from "$work/pre"
-    --max-seq 128 --doc-stride 64 --batch-size 8 --lr 2e-4 --log-every 2 --threads 2)
-"$squad" "${sq[@]}" --out "$work/squad" --steps 6 > "$work/squad.json" 2> "$work/squad.log"
+    --max-seq 128 --doc-stride 64 --batch-size 8 --lr 2e-4 --threads 2)
+"$squad" "${sq[@]}" --out "$work/squad" --steps 6 --log-every 2 > "$work/squad.json" 2> "$work/squad.log"
 "$squad_eval" "$src/data/squad/dev-v1.1.json" "$work/squad/predictions.json" > "$work/squad_eval.out"
 
 "$pretrain" --config "$src/configs/bert-tiny.json" --train "$work/p.bex" --out "$work/pre-sparse" --steps 4 \
@@ -76,14 +79,14 @@ sq=(--train "$src/data/squad/train-v1.1.json" --predict "$src/data/squad/dev-v1.
 cls_sparse=("${cls[@]/#$work\/pre/$work/pre-sparse}")
 "$classify" "${cls_sparse[@]}" --out "$work/cls-sparse" --steps 6 --checkpoint-every 3 > /dev/null \
   2> "$work/cls-sparse.log"
-grep -q "block-sparse encoder (B = 16, .* kept while fine-tuning" "$work/cls-sparse.log" ||
+grep -q "block-sparse encoder (B = 16, .* patterns fixed while fine-tuning" "$work/cls-sparse.log" ||
   { echo "FAIL: bert_classify did not build the block-sparse encoder: $(cat "$work/cls-sparse.log")"; exit 1; }
 cp -r "$work/cls-sparse" "$work/cls-sparse-resumed"
 rm -rf "$work/cls-sparse-resumed/checkpoints/step-000006"
 echo "step-000003" > "$work/cls-sparse-resumed/checkpoints/latest"
 "$classify" "${cls_sparse[@]}" --out "$work/cls-sparse-resumed" --steps 6 --checkpoint-every 3 --resume > /dev/null \
   2> "$work/cls-sparse-resumed.log"
-"$squad" "${sq[@]/#$work\/pre/$work/pre-sparse}" --out "$work/squad-sparse" --steps 2 > /dev/null \
+"$squad" "${sq[@]/#$work\/pre/$work/pre-sparse}" --out "$work/squad-sparse" --steps 2 --log-every 2 > /dev/null \
   2> "$work/squad-sparse.log"
 grep -q "block-sparse encoder (B = 16" "$work/squad-sparse.log" ||
   { echo "FAIL: bert_squad did not build the block-sparse encoder: $(cat "$work/squad-sparse.log")"; exit 1; }
@@ -97,6 +100,25 @@ if "$classify" "${cls_sparse[@]}" --out "$work/cls-prune-bad" --steps 1 --prune-
 fi
 grep -q "is block-sparse already (blocks of 16)" "$work/prune-bad.log" ||
   { echo "FAIL: --prune-block on a sparse checkpoint: $(cat "$work/prune-bad.log")"; exit 1; }
+dyn=(--prune-block 16 --prune-sparsity 0.5 --update-period 2 --regrow rigl --steps 6 --checkpoint-every 3)
+"$classify" "${cls[@]}" "${dyn[@]}" --out "$work/cls-dynamic" > /dev/null 2> "$work/cls-dynamic.log"
+grep -q "patterns pruned and regrown (rigl) every 2 steps" "$work/cls-dynamic.log" ||
+  { echo "FAIL: bert_classify --update-period: $(cat "$work/cls-dynamic.log")"; exit 1; }
+cp -r "$work/cls-dynamic" "$work/cls-dynamic-resumed"
+rm -rf "$work/cls-dynamic-resumed/checkpoints/step-000006"
+echo "step-000003" > "$work/cls-dynamic-resumed/checkpoints/latest"
+"$classify" "${cls[@]}" "${dyn[@]}" --out "$work/cls-dynamic-resumed" --resume > /dev/null \
+  2> "$work/cls-dynamic-resumed.log"
+"$squad" "${sq[@]/#$work\/pre/$work/pre-sparse}" --out "$work/squad-dynamic" --steps 3 --log-every 1 --update-period 1 \
+  --regrow random > /dev/null 2> "$work/squad-dynamic.log"
+grep -q "patterns pruned and regrown (random) every 1 steps" "$work/squad-dynamic.log" ||
+  { echo "FAIL: bert_squad --update-period: $(cat "$work/squad-dynamic.log")"; exit 1; }
+if "$classify" "${cls[@]}" --out "$work/cls-dynamic-bad" --steps 2 --update-period 1 > /dev/null \
+  2> "$work/dynamic-bad.log"; then
+  echo "FAIL: --update-period accepted a dense encoder"; exit 1
+fi
+grep -q -- "--update-period needs a block-sparse encoder: .*; $work/pre/checkpoints/step-000004/model.safetensors is dense" \
+  "$work/dynamic-bad.log" || { echo "FAIL: --update-period on a dense encoder: $(cat "$work/dynamic-bad.log")"; exit 1; }
 
 /usr/bin/python3 - "$work" "$src" <<'PY'
 import json, struct, sys
@@ -134,10 +156,31 @@ for k in patterns:
     assert [int(r) * (cols // 16) + int(c) for r, c in got] == want, f"FAIL: {v}: pruned blocks are not the largest"
     kept, grid = kept + len(got), grid + norms.size
 assert abs(kept / grid - 0.5) < 0.05, f"FAIL: --prune-sparsity 0.5 kept {kept} of {grid} blocks"
-rc = [json.loads(l) for l in open(f"{w}/cls-sparse/metrics.jsonl")]
-assert rc[0]["config"]["sparsity"]["block"] == 16, rc[0]["config"]["sparsity"]
+# --update-period 2: updates after steps 2 and 4, never at the last (6); block counts kept; the
+# patterns moved away from the static pruned run's; the resumed run is the same run.
 def lines(run, kind):
     return [json.loads(l) for l in open(f"{w}/{run}/metrics.jsonl") if json.loads(l).get("kind") == kind]
+ups = [j["sparsity_update"]["step"] for j in lines("cls-dynamic", "train") if "sparsity_update" in j]
+assert ups == [2, 4], f"FAIL: pattern updates at steps {ups}, expected [2, 4]"
+assert all(j["sparsity_update"]["regrown"] > 0 for j in lines("cls-dynamic", "train") if "sparsity_update" in j)
+dyn = tensors(f"{w}/cls-dynamic/checkpoints/step-000006/model.safetensors")
+moved = 0
+for k in patterns:
+    assert len(dyn[k]) == len(pruned[k]), f"FAIL: {k}: block count changed by the updates"
+    moved += dyn[k] != pruned[k]
+assert moved > 0, "FAIL: --update-period left every pattern as pruned"
+res = tensors(f"{w}/cls-dynamic-resumed/checkpoints/step-000006/model.safetensors")
+assert all(res[k] == dyn[k] for k in dyn), "FAIL: the resumed dynamic run's final model differs"
+a = [(j["step"], j["loss"], j["grad_norm"], j.get("sparsity_update")) for j in lines("cls-dynamic", "train") if j["step"] > 3]
+b = [(j["step"], j["loss"], j["grad_norm"], j.get("sparsity_update")) for j in lines("cls-dynamic-resumed", "train")
+     if j["step"] > 3]
+assert len(a) == 3 and a == b, f"FAIL: resumed dynamic run differs:\n{a}\n{b}"
+pat = lines("cls-dynamic", "run")[0]["config"]["sparsity"]["patterns"]
+assert pat["kind"] == "dynamic" and pat["update_period"] == 2 and pat["regrow"] == "rigl", f"FAIL: run config {pat}"
+ups = [j["sparsity_update"]["step"] for j in lines("squad-dynamic", "train") if "sparsity_update" in j]
+assert ups == [1, 2], f"FAIL: bert_squad pattern updates at steps {ups}, expected [1, 2]"
+rc = [json.loads(l) for l in open(f"{w}/cls-sparse/metrics.jsonl")]
+assert rc[0]["config"]["sparsity"]["block"] == 16, rc[0]["config"]["sparsity"]
 ev = json.load(open(f"{w}/cls/eval.json"))
 n_test = sum(1 for _ in open(f"{w}/test.jsonl"))
 assert ev["examples"] == n_test, f"FAIL: {ev['examples']} evaluated, {n_test} held out"
@@ -174,5 +217,6 @@ assert sq["questions"] == len(contexts)
 st = lines("squad", "train")
 assert st and all(k in st[-1] for k in ("start_loss", "end_loss", "start_accuracy", "end_accuracy")), st[-1]
 print(f"classify accuracy {ev['accuracy']:.3f}; squad EM {sq['exact_match']:.2f} F1 {sq['f1']:.2f}; "
-      f"block-sparse fine-tuning kept {len(patterns)} patterns; pruning kept {kept} of {grid} blocks: ok")
+      f"block-sparse fine-tuning kept {len(patterns)} patterns; pruning kept {kept} of {grid} blocks; "
+      f"{moved} patterns moved by pattern updates: ok")
 PY

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -23,6 +24,7 @@
 #include "sparselm/optim/schedules.hpp"
 #include "sparselm/optim/slot_choice.hpp"
 #include "sparselm/sparse/magnitude.hpp"
+#include "sparselm/train/dynamic_sparsity.hpp"
 #include "sparselm/train/registry.hpp"
 #include "sparselm/train/finetune_job.hpp"
 #include "sparselm/train/trainer.hpp"
@@ -40,6 +42,9 @@ struct finetune_cli {
   bool shard_optimizer = false;
   std::size_t prune_block = 0;  // --prune-block: magnitude-prune the dense checkpoint into this block size
   double prune_sparsity = 0.9;
+  std::size_t update_period = 0;  // --update-period: prune and regrow the encoder's patterns (0: fixed)
+  double prune_ratio = 0.3;       // --prune-ratio: fraction of the active blocks an update replaces at first
+  std::string regrow = "rigl";    // --regrow: rigl (largest dense gradient) or random
   bool pruning = false;  // set by with_encoder_sparsity: a fresh run pruning --init-from (start_pruned)
 
   void add(CLI::App& app) {
@@ -95,6 +100,19 @@ struct finetune_cli {
     app.add_option("--prune-sparsity", prune_sparsity, "Fraction of each projection's blocks --prune-block drops")
         ->check(CLI::Range(0.0, 0.99))
         ->capture_default_str();
+    app.add_option("--update-period", update_period,
+                   "Prune and regrow the block-sparse encoder's patterns every this many steps while fine-tuning "
+                   "(dynamic sparsity; never at the last step; 0: the patterns stay fixed)")
+        ->check(CLI::Range(0ul, 1ul << 40))
+        ->capture_default_str();
+    app.add_option("--prune-ratio", prune_ratio,
+                   "Fraction of each projection's active blocks an update prunes and regrows; it decays to 0 at "
+                   "the last step (cosine)")
+        ->check(CLI::Range(0.0, 1.0))
+        ->capture_default_str();
+    app.add_option("--regrow", regrow, "Where an update regrows blocks: rigl (largest dense gradient) or random")
+        ->check(CLI::IsMember({"rigl", "random"}))
+        ->capture_default_str();
   }
 
   // The model config: --config, else the --init-from checkpoint's, else bert-tiny.
@@ -113,8 +131,8 @@ struct finetune_cli {
 
   // The encoder's block sparsity: that of the --init-from checkpoint, or when resuming that of the
   // run's newest checkpoint (block 0: dense). A block-sparse encoder is built with the file's block
-  // size and per-weight block counts, loads its patterns and keeps them: fine-tuning trains the
-  // active blocks only (no pattern updates).
+  // size and per-weight block counts and loads its patterns; fine-tuning trains the active blocks
+  // and, with --update-period, prunes and regrows them (run()).
   // resuming: set when that was the run's newest checkpoint.
   sparselm::io::checkpoint_sparsity sparsity(bool& resuming) const {
     resuming = false;
@@ -127,13 +145,29 @@ struct finetune_cli {
     return sparselm::io::read_checkpoint_sparsity(sparselm::io::resolve_checkpoint(job.init_from));
   }
   // Its entry in the run config, and the line that says it.
-  static nlohmann::json sparsity_json(const sparselm::io::checkpoint_sparsity& sp) {
+  nlohmann::json sparsity_json(const sparselm::io::checkpoint_sparsity& sp) const {
     if (sp.block == 0) return {{"block", 0}};
     return {{"block", sp.block},
             {"weights", sp.blocks.size()},
             {"active_blocks", sp.active_blocks()},
             {"sparsity", sp.sparsity},
-            {"patterns", "static"}};
+            {"patterns", patterns_json()}};
+  }
+  // "static", or the pattern updates' settings (--update-period > 0).
+  nlohmann::json patterns_json() const {
+    if (update_period == 0) return "static";
+    nlohmann::json j;
+    to_json(j, update_config());
+    j["kind"] = "dynamic";
+    return j;
+  }
+  // The pattern updates of a run of job.steps steps (resolve_steps first).
+  sparselm::sparse::update_config update_config() const {
+    return sparselm::sparse::update_config::from_json({{"update_period", std::max<std::size_t>(update_period, 1)},
+                                                       {"total_steps", job.steps},
+                                                       {"prune_ratio", prune_ratio},
+                                                       {"regrow", regrow}},
+                                                      "--update-period");
   }
   // f.template operator()<S>(plan) for the encoder's sparsity S (sparselm::dense or block_sparse<B>)
   // and a plan with the checkpoint's block counts, after recording it in the run config (job.config,
@@ -144,6 +178,12 @@ struct finetune_cli {
     bool resuming = false;
     const auto sp = sparsity(resuming);
     pruning = prune_block != 0 && !resuming;
+    SPARSELM_CHECK(
+        update_period == 0 || pruning || sp.block != 0, job.program,
+        ": --update-period needs a block-sparse encoder: a block-sparse --init-from checkpoint (bert_pretrain "
+        "--block B) or --prune-block B",
+        sp.file.empty() ? std::string() : "; " + sp.file.string() + " is dense");
+    if (update_period > 0) update_config().schedule.validate("--update-period");
     if (pruning) {
       SPARSELM_CHECK(!job.init_from.empty(), job.program,
                      ": --prune-block needs --init-from (the dense checkpoint to prune)");
@@ -151,7 +191,7 @@ struct finetune_cli {
                      " is block-sparse already (blocks of ", sp.block, "); it fine-tunes block-sparse as it is");
       job.config["sparsity"] = {{"block", prune_block},
                                 {"sparsity", prune_sparsity},
-                                {"patterns", "static"},
+                                {"patterns", patterns_json()},
                                 {"from", "magnitude pruning (L2 norm per block) of " + job.init_from.string()}};
     } else {
       job.config["sparsity"] = sparsity_json(sp);
@@ -185,16 +225,36 @@ struct finetune_cli {
       if (say)
         std::fprintf(stderr,
                      "%s: block-sparse encoder (B = %zu) pruned from %s (%s): the %zu blocks of largest L2 norm of "
-                     "%zu kept, patterns fixed while fine-tuning\n",
-                     job.program.c_str(), prune_block, from.string().c_str(), r.summary().c_str(), kept, grid);
+                     "%zu kept, %s\n",
+                     job.program.c_str(), prune_block, from.string().c_str(), r.summary().c_str(), kept, grid,
+                     patterns_said().c_str());
       job.init_from.clear();
     }
   }
-  static std::string describe(const sparselm::io::checkpoint_sparsity& sp) {
+  std::string describe(const sparselm::io::checkpoint_sparsity& sp) const {
     return "block-sparse encoder (B = " + std::to_string(sp.block) + ", " + std::to_string(sp.blocks.size()) +
            " weights, " + std::to_string(sp.active_blocks()) + " active blocks, sparsity " +
-           std::to_string(sp.sparsity).substr(0, 4) + ") with the patterns of " + sp.file.string() +
-           ", kept while fine-tuning";
+           std::to_string(sp.sparsity).substr(0, 4) + ") with the patterns of " + sp.file.string() + ", " +
+           patterns_said();
+  }
+  std::string patterns_said() const {
+    if (update_period == 0) return "patterns fixed while fine-tuning";
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "patterns pruned and regrown (%s) every %zu steps, prune ratio %.2f decaying to 0",
+                  regrow.c_str(), update_period, prune_ratio);
+    return buf;
+  }
+
+  // Runs the fine-tuning job: with --update-period on a block-sparse encoder, with pattern updates
+  // (train/dynamic_sparsity.hpp; the regrowth stream seeded from --seed).
+  template <class Model, class Trainer, class Task>
+  nlohmann::json run(Model& model, Trainer& t, Task& task) const {
+    if constexpr (Model::sparsity::is_sparse)
+      if (update_period > 0) {
+        sparselm::dynamic_sparsity<Model, Trainer> ds(model, t, update_config(), job.seed + 2);
+        return sparselm::finetune_job(job).run(model, t, task, &ds);
+      }
+    return sparselm::finetune_job(job).run(model, t, task);
   }
 
   // Steps from --epochs unless --steps was given (ranks: the data-parallel replicas, whose global

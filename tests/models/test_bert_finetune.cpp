@@ -1,15 +1,17 @@
 // BERT's fine-tuning models (models/bert_finetune.hpp): sequence classification and span (SQuAD)
 // heads on bert<>'s encoder. Whole-model gradients by finite differences (dense and block-sparse),
-// padding invariance, the shared tensor names with bert<>, bad batches named, and that a few AdamW
-// steps fit a small batch.
+// padding invariance, the shared tensor names with bert<>, bad batches named, that a few AdamW
+// steps fit a small batch, and fine-tuning with pattern updates (finetune_job + dynamic_sparsity).
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,8 @@
 #include "sparselm/models/bert.hpp"
 #include "sparselm/models/bert_finetune.hpp"
 #include "sparselm/testing/layer_check.hpp"
+#include "sparselm/train/dynamic_sparsity.hpp"
+#include "sparselm/train/finetune_job.hpp"
 #include "sparselm/train/trainer.hpp"
 
 using namespace sparselm;
@@ -400,4 +404,68 @@ TEST_CASE("bert fine-tuning models: a few AdamW steps fit a small batch") {
     CHECK(st.accuracy() == 1.0);      // every start found
     CHECK(st.aux_accuracy() == 1.0);  // every end found
   }
+}
+
+namespace {
+// finetune_job's task over toy_data's classification batch (the same three sequences every step).
+struct toy_task {
+  using batch_type = bert_classify_batch;
+  toy_data d;
+  std::size_t size() const { return d.B; }
+  bert_classify_batch batch(std::span<const std::size_t>) const { return d.classify(); }
+  json loss_json(const loss_stats& s) const { return {{"loss", s.mean_loss()}}; }
+  std::string brief(const loss_stats&) const { return {}; }
+};
+}  // namespace
+
+TEST_CASE("finetune_job with pattern updates: on schedule, from the loaded patterns, block counts kept") {
+  namespace fs = std::filesystem;
+  const auto cfg = tiny();
+  using S = block_sparse<16>;
+  bert<float, S> pre(cfg, sparse_plan{.sparsity = 0.5});
+  pre.init(5);
+  const fs::path dir = fs::path(SPARSELM_TEST_TMPDIR) / "finetune_dynamic_from", out = dir.string() + "_run";
+  fs::remove_all(dir);
+  fs::remove_all(out);
+  io::save_model(dir, pre);
+
+  bert_classifier<float, S> cls(cfg, 3, io::read_checkpoint_sparsity(dir).plan());
+  cls.init(9);  // patterns other than pre's, replaced by the job's load
+  using trainer_t = trainer<bert_classifier<float, S>>;
+  trainer_t t(cls, {}, optim::adamw<>(json{{"weight_decay", 0.01}}),
+              optim::make_schedule({{"type", "constant"}, {"lr", 5e-3}}));
+  dynamic_sparsity<bert_classifier<float, S>, trainer_t> ds(
+      cls, t,
+      sparse::update_config::from_json(
+          {{"update_period", 2}, {"total_steps", 5}, {"prune_ratio", 0.5}, {"regrow", "rigl"}}),
+      7);
+  toy_task task;
+  const json summary =
+      finetune_job({.out = out, .init_from = dir, .program = "test", .steps = 5, .batch_size = 3, .log_every = 1})
+          .run(cls, t, task, &ds);
+  CHECK(summary["steps"] == 5);
+  CHECK(ds.updates() == 2);  // after steps 2 and 4, not after the last (5)
+
+  bool moved = false;
+  for (const auto& w : cls.sparse_weights()) {
+    const sparse::block_pattern* p0 = nullptr;
+    for (const auto& v : pre.sparse_weights())
+      if (v.name == w.name) p0 = v.pattern;
+    REQUIRE(p0 != nullptr);
+    CHECK(w.pattern->nnz() == p0->nnz());
+    moved = moved || w.pattern->row != p0->row || w.pattern->col != p0->col;
+    // every block of the loaded pattern counts as explored (the maps start from it, not from init's)
+    const auto* ex = ds.updater().explored(w.name);
+    REQUIRE(ex != nullptr);
+    for (std::size_t s = 0; s < p0->nnz(); ++s)
+      CHECK_MESSAGE(ex->ever[std::size_t(p0->row[s]) * p0->cols_b + p0->col[s]] == 1,
+                    w.name << ": loaded block " << s << " not marked explored");
+  }
+  CHECK(moved);
+  // the updates are logged with the training lines
+  std::size_t logged = 0;
+  std::ifstream metrics(fs::path(out) / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);)
+    if (const auto j = json::parse(line); j.contains("sparsity_update")) ++logged;
+  CHECK(logged == 2);
 }

@@ -13,13 +13,15 @@
 //     std::uint32_t fingerprint() const;   // optional: a checksum of the examples (checked equal on every rank)
 //   };
 //   finetune_job job({.out = "runs/squad", .program = "bert_squad", .steps = 500, .batch_size = 16});
-//   nlohmann::json summary = job.run(model, trainer, task);
+//   nlohmann::json summary = job.run(model, trainer, task);      // (dynamic_sparsity* optional)
 //
 // `init_from` (a fresh run only): our checkpoint (e.g. bert_pretrain's) or a HuggingFace directory;
 // tensors of heads the model lacks are reported unused and heads the file lacks keep their
 // initialisation (io/huggingface.hpp), and the message says which.
 // Metrics (<out>/metrics.jsonl): a "run" line, then "train" lines with the task's losses, lr,
-// grad_norm, samples_per_s and epoch.
+// grad_norm, samples_per_s and epoch. With a dynamic_sparsity (train/dynamic_sparsity.hpp) the
+// block-sparse patterns are pruned and regrown on its update steps while fine-tuning; a "train"
+// line after an update carries its statistics, and checkpoints keep the updater's explored maps.
 //
 // Data parallelism (a trainer with data_parallel::mpi and a replica group of P ranks, as
 // bert_job): every rank draws the same global batch of P x batch_size examples from the same
@@ -37,6 +39,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -47,6 +50,7 @@
 #include "sparselm/io/checkpoint.hpp"
 #include "sparselm/io/huggingface.hpp"
 #include "sparselm/io/pretrained.hpp"
+#include "sparselm/sparse/update.hpp"
 #include "sparselm/train/lm_job.hpp"
 #include "sparselm/train/lm_training.hpp"
 #include "sparselm/train/metrics.hpp"
@@ -70,8 +74,8 @@ class finetune_job {
  public:
   explicit finetune_job(finetune_job_options o) : o_(std::move(o)) {}
 
-  template <class Model, class Trainer, class Task>
-  nlohmann::json run(Model& model, Trainer& t, Task& task) {
+  template <class Model, class Trainer, class Task, class Sparsity = std::nullptr_t>
+  nlohmann::json run(Model& model, Trainer& t, Task& task, Sparsity* ds = nullptr) {
     namespace fs = std::filesystem;
     const std::string& prog = o_.program;
     SPARSELM_CHECK(task.size() > 0, prog, ": no training examples");
@@ -87,12 +91,15 @@ class finetune_job {
     std::optional<io::run_lock> lock;  // the run directory's, held for the whole job (lm_job.hpp's rules)
     claim_run_dir(group, lock, o_.out, prog, o_.resume, o_.overwrite);
     io::checkpoint_dir cd(o_.out / "checkpoints", o_.keep_checkpoints);
+    sparse::pattern_updater* up = nullptr;
+    if constexpr (!std::is_same_v<Sparsity, std::nullptr_t>)
+      if (ds) up = &ds->updater();
     std::size_t epoch = 0, next = 0;  // where the shuffled pass over the examples stands
     if (o_.resume) {
       auto latest = cd.latest();
       SPARSELM_CHECK(latest.has_value(), prog, ": --resume: no checkpoint in '", cd.root().string(), "'");
       io::load_model(*latest, model);
-      auto run = io::load_training_state(*latest / io::state_file, t);
+      auto run = io::load_training_state(*latest / io::state_file, t, up);
       SPARSELM_CHECK(run.contains("data") && run["data"].is_object(), latest->string(),
                      ": training state has no data position");
       epoch = run["data"].at("epoch").template get<std::size_t>();
@@ -107,6 +114,9 @@ class finetune_job {
       const auto from = io::resolve_checkpoint(o_.init_from);
       const auto r = io::load_pretrained(from, model, io::hf_bert_map());
       say("model weights from " + from.string() + " (" + r.summary() + ")");
+      if constexpr (!std::is_same_v<Sparsity, std::nullptr_t>)  // the explored maps start from the loaded patterns
+        if (up)
+          for (auto& w : model.sparse_weights()) up->track(w.name, *w.pattern);
     }
     t.sync_parameters();  // every rank starts from rank 0's weights (checked)
     metrics_log log = open_run_files(writer, o_.out, o_.config, o_.resume, t.step());
@@ -143,7 +153,7 @@ class finetune_job {
           {"data", {{"epoch", epoch}, {"next", next}}}, {"config", o_.config}, {"replicas", ranks}};
       cd.save(step, [&](const fs::path& dir) {
         io::save_model(dir, model);
-        io::save_training_state(dir / io::state_file, t, run);
+        io::save_training_state(dir / io::state_file, t, run, up);
       });
       t.release_gathered_state();
     };
@@ -186,6 +196,8 @@ class finetune_job {
         j["grad_norm"] = window_steps ? window_norm / double(window_steps) : 0.0;
         j["samples_per_s"] = window_sec > 0 ? double(window_steps * G) / window_sec : 0.0;
         j["epoch"] = epoch;
+        if constexpr (!std::is_same_v<Sparsity, std::nullptr_t>)
+          if (ds) j.update(ds->take_metrics());
         log.write(j);
         char buf[64];
         std::snprintf(buf, sizeof buf, " | lr %.2e | %.1f samples/s", double(m.lr),
