@@ -19,6 +19,9 @@
 #    1 process x 8, losses and weights within the tolerance, sharded = unsharded bit for bit;
 #    rank 0 alone writes eval.json. bert_squad on the bundled SQuAD set: 2 ranks x 4 against
 #    1 process x 8, losses and weights within the tolerance, predictions.json from rank 0.
+#    bert_classify pruned to block-sparse from section 4's checkpoint with pattern updates every 3
+#    steps (RigL, whose scores are the ranks' summed dense gradients): updates after steps 3 and 6
+#    on 2 ranks, sharded = unsharded bit for bit (weights, patterns, optimiser state, explored maps).
 # 6. Bad launches: ranks given different configs stop at once with an error naming the rank; a
 #    rank killed (SIGKILL) mid-run ends the whole job with an error, and its last checkpoint
 #    resumes.
@@ -97,6 +100,11 @@ grep -q "bert_classify: data parallel over MPI, 2 ranks" "$work/cls-2.err" ||
   { echo "FAIL: bert_classify: no data-parallel message" >&2; cat "$work/cls-2.err" >&2; exit 1; }
 "${mpi[@]}" "$classify" "${cls_args[@]}" --batch-size 4 --shard-optimizer --out "$work/cls-2s" > /dev/null \
   2> "$work/cls-2s.err" || { cat "$work/cls-2s.err" >&2; exit 1; }
+dyn_args=(--init-from "$work/bert-1" --prune-block 16 --prune-sparsity 0.5 --update-period 3 --batch-size 4)
+"${mpi[@]}" "$classify" "${cls_args[@]}" "${dyn_args[@]}" --out "$work/cls-2d" > /dev/null 2> "$work/cls-2d.err" ||
+  { cat "$work/cls-2d.err" >&2; exit 1; }
+"${mpi[@]}" "$classify" "${cls_args[@]}" "${dyn_args[@]}" --shard-optimizer --out "$work/cls-2ds" > /dev/null \
+  2> "$work/cls-2ds.err" || { cat "$work/cls-2ds.err" >&2; exit 1; }
 [ "$(grep -c 'held-out accuracy' "$work/cls-2.err")" = 1 ] && [ -f "$work/cls-2/eval.json" ] ||
   { echo "FAIL: bert_classify under mpirun: rank 0 alone should evaluate" >&2; exit 1; }
 sq_args=(--config "$src/configs/bert-tiny.json" --train "$src/data/squad/train-v1.1.json"
@@ -200,6 +208,10 @@ bit_identical("bert-2", "bert-2s", "BERT 2 ranks vs 2 ranks sharded")
 d6 = same_losses("cls-1", "cls-2", "bert_classify 1 process x 8 vs 2 ranks x 4", kinds=("train",))
 w6 = same_weights("cls-1", "cls-2", "bert_classify 1 process x 8 vs 2 ranks x 4")
 bit_identical("cls-2", "cls-2s", "bert_classify 2 ranks vs 2 ranks sharded")
+bit_identical("cls-2d", "cls-2ds", "bert_classify with pattern updates, 2 ranks vs 2 ranks sharded")
+ud = [j["sparsity_update"]["step"] for j in lines("cls-2d") if "sparsity_update" in j]
+if ud != [3, 6]:
+    fails.append(f"bert_classify with pattern updates on 2 ranks: updates after steps {ud}, expected [3, 6]")
 d7 = same_losses("sq-1", "sq-2", "bert_squad 1 process x 8 vs 2 ranks x 4", kinds=("train",))
 # The span loss is a softmax over positions, which a shift of every position's logit leaves as it
 # is; the QA bias and the bias of the last LayerNorm (bert-tiny's layer 1) do just that, so their
@@ -219,5 +231,6 @@ print(f"OK: GPT 2 ranks = 1 process (losses {d1:.1e}, weights {w1:.1e}); sharded
       f"{d3:.1e}; S1 RigL 2 ranks = 2 micro-batches ({len(u1)} identical pattern updates, "
       f"losses {d4:.1e}, weights {w4:.1e}); BERT 2 ranks = 1 process (losses {d5:.1e}, weights {w5:.1e}), "
       f"sharded = unsharded bit for bit; bert_classify 2 ranks = 1 process (losses {d6:.1e}, weights {w6:.1e}), "
-      f"sharded = unsharded bit for bit; bert_squad 2 ranks = 1 process (losses {d7:.1e}, weights {w7:.1e})")
+      f"sharded = unsharded bit for bit; bert_squad 2 ranks = 1 process (losses {d7:.1e}, weights {w7:.1e}); "
+      f"bert_classify with pattern updates at steps {ud}: sharded = unsharded bit for bit")
 PY
