@@ -6,6 +6,7 @@
 //
 //   sparselm::dynamic_sparsity ds(model, trainer, sparse::update_config::from_json(j), seed);
 //   hooks.extra_metrics = [&](std::size_t) { return ds.take_metrics(); };
+//   hooks.log_now = [&](std::size_t) { return ds.has_pending(); };   // a line at every update
 //
 // static sparsity = no dynamic_sparsity object (patterns stay as initialised).
 
@@ -45,6 +46,10 @@ class dynamic_sparsity {
 
   sparse::pattern_updater& updater() noexcept { return up_; }
   std::size_t updates() const noexcept { return updates_; }
+
+  // Whether an update happened since the last take_metrics (the jobs write a training line then,
+  // whatever their logging period, so that every update is logged).
+  bool has_pending() const noexcept { return !pending_.is_null(); }
 
   // Statistics of the update(s) since the last call, as {"sparsity_update": {...}} (empty when none).
   nlohmann::json take_metrics() {

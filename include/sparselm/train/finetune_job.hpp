@@ -188,7 +188,9 @@ class finetune_job {
         window_norm += m.grad_norm;
         ++window_steps;
       }
-      if (m.step % std::max<std::size_t>(o_.log_every, 1) == 0 || m.step == o_.steps) {
+      bool update = false;  // a training line at every pattern update too, whatever the logging period
+      if constexpr (!std::is_same_v<Sparsity, std::nullptr_t>) update = ds && ds->has_pending();
+      if (m.step % std::max<std::size_t>(o_.log_every, 1) == 0 || m.step == o_.steps || update) {
         auto j = task.loss_json(window);
         j["kind"] = "train";
         j["step"] = m.step;

@@ -340,7 +340,10 @@ class lm_job {
       t.release_gathered_state();
     };
     if constexpr (!std::is_same_v<Sparsity, std::nullptr_t>)
-      if (ds) hooks.extra_metrics = [ds](std::size_t) { return ds->take_metrics(); };
+      if (ds) {
+        hooks.extra_metrics = [ds](std::size_t) { return ds->take_metrics(); };
+        hooks.log_now = [ds](std::size_t) { return ds->has_pending(); };
+      }
     lm_loop_result r;
     try {
       r = run_lm_training(t, sampler, valid ? &*valid : nullptr, rc_.loop, log, hooks);

@@ -81,6 +81,7 @@ struct lm_loop_options {
 struct lm_loop_hooks {
   std::function<void(std::size_t step)> checkpoint;              // save everything needed to resume
   std::function<nlohmann::json(std::size_t step)> extra_metrics;  // merged into each training line
+  std::function<bool(std::size_t step)> log_now;  // a training line after this step too (e.g. a pattern update)
   std::function<void(const std::string&)> message;                // one-line messages (default: stderr)
 };
 
@@ -194,7 +195,8 @@ lm_loop_result run_lm_training(Trainer& t, data::lm_sampler& train, data::lm_eva
       ++window_steps;
     }
     const std::size_t step = m.step;
-    if (step % std::max<std::size_t>(o.log_every, 1) == 0 || step == o.steps) {
+    if (step % std::max<std::size_t>(o.log_every, 1) == 0 || step == o.steps ||
+        (hooks.log_now && hooks.log_now(step))) {
       auto j = loss_json(window);
       j["kind"] = "train";
       j["step"] = step;
