@@ -239,16 +239,23 @@ update_config config(double ratio, std::size_t T, std::size_t period, regrow_met
 }
 }  // namespace
 
+namespace {
+// A 1x4 grid, one active block at 0, rigl with scores (0, 3, 2, 1), k = ceil(1 * f) = 1 every step.
+struct one_block_rigl {
+  block_pattern p = make_pattern(1, 1, 4, {{0, 0}});
+  std::vector<float> v{1.0f};
+  std::vector<float> scores{0, 3, 2, 1};
+  pattern_updater up{config(1.0, 1000, 1, regrow_method::rigl)};
+  std::vector<sparse_weight> ws{{"w", &p, v, 0, scores}};
+};
+}  // namespace
+
 TEST_CASE("explored fraction grows by the never-active blocks regrown") {
-  // 1x4 grid, one active block at 0, rigl with scores (0, 3, 2, 1), k = ceil(1 * f) = 1 every step.
   //   t=1: candidates {1,2,3} -> 1   explored {0,1}     2/4
   //   t=2: candidates {0,2,3} -> 2   explored {0,1,2}   3/4
   //   t=3: candidates {0,1,3} -> 1   explored unchanged 3/4
-  auto p = make_pattern(1, 1, 4, {{0, 0}});
-  std::vector<float> v{1.0f};
-  std::vector<float> scores{0, 3, 2, 1};
-  pattern_updater up(config(1.0, 1000, 1, regrow_method::rigl));
-  std::vector<sparse_weight> ws{{"w", &p, v, 0, scores}};
+  one_block_rigl f;
+  auto& [p, v, scores, up, ws] = f;
   auto s1 = up.update(1, ws);
   CHECK(p.col[0] == 1);
   CHECK(s1.weights[0].explored == 0.5);
@@ -262,6 +269,27 @@ TEST_CASE("explored fraction grows by the never-active blocks regrown") {
   CHECK(p.col[0] == 1);
   CHECK(s3.explored == 0.75);
   CHECK(up.explored("w")->ever == std::vector<std::uint8_t>{1, 1, 1, 0});
+}
+
+TEST_CASE("explored maps start from the pattern just before a weight's first update") {
+  // The updater is built while the pattern is {0}; the pattern is then replaced by {3} (as loading a
+  // checkpoint or pruning does) before the first update, which moves it to 1 (scores 0, 3, 2, 1).
+  // Block 0 was never active in the trained pattern: explored = {1, 3}, not {0, 1, 3}.
+  one_block_rigl f;
+  auto& [p, v, scores, up, ws] = f;
+  CHECK(up.explored("w") == nullptr);
+  p = make_pattern(1, 1, 4, {{0, 3}});
+  auto s1 = up.update(1, ws);
+  CHECK(p.col[0] == 1);
+  CHECK(up.explored("w")->ever == std::vector<std::uint8_t>{0, 1, 0, 1});
+  CHECK(s1.weights[0].explored_blocks == 2);
+  // untrack (a resume from a checkpoint saved before any update): the next update starts afresh.
+  up.untrack("w");
+  CHECK(up.explored("w") == nullptr);
+  v[0] = 1.0f;
+  up.update(2, ws);  // candidates {0, 2, 3}: 2
+  CHECK(p.col[0] == 2);
+  CHECK(up.explored("w")->ever == std::vector<std::uint8_t>{0, 1, 1, 0});
 }
 
 TEST_CASE("update driver: schedule check, k per weight, reset callback per reused slot, aggregated stats") {

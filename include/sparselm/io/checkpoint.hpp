@@ -342,8 +342,8 @@ nlohmann::json load_training_state(const std::filesystem::path& path, Trainer& t
   if (updater) {
     for (auto& sw : detail::sparse_weights_of(model)) {
       const std::string name = "explored." + sw.name;
-      if (!f.contains(name)) {
-        updater->track(sw.name, *sw.pattern);
+      if (!f.contains(name)) {  // saved before the weight's first update
+        updater->untrack(sw.name);
         continue;
       }
       const auto& p = *sw.pattern;

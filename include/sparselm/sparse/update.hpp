@@ -138,8 +138,11 @@ class pattern_updater {
   bool needs_dense_gradient(std::size_t t) const { return cfg_.regrow == regrow_method::rigl && is_update_step(t); }
 
   // Starts (or restarts) tracking explored blocks of a weight from its current pattern. update()
-  // calls this for a weight it has not seen, so call it only to restore state (e.g. on resume).
+  // does this itself for a weight it has not seen (the pattern just before its first update, so
+  // patterns loaded or pruned after the updater was built count); call it only to restore state.
   void track(const std::string& name, const block_pattern& p) { explored_[name] = explored_map(p); }
+  // Forgets a weight's explored map: the next update starts it again from the pattern it sees.
+  void untrack(const std::string& name) { explored_.erase(name); }
   void restore_explored(const std::string& name, explored_map m) { explored_[name] = std::move(m); }
   const explored_map* explored(const std::string& name) const {
     auto it = explored_.find(name);

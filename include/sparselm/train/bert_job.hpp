@@ -120,9 +120,6 @@ class bert_job {
         const auto from = io::resolve_checkpoint(o_.init_from);
         const auto r = io::load_pretrained(from, model, io::hf_bert_map());
         say("model weights from " + from.string() + " (" + r.summary() + ")");
-        if constexpr (!std::is_same_v<Sparsity, std::nullptr_t>)  // the explored maps start from the loaded patterns
-          if (up)
-            for (auto& w : model.sparse_weights()) up->track(w.name, *w.pattern);
       }
     }
     t.sync_parameters();  // every rank starts from rank 0's weights (checked)

@@ -37,7 +37,6 @@ class dynamic_sparsity {
   dynamic_sparsity(Model& model, Trainer& trainer, sparse::update_config cfg, std::uint64_t seed)
       : model_(model), trainer_(trainer), up_(std::move(cfg), counter_rng(seed)) {
     up_.config().schedule.validate();
-    for (auto& w : model_.sparse_weights()) up_.track(w.name, *w.pattern);
     trainer_.set_hooks({[this](std::size_t step) { return up_.needs_dense_gradient(step); },
                         [this](std::size_t step) { after_update(step); }});
   }
