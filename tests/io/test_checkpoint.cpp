@@ -371,6 +371,92 @@ TEST_CASE("resume: optimiser slots stored as bf16 or half (optimizer.slots)") {
                        error);
 }
 
+// A resume reads the slots straight into the optimiser's own arenas in their storage type (no
+// float copies): bf16 slots from F32 tensors rounded to nearest even. Every slot tensor is checked
+// before any slot changes: a file with one damaged tensor (the last one read) is refused naming
+// it, and the optimiser keeps the state it had.
+TEST_CASE("resume: slots read in their storage type; a damaged slot tensor changes nothing") {
+  struct chosen_slots : default_policies {
+    using optimizer = optim::slot_choice<optim::adamw>;
+  };
+  run_fixture<gpt<>, chosen_slots> f(io_dir("resume-slots-direct"), 0.0f, 0.0, false);
+  f.optimizer["slots"] = "float";
+  f.train(0, 3);
+  const fs::path at3 = f.dir / "at3.safetensors";
+  fs::copy_file(f.dir / "ck" / io::state_file, at3);
+  f.train(0, 5);
+  const fs::path at5 = f.dir / "ck" / io::state_file;
+
+  gpt<> m(tiny());
+  trainer<gpt<>, chosen_slots> t(m, {}, optim::slot_choice<optim::adamw>(json{{"slots", "bf16"}}),
+                                 optim::schedule(optim::constant_schedule(1e-3f)));
+  io::load_training_state(at3, t);
+  CHECK(t.optimizer().step_count() == 3);
+  CHECK(t.step() == 3);
+  const arena_layout& layout = *m.layout();
+  io::safetensors_file saved(at3);
+  std::size_t equal = 0, total = 0;
+  std::vector<std::uint16_t> bits3;  // the bf16 slots after loading step 3
+  t.optimizer().visit([&]<class O>(O& o) {
+    if constexpr (std::is_same_v<typename O::slot_type, bf16>) {
+      for (auto& s : o.state().slots)
+        for (std::size_t i = 0; i < layout.count(); ++i) {
+          std::vector<float> want(layout[i].size);
+          saved.read_f32("optimizer." + s.name + "." + layout[i].name, layout[i].shape, want);
+          const auto got = (*s.slots)[i];
+          for (std::size_t e = 0; e < want.size(); ++e) {
+            equal += got[e].bits == bf16(want[e]).bits;
+            bits3.push_back(got[e].bits);
+          }
+          total += want.size();
+        }
+    }
+  });
+  std::size_t params = 0;
+  for (std::size_t i = 0; i < layout.count(); ++i) params += layout[i].size;
+  CHECK(total == 2 * params);  // adamw: m and v
+  CHECK(equal == total);
+
+  // The step-5 state with its last slot tensor stored as F16 (no type a bf16 slot reads).
+  const fs::path bad = f.dir / "bad.safetensors";
+  {
+    io::safetensors_file good(at5);
+    const std::string last = "optimizer.v." + layout[layout.count() - 1].name;
+    REQUIRE(good.contains(last));
+    io::safetensors_writer w;
+    std::vector<std::vector<float>> keep;
+    std::vector<half> damaged;
+    for (const auto& ti : good.tensors()) {
+      if (ti.dtype == io::st_dtype::i32) continue;
+      keep.emplace_back(ti.elements());
+      good.read_f32(ti.name, ti.shape, keep.back());
+      if (ti.name == last) {
+        for (float x : keep.back()) damaged.push_back(half(x));
+        w.add(ti.name, io::st_dtype::f16, ti.shape, damaged.data());
+      } else {
+        w.add(ti.name, ti.shape, std::span<const float>(keep.back()));
+      }
+    }
+    for (const char* k : {"sparselm.training_state", "sparselm.layout"}) w.set_metadata(k, good.metadata(k));
+    w.write(bad);
+  }
+  const std::string why = "optimizer.v." + layout[layout.count() - 1].name + "' has dtype F16, expected BF16 or F32";
+  CHECK_THROWS_WITH_AS(io::load_training_state(bad, t), doctest::Contains(why.c_str()), error);
+  CHECK(t.optimizer().step_count() == 3);
+  CHECK(t.step() == 3);
+  std::vector<std::uint16_t> bits3_flat;  // the bf16 slots after the refused load
+  t.optimizer().visit([&]<class O>(O& o) {
+    if constexpr (std::is_same_v<typename O::slot_type, bf16>)
+      for (auto& s : o.state().slots)
+        for (std::size_t i = 0; i < layout.count(); ++i)
+          for (const auto& v : (*s.slots)[i]) bits3_flat.push_back(v.bits);
+  });
+  CHECK(bits3_flat == bits3);  // the optimiser kept the step-3 state
+  // and the good step-5 file still loads
+  io::load_training_state(at5, t);
+  CHECK(t.optimizer().step_count() == 5);
+}
+
 TEST_CASE("training state: mismatches are errors naming the cause") {
   run_fixture<gpt<>> f(io_dir("state-bad"), 0.0f, 0.0, false);
   f.train(0, 2);

@@ -305,36 +305,42 @@ nlohmann::json load_training_state(const std::filesystem::path& path, Trainer& t
                    " (half slots hold sqrt(v), the others v); resume with optimizer.slots = ", theirs, " (--slots ",
                    theirs, ")");
   }
-  // read into the optimiser's own slots, or (sharded) into whole-layout ones of which restore()
-  // keeps this replica's part
-  auto st = [&] {
-    if constexpr (requires { t.loadable_state(); }) return t.loadable_state();
-    else return t.optimizer().state();
-  }();
-  using S = typename Trainer::optimizer_type::slot_type;
-  std::size_t expected = 0;
-  for (auto& s : st.slots)
-    for (std::size_t i = 0; i < layout.count(); ++i) {
-      const auto& ti = layout[i];
-      if (ti.flags & param_frozen) continue;
-      const std::string name = "optimizer." + s.name + "." + ti.name;
-      SPARSELM_CHECK(f.contains(name), path.string(), ": no optimiser slot '", name,
-                     "' (saved with a different optimiser?)");
-      // Float slots (a run-time slot choice, or float slots) take F32 tensors, and BF16 / F16 ones
-      // widened exactly (a slot choice's 16-bit slots are saved in their own type); 16-bit slot
-      // types read their own type bit for bit.
-      if constexpr (std::is_same_v<S, float>)
-        f.read_f32(name, ti.shape, (*s.slots)[i]);
-      else
-        f.read_exact<S>(name, ti.shape, (*s.slots)[i]);
-      ++expected;
-    }
-  std::size_t have = 0;
-  for (auto& ti : f.tensors()) have += ti.name.rfind("optimizer.", 0) == 0;
-  SPARSELM_CHECK(have == expected, path.string(), ": ", have, " optimiser slot tensors, this optimiser has ", expected,
-                 " (saved with a different optimiser?)");
-  st.step = meta["optimizer_step"].get<std::size_t>();
-  t.optimizer().restore(st);
+  // Each slot tensor is read straight into the optimiser's own arenas in their storage type (for a
+  // run-time slot choice, the 16-bit arenas inside it; F32 tensors rounded, BF16 / F16 ones bit for
+  // bit), and sharded, only the tensors this rank keeps: a resume allocates no float copies and no
+  // whole-layout arenas (docs/precision.md, "Resuming 16-bit slots").
+  auto read_slots = [&]<class O>(O& o) {
+    using S = typename O::slot_type;
+    std::size_t expected = 0;
+    auto st = o.state();
+    const auto own = o.owned();
+    // every tensor checked before any slot changes, then read
+    for (const bool read : {false, true})
+      for (auto& s : st.slots)
+        for (std::size_t i = 0; i < layout.count(); ++i) {
+          const auto& ti = layout[i];
+          if (ti.flags & param_frozen) continue;
+          const std::string name = "optimizer." + s.name + "." + ti.name;
+          if (read) {
+            if (own.contains(i)) f.read_as<S>(name, ti.shape, (*s.slots)[i - own.begin]);
+            continue;
+          }
+          SPARSELM_CHECK(f.contains(name), path.string(), ": no optimiser slot '", name,
+                         "' (saved with a different optimiser?)");
+          f.check_as<S>(name, ti.shape, ti.size);
+          ++expected;
+        }
+    std::size_t have = 0;
+    for (auto& ti : f.tensors()) have += ti.name.rfind("optimizer.", 0) == 0;
+    SPARSELM_CHECK(have == expected, path.string(), ": ", have, " optimiser slot tensors, this optimiser has ",
+                   expected, " (saved with a different optimiser?)");
+    st.step = meta["optimizer_step"].get<std::size_t>();
+    o.restore(st);  // the arenas are its own: sets the step counter
+  };
+  if constexpr (requires { t.optimizer().visit([](auto&) {}); })
+    t.optimizer().visit(read_slots);
+  else
+    read_slots(t.optimizer());
   if constexpr (requires { t.release_gathered_state(); }) t.release_gathered_state();
   if constexpr (requires { t.scaler().restore(meta); })
     if (meta.contains("loss_scaler") && t.scaler().is_dynamic() && meta["loss_scaler"].value("dynamic", true))

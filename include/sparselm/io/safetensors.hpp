@@ -291,12 +291,19 @@ class safetensors_file {
     const auto& t = checked(name, expected, dst.size());
     const unsigned char* src = data_ + t.begin;
     switch (t.dtype) {
-      case st_dtype::f32: std::memcpy(dst.data(), src, dst.size() * 4); return;
-      case st_dtype::bf16: convert<bf16>(src, dst); return;
-      case st_dtype::f16: convert<half>(src, dst); return;
+      case st_dtype::f32:
+        std::memcpy(dst.data(), src, dst.size() * 4);
+        break;
+      case st_dtype::bf16:
+        convert<bf16>(src, dst);
+        break;
+      case st_dtype::f16:
+        convert<half>(src, dst);
+        break;
       default:
         fail(path_.string(), ": tensor '", name, "' has dtype ", to_string(t.dtype), ", expected F32, F16 or BF16");
     }
+    drop_pages(t);
   }
   // Copies tensor `name` into dst in storage type S (float, bf16, half); the file's dtype must be
   // S's exactly (optimiser slots are restored bit for bit).
@@ -306,6 +313,41 @@ class safetensors_file {
     SPARSELM_CHECK(t.dtype == dtype_of<S>(), path_.string(), ": tensor '", name, "' has dtype ", to_string(t.dtype),
                    ", expected ", to_string(dtype_of<S>()));
     std::memcpy(static_cast<void*>(dst.data()), data_ + t.begin, dst.size() * sizeof(S));
+    drop_pages(t);
+  }
+  // Whether read_as<S>(name, expected, dst of n values) would succeed; throws its error if not.
+  template <storage_type S>
+  void check_as(const std::string& name, const std::vector<std::size_t>& expected, std::size_t n) const {
+    const auto& t = checked(name, expected, n);
+    const bool ok = std::is_same_v<S, float>
+                        ? (t.dtype == st_dtype::f32 || t.dtype == st_dtype::bf16 || t.dtype == st_dtype::f16)
+                        : (t.dtype == dtype_of<S>() || t.dtype == st_dtype::f32);
+    SPARSELM_CHECK(
+        ok, path_.string(), ": tensor '", name, "' has dtype ", to_string(t.dtype), ", expected ",
+        std::is_same_v<S, float> ? std::string("F32, F16 or BF16") : std::string(to_string(dtype_of<S>())) + " or F32");
+  }
+  // Copies tensor `name` into dst in storage type S: float as read_f32; bf16 or half from their own
+  // dtype bit for bit, or from F32 rounded to nearest even (optimiser slots saved under another
+  // storage type). Other dtypes are errors naming the tensor (check_as).
+  template <storage_type S>
+  void read_as(const std::string& name, const std::vector<std::size_t>& expected, std::span<S> dst) const {
+    check_as<S>(name, expected, dst.size());
+    if constexpr (std::is_same_v<S, float>) {
+      read_f32(name, expected, dst);
+    } else {
+      const auto& t = info(name);
+      const unsigned char* src = data_ + t.begin;
+      if (t.dtype == dtype_of<S>()) {
+        std::memcpy(static_cast<void*>(dst.data()), src, dst.size() * sizeof(S));
+      } else {
+        for (std::size_t i = 0; i < dst.size(); ++i) {
+          float x;
+          std::memcpy(&x, src + 4 * i, 4);
+          dst[i] = from_float<S>(x);
+        }
+      }
+      drop_pages(t);
+    }
   }
   std::vector<std::int32_t> read_i32(const std::string& name, const std::vector<std::size_t>& expected = {}) const {
     const auto& t = info(name);
@@ -416,9 +458,23 @@ class safetensors_file {
       SPARSELM_CHECK(s != sums.end() && s->is_string(), p, ": tensor '", t.name, "' has no checksum in '",
                      checksum_key, "' (a damaged file?)");
       const std::string have = crc32c_hex(crc32c(data_ + t.begin, t.end - t.begin));
+      drop_pages(t);
       SPARSELM_CHECK(have == s->get<std::string>(), p, ": tensor '", t.name, "' is damaged: its CRC-32C is ", have,
                      ", the file records ", s->get<std::string>(), " (load with --no-verify to skip the check)");
     }
+  }
+
+  // Gives back the mapped pages wholly inside tensor t's bytes once they have been read (checked or
+  // copied out): the mapping is private and never written, so the pages read the file again if
+  // touched later, and a checkpoint's bytes do not stay in the process's resident memory beside
+  // the arenas they were copied into (a resume's peak RSS; docs/precision.md).
+  void drop_pages(const st_tensor_info& t) const noexcept {
+    if (!owned_ || map_ == nullptr) return;
+    static const std::size_t page = std::size_t(::sysconf(_SC_PAGESIZE));
+    const auto b = reinterpret_cast<std::uintptr_t>(data_ + t.begin),
+               e = reinterpret_cast<std::uintptr_t>(data_ + t.end);
+    const std::uintptr_t lo = (b + page - 1) / page * page, hi = e / page * page;
+    if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
   }
 
   void unmap() noexcept {

@@ -14,7 +14,7 @@
 // rounding back unchanged, so a run resumes exactly. Checkpoints (io/checkpoint.hpp) write an
 // unsharded choice's 16-bit slots in their own type straight from the optimiser inside (visit),
 // without the float copies (a sharded trainer gathers them in their own type, visit_gathered16),
-// and read any of F32, BF16 and F16 slot tensors widened to float; a
+// and are read straight into the arenas inside (visit; only the owned tensors when sharded); a
 // run may resume one saved under another storage type (its float slots are rounded to bf16, bf16
 // ones widened), except between half and the others: half slots hold sqrt(v) under the name
 // "sqrt_v" (optim/lanes.hpp), and io/checkpoint.hpp refuses that resume naming both types.

@@ -219,20 +219,6 @@ class trainer {
       g.gather_bytes(mine, std::as_writable_bytes(full_slots_.back().all()), bytes);
     }
   }
-  // The state a checkpoint is read into (whole layout: the optimiser's own arenas, or temporary
-  // ones when sharded); then optimizer().restore(it) and release_gathered_state().
-  optim::optimizer_state<slot_type> loadable_state() {
-    if (!sharded()) return opt_.state();
-    const auto own = opt_.state();
-    full_slots_.clear();
-    full_slots_.reserve(own.slots.size());
-    optim::optimizer_state<slot_type> st;
-    for (std::size_t k = 0; k < own.slots.size(); ++k) {
-      full_slots_.push_back(arena<slot_type>(model_.layout()));
-      st.slots.push_back({own.slots[k].name, &full_slots_.back()});
-    }
-    return st;
-  }
   void release_gathered_state() {
     full_slots_.clear();
     full16_.clear();
