@@ -1,5 +1,6 @@
 // libFuzzer: the safetensors reader (io/safetensors.hpp) on arbitrary bytes, with checksum
-// verification, then every tensor read back as the reader allows.
+// verification, then every tensor read back as the reader allows (F32 / I32, and as bf16 and half
+// optimiser slots).
 #include <vector>
 
 #include "fuzz_common.hpp"
@@ -15,6 +16,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       } else {
         std::vector<float> dst(t.elements());
         f.read_f32(t.name, t.shape, dst);
+        // as optimiser slots are read: in their own 16-bit type or from F32, else refused
+        std::vector<sparselm::bf16> b(t.elements());
+        std::vector<sparselm::half> h(t.elements());
+        fuzz::expect_clean([&] { f.read_as<sparselm::bf16>(t.name, t.shape, b); });
+        fuzz::expect_clean([&] { f.read_as<sparselm::half>(t.name, t.shape, h); });
       }
     }
   });
