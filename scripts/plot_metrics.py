@@ -26,9 +26,16 @@ def read(path, bert=False):
     the run line reports (None when absent). With bert: (step, MLM loss) and (step, MLM loss, MLM
     accuracy, NSP accuracy)."""
     train, evals, unigram = [], [], None
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        sys.exit(f"{path}: cannot read the metrics file ({e.strerror})")
+    with f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as e:
+                sys.exit(f"{path}:{n}: not UTF-8 ({e.reason} at byte {e.start})")
             if not line:
                 continue
             try:
@@ -71,7 +78,13 @@ def main():
             labels = [os.path.splitext(os.path.basename(m))[0] for m in args.metrics]
     if len(labels) != len(args.metrics):
         sys.exit(f"{len(labels)} labels for {len(args.metrics)} metrics files")
-    tmp = tempfile.mkdtemp(prefix="plot_metrics_")
+    # The gnuplot data files go into a directory removed when the plot is done (or fails).
+    with tempfile.TemporaryDirectory(prefix="plot_metrics_") as tmp:
+        plot(args, labels, tmp)
+
+
+def plot(args, labels, tmp):
+    """Writes one data file per run into tmp and the figure to args.output."""
     loss_plots, ppl_plots, baselines = [], [], []
     for k, (path, label) in enumerate(zip(args.metrics, labels)):
         train, evals, unigram = read(path, args.bert)

@@ -101,10 +101,13 @@ TEST_CASE("safetensors: writer output is the documented layout and round-trips")
   f.read_f32("a", {2, 3}, a2);
   CHECK(a2 == a);
   std::vector<bf16> c2(2);
-  f.read_exact<bf16>("c", {2}, c2);
+  f.read_as<bf16>("c", {2}, c2);
   CHECK(float(c2[1]) == -0.5f);
-  CHECK_THROWS_WITH_AS(f.read_exact<float>("c", {2}, std::span<float>(a2).subspan(0, 2)),
-                       doctest::Contains("expected F32"), error);
+  std::vector<half> h2(2);
+  CHECK_THROWS_WITH_AS(f.read_as<half>("c", {2}, h2), doctest::Contains("'c' has dtype BF16, expected F16 or F32"),
+                       error);
+  CHECK_THROWS_WITH_AS(f.read_f32("c", {3}, std::span<float>(a2).subspan(0, 3)),
+                       doctest::Contains("'c' has shape [2], expected [3]"), error);
   CHECK_THROWS_WITH_AS(w.add("a", {1}, std::span<const float>(a).subspan(0, 1)), doctest::Contains("added twice"),
                        error);
   // no temporary files left behind

@@ -288,54 +288,30 @@ class safetensors_file {
   // Copies tensor `name` into dst as float, converting F16/BF16. Checks the shape (when
   // `expected` is not empty) and the element count.
   void read_f32(const std::string& name, const std::vector<std::size_t>& expected, std::span<float> dst) const {
-    const auto& t = checked(name, expected, dst.size());
+    const auto& t = checked_as<float>(name, expected, dst.size());
     const unsigned char* src = data_ + t.begin;
-    switch (t.dtype) {
-      case st_dtype::f32:
-        std::memcpy(dst.data(), src, dst.size() * 4);
-        break;
-      case st_dtype::bf16:
-        convert<bf16>(src, dst);
-        break;
-      case st_dtype::f16:
-        convert<half>(src, dst);
-        break;
-      default:
-        fail(path_.string(), ": tensor '", name, "' has dtype ", to_string(t.dtype), ", expected F32, F16 or BF16");
-    }
-    drop_pages(t);
-  }
-  // Copies tensor `name` into dst in storage type S (float, bf16, half); the file's dtype must be
-  // S's exactly (optimiser slots are restored bit for bit).
-  template <storage_type S>
-  void read_exact(const std::string& name, const std::vector<std::size_t>& expected, std::span<S> dst) const {
-    const auto& t = checked(name, expected, dst.size());
-    SPARSELM_CHECK(t.dtype == dtype_of<S>(), path_.string(), ": tensor '", name, "' has dtype ", to_string(t.dtype),
-                   ", expected ", to_string(dtype_of<S>()));
-    std::memcpy(static_cast<void*>(dst.data()), data_ + t.begin, dst.size() * sizeof(S));
+    if (t.dtype == st_dtype::f32)
+      std::memcpy(dst.data(), src, dst.size() * 4);
+    else if (t.dtype == st_dtype::bf16)
+      convert<bf16>(src, dst);
+    else
+      convert<half>(src, dst);
     drop_pages(t);
   }
   // Whether read_as<S>(name, expected, dst of n values) would succeed; throws its error if not.
   template <storage_type S>
   void check_as(const std::string& name, const std::vector<std::size_t>& expected, std::size_t n) const {
-    const auto& t = checked(name, expected, n);
-    const bool ok = std::is_same_v<S, float>
-                        ? (t.dtype == st_dtype::f32 || t.dtype == st_dtype::bf16 || t.dtype == st_dtype::f16)
-                        : (t.dtype == dtype_of<S>() || t.dtype == st_dtype::f32);
-    SPARSELM_CHECK(
-        ok, path_.string(), ": tensor '", name, "' has dtype ", to_string(t.dtype), ", expected ",
-        std::is_same_v<S, float> ? std::string("F32, F16 or BF16") : std::string(to_string(dtype_of<S>())) + " or F32");
+    checked_as<S>(name, expected, n);
   }
   // Copies tensor `name` into dst in storage type S: float as read_f32; bf16 or half from their own
   // dtype bit for bit, or from F32 rounded to nearest even (optimiser slots saved under another
   // storage type). Other dtypes are errors naming the tensor (check_as).
   template <storage_type S>
   void read_as(const std::string& name, const std::vector<std::size_t>& expected, std::span<S> dst) const {
-    check_as<S>(name, expected, dst.size());
     if constexpr (std::is_same_v<S, float>) {
       read_f32(name, expected, dst);
     } else {
-      const auto& t = info(name);
+      const auto& t = checked_as<S>(name, expected, dst.size());
       const unsigned char* src = data_ + t.begin;
       if (t.dtype == dtype_of<S>()) {
         std::memcpy(static_cast<void*>(dst.data()), src, dst.size() * sizeof(S));
@@ -375,6 +351,19 @@ class safetensors_file {
                    dims_string(t.shape), ", expected ", dims_string(expected));
     SPARSELM_CHECK(t.elements() == n, path_.string(), ": tensor '", name, "' has ", t.elements(),
                    " elements, the destination ", n);
+    return t;
+  }
+  // checked(), plus a dtype that read_as<S> accepts: for float F32, F16 or BF16 (converted); for bf16
+  // and half their own dtype (bit for bit) or F32 (rounded).
+  template <storage_type S>
+  const st_tensor_info& checked_as(const std::string& name, const std::vector<std::size_t>& expected,
+                                   std::size_t n) const {
+    const auto& t = checked(name, expected, n);
+    constexpr bool to_float = std::is_same_v<S, float>;
+    const bool ok = to_float ? (t.dtype == st_dtype::f32 || t.dtype == st_dtype::bf16 || t.dtype == st_dtype::f16)
+                             : (t.dtype == dtype_of<S>() || t.dtype == st_dtype::f32);
+    SPARSELM_CHECK(ok, path_.string(), ": tensor '", name, "' has dtype ", to_string(t.dtype), ", expected ",
+                   to_float ? std::string("F32, F16 or BF16") : std::string(to_string(dtype_of<S>())) + " or F32");
     return t;
   }
 
