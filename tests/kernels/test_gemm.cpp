@@ -148,6 +148,49 @@ TEST_CASE_TEMPLATE("gemm inside a parallel region runs on the calling thread", A
   for (int h = 0; h < jobs; ++h) CHECK(ratio[std::size_t(h)] <= 1.0);
 }
 
+namespace {
+// The fp32 family with A always packed (the in-place reading of narrow products switched off).
+template <class Arch>
+struct packed_a_family : kernels::detail::gemm_fp32_family<Arch> {
+  static constexpr bool reads_a_in_place = false;
+};
+}  // namespace
+
+TEST_CASE_TEMPLATE("narrow products read A in place: the packed path's bits, the reference's values", Arch,
+                   SPARSELM_GEMM_ARCHS) {
+  using cfg = kernels::detail::gemm_config<Arch>;
+  static_assert(kernels::detail::gemm_can_read_a_in_place<kernels::detail::gemm_fp32_family<Arch>, float>());
+  // C at most 128 wide (read in place), rows with a partial last tile, depths over two KC passes,
+  // padded rows, partial column tiles, beta and bias; also split over 2 threads.
+  struct shape {
+    std::size_t M, N, K;
+  };
+  const shape shapes[] = {{5 * cfg::MR + 3, 128, 2 * cfg::KC + 9},
+                          {cfg::MC + 1, 100, 300},
+                          {cfg::MR, 1, 40},
+                          {3 * cfg::MR, kernels::detail::gemm_in_place_max_cols, 17}};
+  std::mt19937 g(11);
+  const int saved = num_threads();
+  for (const auto& s : shapes)
+    for (int threads : {1, 2})
+      for (std::size_t pad : {0, 5}) {
+        mat A(s.M, s.K, pad, g), B(s.K, s.N, pad, g), C(s.M, s.N, pad, g);
+        std::vector<float> bias(s.N);
+        for (auto& x : bias) x = 0.25f;
+        mat C2 = C;
+        set_num_threads(threads);
+        INFO("M=", s.M, " N=", s.N, " K=", s.K, " threads=", threads, " pad=", pad);
+        auto want = test::gemm_reference(trans::n, trans::n, 0.5f, A.cview(), B.cview(), 1.0f, C.cview(), bias.data());
+        kernels::gemm<Arch>(trans::n, trans::n, 0.5f, A.cview(), B.cview(), 1.0f, C.view(), bias.data());
+        kernels::detail::gemm_run<packed_a_family<Arch>>(
+            kernels::detail::gemm_problem<float, float>{false, false, s.M, s.N, s.K, 0.5f, 1.0f, A.buf.data(), A.ld,
+                                                        B.buf.data(), B.ld, C2.buf.data(), C2.ld, bias.data()});
+        CHECK(C.buf == C2.buf);
+        CHECK(test::gemm_error_ratio(want, C.cview(), s.K) <= 1.0);
+      }
+  set_num_threads(saved);
+}
+
 TEST_CASE("gemm gives the same numbers for 1 and 2 threads") {
   std::mt19937 g(7);
   for (trans ta : both)

@@ -14,7 +14,8 @@
 // - C must not overlap A, B or bias.
 //
 // Implementation (kernels/detail/gemm_*.hpp): Goto/BLIS-style blocking with packed panels and an
-// xsimd register-tiled micro-kernel (14 x 32 on AVX-512, 6 x 2W otherwise); see gemm_driver.hpp.
+// xsimd register-tiled micro-kernel (14 x 32 on AVX-512, 6 x 2W otherwise); A is read in place
+// instead of packed when it serves few columns of C (<= 128); see gemm_driver.hpp.
 
 #include <cstddef>
 #include <cstdint>

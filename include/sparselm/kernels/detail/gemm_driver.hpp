@@ -10,6 +10,13 @@
 //       ir: MR rows      micro-kernel
 // The first depth block applies beta and the bias; later ones accumulate into C.
 //
+// A packed panel of op(A) serves the region's columns of C; when they are few (<= 128: the
+// gradient of a narrow projection, dx = dlogits * E of a tied head 128 wide), the copy is hardly
+// reused and costs up to a fifth of the product (Zen 5 host, one thread: 1024 x 128 x 50000 at
+// 72-74 % of the FMA peak packed, 89 % in place; docs/performance.md). There, with the fp32
+// family, A not transposed is read in place by whole MR-row tiles (rows lda apart, the B panel
+// packed as usual); only a last partial tile is packed.
+//
 // Threads: C is cut into one rectangle per thread (along M or N, whichever packs less), each
 // thread packs its own panels, so there is no synchronisation inside the product.
 
@@ -18,6 +25,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <new>
+#include <type_traits>
 
 #include "sparselm/core/threads.hpp"
 #include "sparselm/kernels/detail/gemm_kernel.hpp"
@@ -114,7 +122,24 @@ struct gemm_fp32_family {
   using kernel_fn = void (*)(std::size_t, const float*, const float*, float*, std::size_t, std::size_t, std::size_t,
                              const gemm_epilogue&);
   static kernel_fn kernel(bool ta) { return ta ? &gemm_micro_kernel<Arch, true> : &gemm_micro_kernel<Arch, false>; }
+  // Whether float A (not transposed) may be read in place (not when packing rounds it).
+  static constexpr bool reads_a_in_place = Round == gemm_round::none;
+  static void kernel_in_place(std::size_t kc, const float* a, std::size_t lda, const float* b, float* c,
+                              std::size_t ldc, std::size_t nr, const gemm_epilogue& ep) {
+    gemm_micro_kernel_in_place<Arch>(kc, a, lda, b, c, ldc, nr, ep);
+  }
 };
+
+// Largest width of a thread's region of C for which A is read in place (see the top of this file).
+inline constexpr std::size_t gemm_in_place_max_cols = 128;
+
+template <class F, class SA>
+constexpr bool gemm_can_read_a_in_place() {
+  if constexpr (requires { F::reads_a_in_place; })
+    return F::reads_a_in_place && std::is_same_v<SA, float>;
+  else
+    return false;
+}
 
 // C[m0:m1, n0:n1] on the calling thread.
 template <class F, class SA, class SB>
@@ -129,6 +154,8 @@ void gemm_region(const gemm_problem<SA, SB>& p, std::size_t m0, std::size_t m1, 
   packed* bp = ws.b<packed>(F::b_panel(kcb) * gemm_ceil_div(ncb, NR));
   packed* ap = ws.a<packed>(F::A_PANEL * gemm_ceil_div(mcb, MR));
   const auto kernel = F::kernel(p.ta);
+  bool in_place = false;  // A read in place by whole MR-row tiles
+  if constexpr (gemm_can_read_a_in_place<F, SA>()) in_place = !p.ta && n1 - n0 <= gemm_in_place_max_cols;
 
   for (std::size_t jc = n0; jc < n1; jc += ncb) {
     const std::size_t nc = std::min(ncb, n1 - jc);
@@ -138,13 +165,22 @@ void gemm_region(const gemm_problem<SA, SB>& p, std::size_t m0, std::size_t m1, 
       F::pack_b(p.tb, p.B, p.ldb, pc, kc, jc, nc, bp);
       for (std::size_t ic = m0; ic < m1; ic += mcb) {
         const std::size_t mc = std::min(mcb, m1 - ic);
-        F::pack_a(p.ta, p.A, p.lda, ic, mc, pc, kc, ap);
+        const std::size_t direct = in_place ? mc / MR * MR : 0;  // rows read in place; the rest packed
+        if (direct < mc) F::pack_a(p.ta, p.A, p.lda, ic + direct, mc - direct, pc, kc, ap);
         for (std::size_t jr = 0; jr < nc; jr += NR) {
           const gemm_epilogue ep{p.alpha, first ? p.beta : 1.0f, first && p.bias ? p.bias + jc + jr : nullptr};
           const packed* b = bp + (jr / NR) * F::b_panel(kc);
-          for (std::size_t ir = 0; ir < mc; ir += MR)
-            kernel(kc, ap + (ir / MR) * F::A_PANEL, b, p.C + (ic + ir) * p.ldc + jc + jr, p.ldc,
-                   std::min(MR, mc - ir), std::min(NR, nc - jr), ep);
+          for (std::size_t ir = 0; ir < mc; ir += MR) {
+            float* c = p.C + (ic + ir) * p.ldc + jc + jr;
+            if constexpr (gemm_can_read_a_in_place<F, SA>()) {
+              if (ir < direct) {
+                F::kernel_in_place(kc, p.A + (ic + ir) * p.lda + pc, p.lda, b, c, p.ldc, std::min(NR, nc - jr), ep);
+                continue;
+              }
+            }
+            kernel(kc, ap + ((ir - direct) / MR) * F::A_PANEL, b, c, p.ldc, std::min(MR, mc - ir),
+                   std::min(NR, nc - jr), ep);
+          }
         }
       }
     }

@@ -12,6 +12,8 @@
 //   A micro-panel: either "row-major" a[r * a_stride + k] (A not transposed: rows copied as-is)
 //                  or "k-major"   a[k * MR + r]           (A transposed: rows of A^T copied as-is)
 // so that packing A never transposes; only op(B) = B^T needs a transposing pack.
+// A not transposed may also be read in place, rows lda apart (gemm_micro_kernel_in_place): when
+// few columns of C use each packed A panel, the copy costs more than it saves (gemm_driver.hpp).
 
 #include <algorithm>
 #include <cstddef>
@@ -133,19 +135,15 @@ template <class Arch, std::size_t MR, std::size_t NV>
   }
 }
 
-// One MR x NR tile of C (mr x nr valid) from packed micro-panels of depth kc.
-template <class Arch, bool KMajorA>
-void gemm_micro_kernel(std::size_t kc, const float* __restrict a, const float* __restrict b, float* c,
-                       std::size_t ldc, std::size_t mr, std::size_t nr, const gemm_epilogue& ep) {
+// The kc rank-1 updates of one tile into acc: A's value of row r at depth k from a_at(r, k), B from
+// its packed micro-panel.
+template <class Arch, class AAt>
+[[gnu::always_inline]] inline void gemm_tile_updates(
+    std::size_t kc, const float* __restrict b,
+    xsimd::batch<float, Arch> (&acc)[gemm_config<Arch>::MR][gemm_config<Arch>::NV], AAt a_at) {
   using cfg = gemm_config<Arch>;
   using batch = typename cfg::batch;
   constexpr std::size_t MR = cfg::MR, NV = cfg::NV, W = cfg::W, NR = cfg::NR;
-  constexpr std::size_t AR = KMajorA ? 1 : cfg::A_STRIDE;  // stride between rows of A
-  constexpr std::size_t AK = KMajorA ? MR : 1;              // stride between k of A
-
-  batch acc[MR][NV];
-  gemm_start_tile<Arch, MR, NV>(acc, c, ldc, mr);
-
 #pragma GCC unroll 2
   for (std::size_t k = 0; k < kc; ++k) {
     batch bv[NV];
@@ -153,13 +151,42 @@ void gemm_micro_kernel(std::size_t kc, const float* __restrict a, const float* _
     for (std::size_t v = 0; v < NV; ++v) bv[v] = batch::load_aligned(b + k * NR + v * W);
 #pragma GCC unroll 16
     for (std::size_t r = 0; r < MR; ++r) {
-      const batch av(a[r * AR + k * AK]);
+      const batch av(a_at(r, k));
 #pragma GCC unroll 4
       for (std::size_t v = 0; v < NV; ++v) acc[r][v] = xsimd::fma(av, bv[v], acc[r][v]);
     }
   }
+}
 
+// One MR x NR tile of C (mr x nr valid) from packed micro-panels of depth kc.
+template <class Arch, bool KMajorA>
+void gemm_micro_kernel(std::size_t kc, const float* __restrict a, const float* __restrict b, float* c, std::size_t ldc,
+                       std::size_t mr, std::size_t nr, const gemm_epilogue& ep) {
+  using cfg = gemm_config<Arch>;
+  constexpr std::size_t MR = cfg::MR, NV = cfg::NV;
+  constexpr std::size_t AR = KMajorA ? 1 : cfg::A_STRIDE;  // stride between rows of A
+  constexpr std::size_t AK = KMajorA ? MR : 1;             // stride between k of A
+  typename cfg::batch acc[MR][NV];
+  gemm_start_tile<Arch, MR, NV>(acc, c, ldc, mr);
+  gemm_tile_updates<Arch>(kc, b, acc, [a](std::size_t r, std::size_t k) { return a[r * AR + k * AK]; });
   gemm_store_tile<Arch, MR, NV>(acc, c, ldc, mr, nr, ep);
+}
+
+// One full-height MR x NR tile (nr valid columns) with A read in place: row r of the tile's A at
+// a + r * lda (A not transposed, not packed); B packed as above. The same products in the same
+// order as gemm_micro_kernel<Arch, false> over the packed copy, so the results are bit-identical.
+template <class Arch>
+void gemm_micro_kernel_in_place(std::size_t kc, const float* a, std::size_t lda, const float* __restrict b, float* c,
+                                std::size_t ldc, std::size_t nr, const gemm_epilogue& ep) {
+  using cfg = gemm_config<Arch>;
+  constexpr std::size_t MR = cfg::MR, NV = cfg::NV;
+  const float* row[MR];
+#pragma GCC unroll 16
+  for (std::size_t r = 0; r < MR; ++r) row[r] = a + r * lda;
+  typename cfg::batch acc[MR][NV];
+  gemm_start_tile<Arch, MR, NV>(acc, c, ldc, MR);
+  gemm_tile_updates<Arch>(kc, b, acc, [&row](std::size_t r, std::size_t k) { return row[r][k]; });
+  gemm_store_tile<Arch, MR, NV>(acc, c, ldc, MR, nr, ep);
 }
 
 }  // namespace sparselm::kernels::detail
