@@ -30,6 +30,7 @@ fi
 # The summary goes into the run directory only once the program has finished: a fresh run refuses an
 # --out that already holds files, and tee would create summary.json there before gpt_train starts.
 summary=$(mktemp)
+trap 'rm -f "$summary"' EXIT  # not left in /tmp when gpt_train fails
 "$build/examples/gpt_train" "${args[@]}" | tee "$summary"
 mv "$summary" "$out/summary.json"
 

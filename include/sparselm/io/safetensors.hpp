@@ -288,7 +288,7 @@ class safetensors_file {
   // Copies tensor `name` into dst as float, converting F16/BF16. Checks the shape (when
   // `expected` is not empty) and the element count.
   void read_f32(const std::string& name, const std::vector<std::size_t>& expected, std::span<float> dst) const {
-    const auto& t = checked_as<float>(name, expected, dst.size());
+    const auto& t = check_as<float>(name, expected, dst.size());
     const unsigned char* src = data_ + t.begin;
     if (t.dtype == st_dtype::f32)
       std::memcpy(dst.data(), src, dst.size() * 4);
@@ -298,11 +298,21 @@ class safetensors_file {
       convert<half>(src, dst);
     drop_pages(t);
   }
-  // Whether read_as<S>(name, expected, dst of n values) would succeed; throws its error if not.
+  // Checks that read_as<S>(name, expected, dst of n values) would succeed and returns the tensor's
+  // info; throws its error if not. read_as<S> accepts, for float, F32, F16 or BF16 (converted); for
+  // bf16 and half their own dtype (bit for bit) or F32 (rounded).
   template <storage_type S>
-  void check_as(const std::string& name, const std::vector<std::size_t>& expected, std::size_t n) const {
-    checked_as<S>(name, expected, n);
+  const st_tensor_info& check_as(const std::string& name, const std::vector<std::size_t>& expected,
+                                 std::size_t n) const {
+    const auto& t = checked(name, expected, n);
+    constexpr bool to_float = std::is_same_v<S, float>;
+    const bool ok = to_float ? (t.dtype == st_dtype::f32 || t.dtype == st_dtype::bf16 || t.dtype == st_dtype::f16)
+                             : (t.dtype == dtype_of<S>() || t.dtype == st_dtype::f32);
+    SPARSELM_CHECK(ok, path_.string(), ": tensor '", name, "' has dtype ", to_string(t.dtype), ", expected ",
+                   to_float ? std::string("F32, F16 or BF16") : std::string(to_string(dtype_of<S>())) + " or F32");
+    return t;
   }
+
   // Copies tensor `name` into dst in storage type S: float as read_f32; bf16 or half from their own
   // dtype bit for bit, or from F32 rounded to nearest even (optimiser slots saved under another
   // storage type). Other dtypes are errors naming the tensor (check_as).
@@ -311,7 +321,7 @@ class safetensors_file {
     if constexpr (std::is_same_v<S, float>) {
       read_f32(name, expected, dst);
     } else {
-      const auto& t = checked_as<S>(name, expected, dst.size());
+      const auto& t = check_as<S>(name, expected, dst.size());
       const unsigned char* src = data_ + t.begin;
       if (t.dtype == dtype_of<S>()) {
         std::memcpy(static_cast<void*>(dst.data()), src, dst.size() * sizeof(S));
@@ -353,20 +363,6 @@ class safetensors_file {
                    " elements, the destination ", n);
     return t;
   }
-  // checked(), plus a dtype that read_as<S> accepts: for float F32, F16 or BF16 (converted); for bf16
-  // and half their own dtype (bit for bit) or F32 (rounded).
-  template <storage_type S>
-  const st_tensor_info& checked_as(const std::string& name, const std::vector<std::size_t>& expected,
-                                   std::size_t n) const {
-    const auto& t = checked(name, expected, n);
-    constexpr bool to_float = std::is_same_v<S, float>;
-    const bool ok = to_float ? (t.dtype == st_dtype::f32 || t.dtype == st_dtype::bf16 || t.dtype == st_dtype::f16)
-                             : (t.dtype == dtype_of<S>() || t.dtype == st_dtype::f32);
-    SPARSELM_CHECK(ok, path_.string(), ": tensor '", name, "' has dtype ", to_string(t.dtype), ", expected ",
-                   to_float ? std::string("F32, F16 or BF16") : std::string(to_string(dtype_of<S>())) + " or F32");
-    return t;
-  }
-
   void parse() {
     const std::string p = path_.string();
     SPARSELM_CHECK(size_ >= 8, p, ": truncated safetensors file (", size_, " bytes, the header length alone is 8)");
