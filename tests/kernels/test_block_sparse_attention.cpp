@@ -94,7 +94,8 @@ ref_result reference(const fvec& qkv, const fvec& dout, const bsa_case& c, const
 // Runs forward and backward; qkv with row stride 3HD + pad.
 template <class Arch>
 bsa_result run(const fvec& qkv, const fvec& dout, const bsa_case& c, const block_causal_pattern* p,
-               const std::vector<std::int32_t>& lengths, const kernels::attention_dropout& drop, std::size_t pad = 0) {
+               const std::vector<std::int32_t>& lengths, const kernels::attention_dropout& drop, std::size_t pad = 0,
+               dtype compute = dtype::f32) {
   const std::size_t N = c.B * c.T, HD = c.H * c.D, ld = 3 * HD + pad;
   fvec q(N * ld, 1e30f), o(N * HD, 1e30f), dq(N * ld, 1e30f), lse(c.B * c.H * c.T, 1e30f);
   for (std::size_t r = 0; r < N; ++r)
@@ -103,14 +104,14 @@ bsa_result run(const fvec& qkv, const fvec& dout, const bsa_case& c, const block
   const kernels::attention_shape s{c.B, c.T, c.H, c.D};
   const const_matrix_view<float> Q(q.data(), N, 3 * HD, ld), G(dout.data(), N, HD, HD);
   if (p) {
-    kernels::block_sparse_attention_forward<Arch>(Q, {o.data(), N, HD, HD}, lse, s, *p, scale, lengths, drop);
+    kernels::block_sparse_attention_forward<Arch>(Q, {o.data(), N, HD, HD}, lse, s, *p, scale, lengths, drop, compute);
     kernels::block_sparse_attention_backward<Arch>(G, Q, {o.data(), N, HD, HD}, lse, {dq.data(), N, 3 * HD, ld}, s, *p,
-                                                   scale, lengths, drop);
+                                                   scale, lengths, drop, compute);
   } else {
     kernels::attention_forward<Arch>(Q, {o.data(), N, HD, HD}, lse, s, kernels::attention_mask::causal, scale, lengths,
-                                     drop);
+                                     drop, compute);
     kernels::attention_backward<Arch>(G, Q, {o.data(), N, HD, HD}, lse, {dq.data(), N, 3 * HD, ld}, s,
-                                      kernels::attention_mask::causal, scale, lengths, drop);
+                                      kernels::attention_mask::causal, scale, lengths, drop, compute);
   }
   bsa_result r{o, lse, fvec(N * 3 * HD)};
   for (std::size_t i = 0; i < N; ++i)
@@ -197,6 +198,42 @@ TEST_CASE_TEMPLATE("block_sparse_attention forward/backward match the naive mask
             }
           }
         }
+}
+
+// bf16 compute (the bf16 precision policy): on inputs already rounded to bf16, only the rounding
+// of P and dS (a relative 2^-9 per element) separates the result from the double reference, as for
+// the dense kernel (test_attention.cpp): lse to fp32 rounding, out within 4e-3, gradients 1.5e-2.
+TEST_CASE_TEMPLATE("block_sparse_attention in bf16 compute: within the rounding of P and dS of the reference", Arch,
+                   SPARSELM_TEST_ARCHS) {
+  for (const bsa_case c : {bsa_case{2, 37, 2, 8}, bsa_case{1, 70, 1, 32}, bsa_case{2, 64, 2, 16}})
+    for (double density : {0.4, 1.0})
+      for (float pdrop : {0.0f, 0.2f}) {
+        CAPTURE(c.T);
+        CAPTURE(density);
+        CAPTURE(pdrop);
+        const block_causal_pattern p({.block = 16, .density = density, .seed = 11}, c.T);
+        const std::size_t N = c.B * c.T, HD = c.H * c.D;
+        fvec qkv = random_vector(N * 3 * HD, 3, -2.0f, 2.0f), dout = random_vector(N * HD, 4);
+        for (auto& x : qkv) x = float(bf16(x));
+        for (auto& x : dout) x = float(bf16(x));
+        const kernels::attention_dropout drop{pdrop, counter_rng(5), 77};
+        std::vector<std::int32_t> lengths;
+        if (c.B == 2) lengths = {std::int32_t(c.T), std::int32_t((c.T + 1) / 2)};
+        const auto ref = reference(qkv, dout, c, p, lengths, drop);
+        const auto r = run<Arch>(qkv, dout, c, &p, lengths, drop, 3, dtype::bf16);
+        const auto f = run<Arch>(qkv, dout, c, &p, lengths, drop, 3, dtype::f32);
+        for (std::size_t i = 0; i < r.lse.size(); ++i) {
+          if (std::isinf(ref.lse[i]))
+            REQUIRE(r.lse[i] == -std::numeric_limits<float>::infinity());
+          else
+            REQUIRE(std::fabs(r.lse[i] - ref.lse[i]) < 2e-5);
+        }
+        CHECK(max_rel_err(r.out, ref.out) < 4e-3);
+        CHECK(max_rel_err(r.dqkv, ref.dqkv) < 1.5e-2);
+        CHECK(max_rel_err(f.out, ref.out) < 2e-5);
+        CHECK(r.out != f.out);  // the compute type is honoured
+        CHECK(r.dqkv != f.dqkv);
+      }
 }
 
 TEST_CASE("block_sparse_attention: density 1 is the dense causal kernel (dropout and lengths included)") {

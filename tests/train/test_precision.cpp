@@ -16,6 +16,7 @@
 #include "sparselm/io/checkpoint.hpp"
 #include "sparselm/kernels/bsr_bf16.hpp"
 #include "sparselm/kernels/gemm_bf16.hpp"
+#include "sparselm/layers/attention.hpp"
 #include "sparselm/layers/linear.hpp"
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/train/trainer.hpp"
@@ -127,6 +128,56 @@ TEST_CASE("precision: a linear layer multiplies in the step's compute type; W an
                     {y32.data(), 30, 24}, params[lin.bias().index].data());
       CHECK(y != y32);
     }
+  }
+}
+
+TEST_CASE("precision: self-attention's score and value products run in the step's compute type (fp32 under fp16)") {
+  std::mt19937 g(5);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  const std::size_t B = 2, T = 9, C = 16, H = 2, D = 8, N = B * T;
+  auto layout = std::make_shared<arena_layout>();
+  self_attention<> att(*layout, "attn", C, H, D);
+  auto lay = std::shared_ptr<const arena_layout>(layout);
+  arena<float> params(lay), grads(lay);
+  att.qkv().init(params, counter_rng(1), 0.5f);
+  att.proj().init(params, counter_rng(2), 0.5f);
+  std::vector<float> x(N * C), dy(N * C);
+  for (auto& v : x) v = n(g);
+  for (auto& v : dy) v = n(g);
+  scratch tmp;
+  const kernels::attention_shape shape{B, T, H, D};
+  const float scale = 1.0f / std::sqrt(float(D));
+  for (dtype d : {dtype::f32, dtype::bf16, dtype::f16}) {
+    INFO("compute ", precision::name(d));
+    step_context s{&params, &grads, &tmp};
+    s.compute = d;
+    s.batch = B;
+    s.seq = T;
+    grads.zero();
+    std::vector<float> y(N * C), dx(N * C);
+    self_attention<>::cache c;
+    att.forward(s, {x.data(), N, C}, {y.data(), N, C}, c);
+    att.backward(s, {dy.data(), N, C}, {dx.data(), N, C}, c);
+    // The layer's own QKV (kept in its cache) through the kernels with the compute type the
+    // layer should pass: bf16 for bf16, fp32 otherwise; then the output projection.
+    const std::vector<float> qkv(c.qkv.get(N * 3 * H * D).begin(), c.qkv.get(N * 3 * H * D).end());
+    const dtype expect = d == dtype::bf16 ? dtype::bf16 : dtype::f32;
+    auto core = [&](dtype k) {
+      std::vector<float> a(N * H * D), lse(B * H * T), y2(N * C);
+      kernels::attention_forward({qkv.data(), N, 3 * H * D}, {a.data(), N, H * D}, lse, shape,
+                                 kernels::attention_mask::causal, scale, {}, {}, k);
+      kernels::gemm_as(d, kernels::trans::n, kernels::trans::n, 1.0f, {a.data(), N, H * D},
+                       params.matrix(att.proj().weight().index), 0.0f, {y2.data(), N, C},
+                       params[att.proj().bias().index].data());
+      return y2;
+    };
+    CHECK(y == core(expect));
+    if (d == dtype::bf16) CHECK(y != core(dtype::f32));
+    // Gradients flow: dx is finite and not zero.
+    double norm = 0;
+    for (float v : dx) norm += double(v) * v;
+    CHECK(std::isfinite(norm));
+    CHECK(norm > 0);
   }
 }
 

@@ -42,6 +42,7 @@
 #include "sparselm/kernels/detail/simd_math.hpp"
 #include "sparselm/kernels/detail/workspace.hpp"
 #include "sparselm/kernels/gemm.hpp"
+#include "sparselm/kernels/gemm_bf16.hpp"
 
 namespace sparselm::kernels {
 
@@ -142,6 +143,17 @@ inline attn_keep_rule keep_rule(const attention_dropout& d) noexcept {
   return {d.p * 16777216.0f, d.p < 1.0f ? 1.0f / (1.0f - d.p) : 0.0f};
 }
 
+// One tile product in the compute type: fp32 FMAs, or bf16 operands (rounded while packed) with
+// fp32 sums (gemm_bf16); fp16 compute keeps the fp32 products here.
+template <class Arch>
+inline void attn_gemm(dtype compute, trans ta, trans tb, float alpha, const_matrix_view<float> A,
+                      const_matrix_view<float> B, float beta, matrix_view<float> C) {
+  if (compute == dtype::bf16)
+    gemm_bf16<float, float, Arch>(ta, tb, alpha, A, B, beta, C);
+  else
+    gemm<Arch>(ta, tb, alpha, A, B, beta, C);
+}
+
 // Forward of one score row sr (kv columns, the first hi visible): softmax over [0, hi) in place,
 // times the keep factors when bits (hi mask words) is given, zeros in [hi, kv). Returns the lse.
 template <class Arch>
@@ -206,7 +218,8 @@ inline void attn_grad_row(float* sr, float* gr, const float* go, const float* o,
 template <class Arch = native_arch>
 void attention_forward(const_matrix_view<float> qkv, matrix_view<float> out, std::span<float> lse,
                        const attention_shape& s, attention_mask mask, float scale,
-                       std::span<const std::int32_t> lengths, const attention_dropout& drop) {
+                       std::span<const std::int32_t> lengths, const attention_dropout& drop,
+                       dtype compute = dtype::f32) {
   detail::check_attention("attention_forward", s, qkv, out.rows, out.cols, lse.size(), lengths);
   check_view(const_matrix_view<float>(out), "attention_forward: out");
   using F = detail::fvec<Arch>;
@@ -228,15 +241,15 @@ void attention_forward(const_matrix_view<float> qkv, matrix_view<float> out, std
     }
     for (std::size_t i0 = 0; i0 < len; i0 += detail::attn_block_q) {
       const auto [Q, K, V, m, kv] = detail::attn_tile(qkv, s, b, h, i0, len, mask);
-      gemm<Arch>(trans::n, trans::t, scale, Q, K, 0.0f, matrix_view<float>(S, m, kv, ld));
+      detail::attn_gemm<Arch>(compute, trans::n, trans::t, scale, Q, K, 0.0f, matrix_view<float>(S, m, kv, ld));
       for (std::size_t r = 0; r < m; ++r) {
         const std::size_t i = i0 + r, hi = detail::visible_keys(mask, i, len);
         const std::uint64_t row = bh * T + i;
         if (dropping) detail::philox_bits<Arch>(drop.rng, drop.stream, row * T, hi, bits);
         lse[row] = detail::attn_softmax_row<Arch>(S + r * ld, hi, kv, dropping ? bits : nullptr, keep);
       }
-      gemm<Arch>(trans::n, trans::n, 1.0f, const_matrix_view<float>(S, m, kv, ld), V, 0.0f,
-                 matrix_view<float>(out.row(b * T + i0) + h * D, m, D, out.ld));
+      detail::attn_gemm<Arch>(compute, trans::n, trans::n, 1.0f, const_matrix_view<float>(S, m, kv, ld), V, 0.0f,
+                              matrix_view<float>(out.row(b * T + i0) + h * D, m, D, out.ld));
     }
   });
 }
@@ -246,7 +259,7 @@ template <class Arch = native_arch>
 void attention_backward(const_matrix_view<float> dout, const_matrix_view<float> qkv, const_matrix_view<float> out,
                         std::span<const float> lse, matrix_view<float> dqkv, const attention_shape& s,
                         attention_mask mask, float scale, std::span<const std::int32_t> lengths,
-                        const attention_dropout& drop) {
+                        const attention_dropout& drop, dtype compute = dtype::f32) {
   detail::check_attention_backward("attention_backward", s, dout, qkv, out, lse, dqkv, lengths);
   using F = detail::fvec<Arch>;
   constexpr std::size_t W = F::size;
@@ -266,8 +279,8 @@ void attention_backward(const_matrix_view<float> dout, const_matrix_view<float> 
     for (std::size_t i0 = 0; i0 < len; i0 += detail::attn_block_q) {
       const auto [Q, K, V, m, kv] = detail::attn_tile(qkv, s, b, h, i0, len, mask);
       const_matrix_view<float> dO(dout.row(b * T + i0) + h * D, m, D, dout.ld);
-      gemm<Arch>(trans::n, trans::t, scale, Q, K, 0.0f, matrix_view<float>(S, m, kv, ld));
-      gemm<Arch>(trans::n, trans::t, 1.0f, dO, V, 0.0f, matrix_view<float>(G, m, kv, ld));
+      detail::attn_gemm<Arch>(compute, trans::n, trans::t, scale, Q, K, 0.0f, matrix_view<float>(S, m, kv, ld));
+      detail::attn_gemm<Arch>(compute, trans::n, trans::t, 1.0f, dO, V, 0.0f, matrix_view<float>(G, m, kv, ld));
       for (std::size_t r = 0; r < m; ++r) {
         const std::size_t i = i0 + r, hi = detail::visible_keys(mask, i, len);
         const std::uint64_t row = bh * T + i;
@@ -276,11 +289,12 @@ void attention_backward(const_matrix_view<float> dout, const_matrix_view<float> 
                                     dropping ? bits : nullptr, keep, scale);
       }
       const_matrix_view<float> Pd(S, m, kv, ld), dS(G, m, kv, ld);
-      gemm<Arch>(trans::t, trans::n, 1.0f, Pd, dO, 1.0f,
-                 matrix_view<float>(dqkv.row(b * T) + 2 * HD + h * D, kv, D, dqkv.ld));
-      gemm<Arch>(trans::n, trans::n, 1.0f, dS, K, 0.0f, matrix_view<float>(dqkv.row(b * T + i0) + h * D, m, D, dqkv.ld));
-      gemm<Arch>(trans::t, trans::n, 1.0f, dS, Q, 1.0f,
-                 matrix_view<float>(dqkv.row(b * T) + HD + h * D, kv, D, dqkv.ld));
+      detail::attn_gemm<Arch>(compute, trans::t, trans::n, 1.0f, Pd, dO, 1.0f,
+                              matrix_view<float>(dqkv.row(b * T) + 2 * HD + h * D, kv, D, dqkv.ld));
+      detail::attn_gemm<Arch>(compute, trans::n, trans::n, 1.0f, dS, K, 0.0f,
+                              matrix_view<float>(dqkv.row(b * T + i0) + h * D, m, D, dqkv.ld));
+      detail::attn_gemm<Arch>(compute, trans::t, trans::n, 1.0f, dS, Q, 1.0f,
+                              matrix_view<float>(dqkv.row(b * T) + HD + h * D, kv, D, dqkv.ld));
     }
   });
 }

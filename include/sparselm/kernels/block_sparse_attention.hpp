@@ -225,7 +225,8 @@ void bsa_for_each_block(const const_matrix_view<float>& qkv, const attention_sha
 template <class Arch = native_arch>
 void block_sparse_attention_forward(const_matrix_view<float> qkv, matrix_view<float> out, std::span<float> lse,
                                     const attention_shape& s, const block_causal_pattern& pattern, float scale,
-                                    std::span<const std::int32_t> lengths, const attention_dropout& drop) {
+                                    std::span<const std::int32_t> lengths, const attention_dropout& drop,
+                                    dtype compute = dtype::f32) {
   constexpr const char* fn = "block_sparse_attention_forward";
   detail::check_attention(fn, s, qkv, out.rows, out.cols, lse.size(), lengths);
   check_view(const_matrix_view<float>(out), "block_sparse_attention_forward: out");
@@ -247,14 +248,14 @@ void block_sparse_attention_forward(const_matrix_view<float> qkv, matrix_view<fl
           const const_matrix_view<float>& V) {
         float* S = detail::scratch(Bk * ld, detail::attn_slot_s);
         std::uint32_t* bits = detail::attn_mask_words(words);
-        gemm<Arch>(trans::n, trans::t, scale, t.Q, K, 0.0f, matrix_view<float>(S, t.m, t.kv, ld));
+        detail::attn_gemm<Arch>(compute, trans::n, trans::t, scale, t.Q, K, 0.0f, matrix_view<float>(S, t.m, t.kv, ld));
         for (std::size_t r = 0; r < t.m; ++r) {
           const std::uint64_t row = bh * T + t.i0 + r;
           if (dropping) detail::bsa_mask_bits<Arch>(drop, row, T, t.seg, bits);
           lse[row] = detail::attn_softmax_row<Arch>(S + r * ld, t.kv - t.m + r + 1, t.kv, dropping ? bits : nullptr, keep);
         }
-        gemm<Arch>(trans::n, trans::n, 1.0f, const_matrix_view<float>(S, t.m, t.kv, ld), V, 0.0f,
-                   matrix_view<float>(out.row(b * T + t.i0) + h * D, t.m, D, out.ld));
+        detail::attn_gemm<Arch>(compute, trans::n, trans::n, 1.0f, const_matrix_view<float>(S, t.m, t.kv, ld), V, 0.0f,
+                                matrix_view<float>(out.row(b * T + t.i0) + h * D, t.m, D, out.ld));
       });
 }
 
@@ -263,7 +264,8 @@ template <class Arch = native_arch>
 void block_sparse_attention_backward(const_matrix_view<float> dout, const_matrix_view<float> qkv,
                                      const_matrix_view<float> out, std::span<const float> lse, matrix_view<float> dqkv,
                                      const attention_shape& s, const block_causal_pattern& pattern, float scale,
-                                     std::span<const std::int32_t> lengths, const attention_dropout& drop) {
+                                     std::span<const std::int32_t> lengths, const attention_dropout& drop,
+                                     dtype compute = dtype::f32) {
   constexpr const char* fn = "block_sparse_attention_backward";
   detail::check_attention_backward(fn, s, dout, qkv, out, lse, dqkv, lengths);
   // Plain variables, not a structured binding: clang before 16 cannot capture those in lambdas.
@@ -287,8 +289,8 @@ void block_sparse_attention_backward(const_matrix_view<float> dout, const_matrix
         std::uint32_t* bits = detail::attn_mask_words(words);
         const std::size_t m = t.m, kv = t.kv;
         const_matrix_view<float> dO(dout.row(b * T + t.i0) + h * D, m, D, dout.ld);
-        gemm<Arch>(trans::n, trans::t, scale, t.Q, K, 0.0f, matrix_view<float>(S, m, kv, ld));
-        gemm<Arch>(trans::n, trans::t, 1.0f, dO, V, 0.0f, matrix_view<float>(G, m, kv, ld));
+        detail::attn_gemm<Arch>(compute, trans::n, trans::t, scale, t.Q, K, 0.0f, matrix_view<float>(S, m, kv, ld));
+        detail::attn_gemm<Arch>(compute, trans::n, trans::t, 1.0f, dO, V, 0.0f, matrix_view<float>(G, m, kv, ld));
         for (std::size_t r = 0; r < m; ++r) {
           const std::uint64_t row = bh * T + t.i0 + r;
           if (dropping) detail::bsa_mask_bits<Arch>(drop, row, T, t.seg, bits);
@@ -296,16 +298,18 @@ void block_sparse_attention_backward(const_matrix_view<float> dout, const_matrix
                                       lse[row], kv - m + r + 1, kv, dropping ? bits : nullptr, keep, scale);
         }
         const_matrix_view<float> Pd(S, m, kv, ld), dS(G, m, kv, ld);
-        gemm<Arch>(trans::n, trans::n, 1.0f, dS, K, 0.0f,
-                   matrix_view<float>(dqkv.row(b * T + t.i0) + h * D, m, D, dqkv.ld));
+        detail::attn_gemm<Arch>(compute, trans::n, trans::n, 1.0f, dS, K, 0.0f,
+                                matrix_view<float>(dqkv.row(b * T + t.i0) + h * D, m, D, dqkv.ld));
         if (t.contiguous) {  // accumulate straight into dqkv
           float* g0 = dqkv.row(b * T + t.seg[0].j0);
-          gemm<Arch>(trans::t, trans::n, 1.0f, Pd, dO, 1.0f, matrix_view<float>(g0 + 2 * HD + h * D, kv, D, dqkv.ld));
-          gemm<Arch>(trans::t, trans::n, 1.0f, dS, t.Q, 1.0f, matrix_view<float>(g0 + HD + h * D, kv, D, dqkv.ld));
+          detail::attn_gemm<Arch>(compute, trans::t, trans::n, 1.0f, Pd, dO, 1.0f,
+                                  matrix_view<float>(g0 + 2 * HD + h * D, kv, D, dqkv.ld));
+          detail::attn_gemm<Arch>(compute, trans::t, trans::n, 1.0f, dS, t.Q, 1.0f,
+                                  matrix_view<float>(g0 + HD + h * D, kv, D, dqkv.ld));
           return;
         }
-        gemm<Arch>(trans::t, trans::n, 1.0f, Pd, dO, 0.0f, matrix_view<float>(dVg, kv, D, D));
-        gemm<Arch>(trans::t, trans::n, 1.0f, dS, t.Q, 0.0f, matrix_view<float>(dKg, kv, D, D));
+        detail::attn_gemm<Arch>(compute, trans::t, trans::n, 1.0f, Pd, dO, 0.0f, matrix_view<float>(dVg, kv, D, D));
+        detail::attn_gemm<Arch>(compute, trans::t, trans::n, 1.0f, dS, t.Q, 0.0f, matrix_view<float>(dKg, kv, D, D));
         detail::bsa_scatter_add(dKg, t.seg, D, dqkv, b * T, HD + h * D);
         detail::bsa_scatter_add(dVg, t.seg, D, dqkv, b * T, 2 * HD + h * D);
       });

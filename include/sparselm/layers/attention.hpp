@@ -11,6 +11,9 @@
 // Static block-sparse causal attention (kernels/block_sparse_attention.hpp): given a block pattern,
 // a causal layer computes only the pattern's blocks of the scores, in training and in decoding.
 // Its config object is read by block_sparse_attention_from_json (keys block, density, seed).
+// The score and value products run in the step's compute type: under bf16 they take bf16 operands
+// (Q, K, V, dO and the probabilities P and dS rounded while packed) with fp32 sums; the softmax, its
+// log-sum-exp and every stored tensor stay fp32. fp16 steps keep these products in fp32.
 
 #include <cmath>
 #include <cstdint>
@@ -99,9 +102,10 @@ class self_attention {
     auto att = c.att.matrix(N, h_ * d_);
     auto lse = c.lse.get(s.batch * h_ * s.seq);
     if (pattern_)
-      kernels::block_sparse_attention_forward(qkv, att, lse, shape(s), *pattern_, scale(), s.lengths, dropout(s));
+      kernels::block_sparse_attention_forward(qkv, att, lse, shape(s), *pattern_, scale(), s.lengths, dropout(s),
+                                              s.compute);
     else
-      kernels::attention_forward(qkv, att, lse, shape(s), Mask, scale(), s.lengths, dropout(s));
+      kernels::attention_forward(qkv, att, lse, shape(s), Mask, scale(), s.lengths, dropout(s), s.compute);
     proj_.forward(s, att, y, c.proj_c);
   }
 
@@ -148,9 +152,9 @@ class self_attention {
     auto lse = c.lse.get(s.batch * h_ * s.seq);
     if (pattern_)
       kernels::block_sparse_attention_backward(datt, qkv, att, lse, dqkv, shape(s), *pattern_, scale(), s.lengths,
-                                               dropout(s));
+                                               dropout(s), s.compute);
     else
-      kernels::attention_backward(datt, qkv, att, lse, dqkv, shape(s), Mask, scale(), s.lengths, dropout(s));
+      kernels::attention_backward(datt, qkv, att, lse, dqkv, shape(s), Mask, scale(), s.lengths, dropout(s), s.compute);
     qkv_.backward(s, dqkv, dx, c.qkv_c, accumulate_dx);
   }
 
