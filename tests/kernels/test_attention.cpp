@@ -181,6 +181,50 @@ TEST_CASE_TEMPLATE("attention in bf16 compute: within the rounding of P and dS o
   }
 }
 
+// qkv and out held in bf16 (the attention layer's bf16 activations): the same results, bit for bit,
+// as fp32 storage under bf16 compute (whose products round them the same way), given the same
+// rounded out in backward. fp32 compute over bf16 storage is refused.
+TEST_CASE_TEMPLATE("attention: qkv and out held in bf16 give the results of bf16 compute on fp32 storage", Arch,
+                   SPARSELM_TEST_ARCHS) {
+  for (const attn_case c : {attn_case{2, 7, 2, 4}, attn_case{1, 70, 2, 32}, attn_case{2, 129, 1, 64}})
+    for (attention_mask mask : {attention_mask::causal, attention_mask::padding}) {
+      CAPTURE(c.T);
+      CAPTURE(int(mask));
+      const std::size_t N = c.B * c.T, HD = c.H * c.D;
+      const attn_inputs in = make_inputs(c, mask, 21);
+      const auto drop = drop_of(0.25f);
+      const float scale = 1.0f / std::sqrt(float(c.D));
+      const kernels::attention_shape s{c.B, c.T, c.H, c.D};
+      auto round = [](const fvec& v) {
+        std::vector<bf16> r(v.size());
+        for (std::size_t i = 0; i < v.size(); ++i) r[i] = bf16(v[i]);
+        return r;
+      };
+      // fp32 storage, bf16 compute; backward given out rounded to bf16 (held in float)
+      fvec o32(N * HD), l32(c.B * c.H * c.T), d32(N * 3 * HD);
+      const const_matrix_view<float> q32(in.qkv.data(), N, 3 * HD);
+      kernels::attention_forward<Arch>(q32, {o32.data(), N, HD}, l32, s, mask, scale, in.lengths, drop, dtype::bf16);
+      fvec o32r(o32.size());
+      for (std::size_t i = 0; i < o32.size(); ++i) o32r[i] = float(bf16(o32[i]));
+      kernels::attention_backward<Arch>({in.dout.data(), N, HD}, q32, {o32r.data(), N, HD}, l32,
+                                        {d32.data(), N, 3 * HD}, s, mask, scale, in.lengths, drop, dtype::bf16);
+      // bf16 storage
+      const std::vector<bf16> q16 = round(in.qkv);
+      const const_matrix_view<bf16> qv(q16.data(), N, 3 * HD);
+      fvec o(N * HD), l(c.B * c.H * c.T), d(N * 3 * HD);
+      kernels::attention_forward<Arch>(qv, {o.data(), N, HD}, l, s, mask, scale, in.lengths, drop, dtype::bf16);
+      const std::vector<bf16> o16 = round(o);
+      kernels::attention_backward<Arch>({in.dout.data(), N, HD}, qv, const_matrix_view<bf16>(o16.data(), N, HD), l,
+                                        {d.data(), N, 3 * HD}, s, mask, scale, in.lengths, drop, dtype::bf16);
+      CHECK(o == o32);
+      CHECK(d == d32);
+      for (std::size_t i = 0; i < l.size(); ++i) REQUIRE((l[i] == l32[i]));
+      CHECK_THROWS_WITH_AS(
+          kernels::attention_forward<Arch>(qv, {o.data(), N, HD}, l, s, mask, scale, in.lengths, drop, dtype::f32),
+          doctest::Contains("attention_forward: qkv held in bf16 needs the bf16 compute type, got F32"), error);
+    }
+}
+
 TEST_CASE("attention: results and dropout masks do not depend on the thread count") {
   const attn_case c{3, 45, 2, 16};
   const std::size_t N = c.B * c.T, HD = c.H * c.D;

@@ -131,7 +131,7 @@ TEST_CASE("precision: a linear layer multiplies in the step's compute type; W an
   }
 }
 
-TEST_CASE("precision: self-attention's score and value products run in the step's compute type (fp32 under fp16)") {
+TEST_CASE("precision: self-attention multiplies in the step's compute type (fp32 under fp16), keeps qkv in bf16") {
   std::mt19937 g(5);
   std::normal_distribution<float> n(0.0f, 1.0f);
   const std::size_t B = 2, T = 9, C = 16, H = 2, D = 8, N = B * T;
@@ -147,10 +147,17 @@ TEST_CASE("precision: self-attention's score and value products run in the step'
   scratch tmp;
   const kernels::attention_shape shape{B, T, H, D};
   const float scale = 1.0f / std::sqrt(float(D));
-  for (dtype d : {dtype::f32, dtype::bf16, dtype::f16}) {
-    INFO("compute ", precision::name(d));
+  struct variant {
+    dtype d;
+    bool bf16_activations;
+  };
+  std::vector<float> y_wide, dx_wide;  // bf16 compute with fp32 activations
+  for (const variant v : {variant{dtype::f32, true}, variant{dtype::bf16, false}, variant{dtype::bf16, true},
+                          variant{dtype::f16, true}}) {
+    INFO("compute ", precision::name(v.d), ", bf16 activations ", v.bf16_activations);
     step_context s{&params, &grads, &tmp};
-    s.compute = d;
+    s.compute = v.d;
+    s.bf16_activations = v.bf16_activations;
     s.batch = B;
     s.seq = T;
     grads.zero();
@@ -158,26 +165,46 @@ TEST_CASE("precision: self-attention's score and value products run in the step'
     self_attention<>::cache c;
     att.forward(s, {x.data(), N, C}, {y.data(), N, C}, c);
     att.backward(s, {dy.data(), N, C}, {dx.data(), N, C}, c);
-    // The layer's own QKV (kept in its cache) through the kernels with the compute type the
-    // layer should pass: bf16 for bf16, fp32 otherwise; then the output projection.
-    const std::vector<float> qkv(c.qkv.get(N * 3 * H * D).begin(), c.qkv.get(N * 3 * H * D).end());
-    const dtype expect = d == dtype::bf16 ? dtype::bf16 : dtype::f32;
+    // qkv and the heads' output are kept in bf16 exactly under bf16 compute with bf16 activations
+    const bool compact = v.d == dtype::bf16 && v.bf16_activations;
+    CHECK(c.in_bf16 == compact);
+    std::vector<float> qkv(N * 3 * H * D);
+    if (compact)
+      for (std::size_t i = 0; i < qkv.size(); ++i) qkv[i] = float(c.qkv16.get(qkv.size())[i]);
+    else
+      std::copy_n(c.qkv.get(qkv.size()).data(), qkv.size(), qkv.data());
+    // The layer's own QKV through the kernels with the compute type the layer should pass (bf16
+    // for bf16, fp32 otherwise), then the output projection.
+    const dtype expect = v.d == dtype::bf16 ? dtype::bf16 : dtype::f32;
     auto core = [&](dtype k) {
       std::vector<float> a(N * H * D), lse(B * H * T), y2(N * C);
       kernels::attention_forward({qkv.data(), N, 3 * H * D}, {a.data(), N, H * D}, lse, shape,
                                  kernels::attention_mask::causal, scale, {}, {}, k);
-      kernels::gemm_as(d, kernels::trans::n, kernels::trans::n, 1.0f, {a.data(), N, H * D},
+      kernels::gemm_as(v.d, kernels::trans::n, kernels::trans::n, 1.0f, {a.data(), N, H * D},
                        params.matrix(att.proj().weight().index), 0.0f, {y2.data(), N, C},
                        params[att.proj().bias().index].data());
       return y2;
     };
     CHECK(y == core(expect));
-    if (d == dtype::bf16) CHECK(y != core(dtype::f32));
-    // Gradients flow: dx is finite and not zero.
+    if (v.d == dtype::bf16) CHECK(y != core(dtype::f32));
     double norm = 0;
-    for (float v : dx) norm += double(v) * v;
+    for (float e : dx) norm += double(e) * e;
     CHECK(std::isfinite(norm));
     CHECK(norm > 0);
+    if (v.d == dtype::bf16 && !v.bf16_activations) y_wide = y, dx_wide = dx;
+    if (compact) {
+      // The same output as with fp32 activations (the products round qkv and the output anyway);
+      // the input gradient differs only through δ = dO·O seeing the rounded output (relative L2
+      // distance, as for the blocks in test_layers.cpp).
+      CHECK(y == y_wide);
+      double num = 0, den = 0;
+      for (std::size_t i = 0; i < dx.size(); ++i) {
+        num += double(dx[i] - dx_wide[i]) * double(dx[i] - dx_wide[i]);
+        den += double(dx_wide[i]) * double(dx_wide[i]);
+      }
+      CHECK(num > 0);
+      CHECK(std::sqrt(num / den) < 1e-2);
+    }
   }
 }
 

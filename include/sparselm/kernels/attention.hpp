@@ -23,6 +23,11 @@
 //             dV[0:kv] += Pdᵀ·dO_blk (TN)   dQ_blk = dS·K[0:kv] (NN)   dK[0:kv] += dSᵀ·Q_blk (TN)
 // The products run the dense GEMM single-threaded from inside the parallel loop. Scratch per
 // thread: two BQ x T score tiles (never a T x T matrix) and T mask words.
+//
+// Compute type (last argument): fp32 FMAs (gemm), or bf16 (gemm_bf16: bf16 operands, fp32 sums; P
+// and dS are rounded to bf16 as they are packed). Under bf16, qkv and out may also be held in bf16
+// (the attention layer does with bf16 activations): the products round them anyway, so the results
+// are those of fp32 storage of the same rounded values. The softmax, lse and dqkv stay fp32.
 
 #include <algorithm>
 #include <cmath>
@@ -31,6 +36,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "sparselm/core/error.hpp"
@@ -57,9 +63,9 @@ struct attention_dropout {
 };
 
 namespace detail {
-inline void check_attention(const char* fn, const attention_shape& s, const const_matrix_view<float>& qkv,
-                            std::size_t out_rows, std::size_t out_cols, std::size_t lse,
-                            std::span<const std::int32_t> lengths) {
+template <class S>
+void check_attention(const char* fn, const attention_shape& s, const const_matrix_view<S>& qkv, std::size_t out_rows,
+                     std::size_t out_cols, std::size_t lse, std::span<const std::int32_t> lengths) {
   const std::size_t N = s.batch * s.seq, HD = s.heads * s.head_dim;
   check_view(qkv, fn);
   SPARSELM_CHECK(qkv.data && qkv.rows == N && qkv.cols == 3 * HD, fn, ": qkv ", shape_string(qkv), " should be (", N,
@@ -75,10 +81,11 @@ inline void check_attention(const char* fn, const attention_shape& s, const cons
                    b, " outside [0, ", s.seq, "]");
 }
 // The arguments of a backward kernel named fn.
-inline void check_attention_backward(const std::string& fn, const attention_shape& s,
-                                     const const_matrix_view<float>& dout, const const_matrix_view<float>& qkv,
-                                     const const_matrix_view<float>& out, std::span<const float> lse,
-                                     const matrix_view<float>& dqkv, std::span<const std::int32_t> lengths) {
+template <class S>
+void check_attention_backward(const std::string& fn, const attention_shape& s, const const_matrix_view<float>& dout,
+                              const const_matrix_view<S>& qkv, const const_matrix_view<S>& out,
+                              std::span<const float> lse, const matrix_view<float>& dqkv,
+                              std::span<const std::int32_t> lengths) {
   check_attention(fn.c_str(), s, qkv, out.rows, out.cols, lse.size(), lengths);
   check_view(out, (fn + ": out").c_str());
   check_view(dout, (fn + ": dout").c_str());
@@ -100,12 +107,14 @@ inline constexpr std::size_t attn_slot_s = 6, attn_slot_g = 7;
 
 // The operands of one query block [i0, min(len, i0 + BQ)) of head (b, h): its queries, and the
 // keys and values [0, kv) it can see (kv = the block end when causal, len otherwise).
+template <class S>
 struct attn_tile_views {
-  const_matrix_view<float> Q, K, V;
+  const_matrix_view<S> Q, K, V;
   std::size_t m, kv;
 };
-inline attn_tile_views attn_tile(const const_matrix_view<float>& qkv, const attention_shape& s, std::size_t b,
-                                 std::size_t h, std::size_t i0, std::size_t len, attention_mask mask) {
+template <class S>
+attn_tile_views<S> attn_tile(const const_matrix_view<S>& qkv, const attention_shape& s, std::size_t b, std::size_t h,
+                             std::size_t i0, std::size_t len, attention_mask mask) {
   const std::size_t T = s.seq, D = s.head_dim, HD = s.heads * D;
   const std::size_t i1 = std::min(len, i0 + attn_block_q), m = i1 - i0;
   const std::size_t kv = mask == attention_mask::causal ? i1 : len;
@@ -143,15 +152,29 @@ inline attn_keep_rule keep_rule(const attention_dropout& d) noexcept {
   return {d.p * 16777216.0f, d.p < 1.0f ? 1.0f / (1.0f - d.p) : 0.0f};
 }
 
-// One tile product in the compute type: fp32 FMAs, or bf16 operands (rounded while packed) with
-// fp32 sums (gemm_bf16); fp16 compute keeps the fp32 products here.
-template <class Arch>
-inline void attn_gemm(dtype compute, trans ta, trans tb, float alpha, const_matrix_view<float> A,
-                      const_matrix_view<float> B, float beta, matrix_view<float> C) {
-  if (compute == dtype::bf16)
-    gemm_bf16<float, float, Arch>(ta, tb, alpha, A, B, beta, C);
-  else
-    gemm<Arch>(ta, tb, alpha, A, B, beta, C);
+// One tile product in the compute type: fp32 FMAs, or bf16 operands (rounded while packed, or
+// stored in bf16) with fp32 sums (gemm_bf16); fp16 compute keeps the fp32 products here.
+template <class Arch, class SA, class SB>
+inline void attn_gemm(dtype compute, trans ta, trans tb, float alpha, const_matrix_view<SA> A, const_matrix_view<SB> B,
+                      float beta, matrix_view<float> C) {
+  if constexpr (std::is_same_v<SA, float> && std::is_same_v<SB, float>) {
+    if (compute != dtype::bf16) return gemm<Arch>(ta, tb, alpha, A, B, beta, C);
+  }
+  gemm_bf16<SA, SB, Arch>(ta, tb, alpha, A, B, beta, C);
+}
+// A row of D values as floats: the row itself, or (bf16) converted into a per-thread buffer.
+inline const float* attn_row_f32(const float* r, std::size_t) { return r; }
+inline const float* attn_row_f32(const bf16* r, std::size_t D) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < D) buf.resize(D);
+  for (std::size_t d = 0; d < D; ++d) buf[d] = float(r[d]);
+  return buf.data();
+}
+// qkv and out held in bf16 need the bf16 compute type.
+template <class S>
+inline void check_attention_storage(const char* fn, dtype compute) {
+  SPARSELM_CHECK((std::is_same_v<S, float>) || compute == dtype::bf16, fn,
+                 ": qkv held in bf16 needs the bf16 compute type, got ", dtype_name(compute));
 }
 
 // Forward of one score row sr (kv columns, the first hi visible): softmax over [0, hi) in place,
@@ -213,14 +236,14 @@ inline void attn_grad_row(float* sr, float* gr, const float* go, const float* o,
   std::fill(sr + hi, sr + kv, 0.0f);
   std::fill(gr + hi, gr + kv, 0.0f);
 }
-}  // namespace detail
 
-template <class Arch = native_arch>
-void attention_forward(const_matrix_view<float> qkv, matrix_view<float> out, std::span<float> lse,
-                       const attention_shape& s, attention_mask mask, float scale,
-                       std::span<const std::int32_t> lengths, const attention_dropout& drop,
-                       dtype compute = dtype::f32) {
+template <class Arch, class SQ>
+void attention_forward_t(const_matrix_view<SQ> qkv, matrix_view<float> out, std::span<float> lse,
+                         const attention_shape& s, attention_mask mask, float scale,
+                         std::span<const std::int32_t> lengths, const attention_dropout& drop,
+                         dtype compute = dtype::f32) {
   detail::check_attention("attention_forward", s, qkv, out.rows, out.cols, lse.size(), lengths);
+  detail::check_attention_storage<SQ>("attention_forward", compute);
   check_view(const_matrix_view<float>(out), "attention_forward: out");
   using F = detail::fvec<Arch>;
   constexpr std::size_t W = F::size;
@@ -254,13 +277,13 @@ void attention_forward(const_matrix_view<float> qkv, matrix_view<float> out, std
   });
 }
 
-// dqkv assigned (all of it, masked rows included).
-template <class Arch = native_arch>
-void attention_backward(const_matrix_view<float> dout, const_matrix_view<float> qkv, const_matrix_view<float> out,
-                        std::span<const float> lse, matrix_view<float> dqkv, const attention_shape& s,
-                        attention_mask mask, float scale, std::span<const std::int32_t> lengths,
-                        const attention_dropout& drop, dtype compute = dtype::f32) {
+template <class Arch, class SQ>
+void attention_backward_t(const_matrix_view<float> dout, const_matrix_view<SQ> qkv, const_matrix_view<SQ> out,
+                          std::span<const float> lse, matrix_view<float> dqkv, const attention_shape& s,
+                          attention_mask mask, float scale, std::span<const std::int32_t> lengths,
+                          const attention_dropout& drop, dtype compute = dtype::f32) {
   detail::check_attention_backward("attention_backward", s, dout, qkv, out, lse, dqkv, lengths);
+  detail::check_attention_storage<SQ>("attention_backward", compute);
   using F = detail::fvec<Arch>;
   constexpr std::size_t W = F::size;
   const std::size_t T = s.seq, H = s.heads, D = s.head_dim, HD = H * D;
@@ -285,7 +308,8 @@ void attention_backward(const_matrix_view<float> dout, const_matrix_view<float> 
         const std::size_t i = i0 + r, hi = detail::visible_keys(mask, i, len);
         const std::uint64_t row = bh * T + i;
         if (dropping) detail::philox_bits<Arch>(drop.rng, drop.stream, row * T, hi, bits);
-        detail::attn_grad_row<Arch>(S + r * ld, G + r * ld, dO.row(r), out.row(b * T + i) + h * D, D, lse[row], hi, kv,
+        detail::attn_grad_row<Arch>(S + r * ld, G + r * ld, dO.row(r),
+                                    detail::attn_row_f32(out.row(b * T + i) + h * D, D), D, lse[row], hi, kv,
                                     dropping ? bits : nullptr, keep, scale);
       }
       const_matrix_view<float> Pd(S, m, kv, ld), dS(G, m, kv, ld);
@@ -297,6 +321,38 @@ void attention_backward(const_matrix_view<float> dout, const_matrix_view<float> 
                               matrix_view<float>(dqkv.row(b * T) + HD + h * D, kv, D, dqkv.ld));
     }
   });
+}
+}  // namespace detail
+
+// qkv (and out) in fp32, or held in bf16 under bf16 compute.
+template <class Arch = native_arch>
+void attention_forward(const_matrix_view<float> qkv, matrix_view<float> out, std::span<float> lse,
+                       const attention_shape& s, attention_mask mask, float scale,
+                       std::span<const std::int32_t> lengths, const attention_dropout& drop,
+                       dtype compute = dtype::f32) {
+  detail::attention_forward_t<Arch>(qkv, out, lse, s, mask, scale, lengths, drop, compute);
+}
+template <class Arch = native_arch>
+void attention_forward(const_matrix_view<bf16> qkv, matrix_view<float> out, std::span<float> lse,
+                       const attention_shape& s, attention_mask mask, float scale,
+                       std::span<const std::int32_t> lengths, const attention_dropout& drop, dtype compute) {
+  detail::attention_forward_t<Arch>(qkv, out, lse, s, mask, scale, lengths, drop, compute);
+}
+
+// dqkv assigned (all of it, masked rows included).
+template <class Arch = native_arch>
+void attention_backward(const_matrix_view<float> dout, const_matrix_view<float> qkv, const_matrix_view<float> out,
+                        std::span<const float> lse, matrix_view<float> dqkv, const attention_shape& s,
+                        attention_mask mask, float scale, std::span<const std::int32_t> lengths,
+                        const attention_dropout& drop, dtype compute = dtype::f32) {
+  detail::attention_backward_t<Arch>(dout, qkv, out, lse, dqkv, s, mask, scale, lengths, drop, compute);
+}
+template <class Arch = native_arch>
+void attention_backward(const_matrix_view<float> dout, const_matrix_view<bf16> qkv, const_matrix_view<bf16> out,
+                        std::span<const float> lse, matrix_view<float> dqkv, const attention_shape& s,
+                        attention_mask mask, float scale, std::span<const std::int32_t> lengths,
+                        const attention_dropout& drop, dtype compute) {
+  detail::attention_backward_t<Arch>(dout, qkv, out, lse, dqkv, s, mask, scale, lengths, drop, compute);
 }
 
 }  // namespace sparselm::kernels

@@ -13,7 +13,9 @@
 // Its config object is read by block_sparse_attention_from_json (keys block, density, seed).
 // The score and value products run in the step's compute type: under bf16 they take bf16 operands
 // (Q, K, V, dO and the probabilities P and dS rounded while packed) with fp32 sums; the softmax, its
-// log-sum-exp and every stored tensor stay fp32. fp16 steps keep these products in fp32.
+// log-sum-exp and the gradients stay fp32. With bf16 activations (keeps_bf16) the layer keeps qkv
+// and the heads' output in bf16 for backward: the products round them anyway, so only the δ = dO·O
+// of the softmax gradient sees the rounded output. fp16 steps keep these products in fp32.
 
 #include <cmath>
 #include <cstdint>
@@ -24,6 +26,7 @@
 #include "sparselm/core/json.hpp"
 #include "sparselm/kernels/attention.hpp"
 #include "sparselm/kernels/block_sparse_attention.hpp"
+#include "sparselm/kernels/convert.hpp"
 #include "sparselm/kernels/decode_attention.hpp"
 #include "sparselm/layers/context.hpp"
 #include "sparselm/layers/kv_cache.hpp"
@@ -59,6 +62,8 @@ class self_attention {
     buffer qkv;  // (N,3HD)
     buffer att;  // (N,HD)
     buffer lse;  // (B·H·T)
+    buffer_bf16 qkv16, att16;  // the same in bf16 (compact_input)
+    bool in_bf16 = false;      // forward kept qkv and att in bf16
   };
 
   self_attention() = default;
@@ -91,12 +96,31 @@ class self_attention {
 
   // True when input_keeper::layer keeps x in bf16 (the QKV projection's choice, layers/linear.hpp).
   static bool compact_input(const step_context& s) { return linear_type::compact_input(s); }
+  // True when forward keeps qkv and the heads' output in bf16: bf16 activations whose only readers
+  // are bf16 products (the attention's, and the output projection's under compact_input); dense
+  // attention only (the block-sparse kernels read fp32).
+  bool keeps_bf16(const step_context& s) const { return compact_input(s) && !pattern_; }
 
   // keeper: who keeps x for backward (input_keeper::layer: the QKV projection keeps a copy).
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c,
                input_keeper keeper = input_keeper::caller) const {
     const std::size_t N = x.rows;
     SPARSELM_CHECK(N == s.batch * s.seq, "attention: ", N, " rows but batch ", s.batch, " x seq ", s.seq);
+    c.in_bf16 = keeps_bf16(s);
+    if (c.in_bf16) {
+      // fp32 results in scratch (the backward's gradient slots, free during forward), kept in bf16.
+      const std::size_t HD = h_ * d_;
+      auto q32 = s.tmp->matrix(slot_attn_qkv, N, 3 * HD);
+      auto a32 = s.tmp->matrix(slot_attn_out, N, HD);
+      auto q16 = c.qkv16.matrix(N, 3 * HD), a16 = c.att16.matrix(N, HD);
+      qkv_.forward(s, x, q32, c.qkv_c, keeper);
+      kernels::to_bf16(std::span<const float>(q32.data, N * 3 * HD), std::span<bf16>(q16.data, N * 3 * HD));
+      kernels::attention_forward(const_matrix_view<bf16>(q16), a32, c.lse.get(s.batch * h_ * s.seq), shape(s), Mask,
+                                 scale(), s.lengths, dropout(s), s.compute);
+      kernels::to_bf16(std::span<const float>(a32.data, N * HD), std::span<bf16>(a16.data, N * HD));
+      proj_.forward(s, const_matrix_view<bf16>(a16), y, c.proj_c);
+      return;
+    }
     auto qkv = c.qkv.matrix(N, 3 * h_ * d_);
     qkv_.forward(s, x, qkv, c.qkv_c, keeper);
     auto att = c.att.matrix(N, h_ * d_);
@@ -147,6 +171,14 @@ class self_attention {
     auto datt = s.tmp->matrix(slot_attn_out, N, h_ * d_);
     proj_.backward(s, dy, datt, c.proj_c);
     auto dqkv = s.tmp->matrix(slot_attn_qkv, N, 3 * h_ * d_);
+    if (c.in_bf16) {
+      const_matrix_view<bf16> qkv(c.qkv16.get(N * 3 * h_ * d_).data(), N, 3 * h_ * d_);
+      const_matrix_view<bf16> att(c.att16.get(N * h_ * d_).data(), N, h_ * d_);
+      kernels::attention_backward(datt, qkv, att, c.lse.get(s.batch * h_ * s.seq), dqkv, shape(s), Mask, scale(),
+                                  s.lengths, dropout(s), s.compute);
+      qkv_.backward(s, dqkv, dx, c.qkv_c, accumulate_dx);
+      return;
+    }
     const_matrix_view<float> qkv(c.qkv.get(N * 3 * h_ * d_).data(), N, 3 * h_ * d_);
     const_matrix_view<float> att(c.att.get(N * h_ * d_).data(), N, h_ * d_);
     auto lse = c.lse.get(s.batch * h_ * s.seq);
