@@ -236,6 +236,69 @@ TEST_CASE_TEMPLATE("block_sparse_attention in bf16 compute: within the rounding 
       }
 }
 
+// qkv and out held in bf16 (the attention layer's bf16 activations): bit for bit the results of bf16
+// compute on fp32 storage of the same rounded values, gathered tiles (density < 1) and in-place
+// runs of keys (density 1) alike; fp32 compute over bf16 storage is refused.
+TEST_CASE_TEMPLATE("block_sparse_attention: qkv and out held in bf16 give the results of bf16 compute on fp32 storage",
+                   Arch, SPARSELM_TEST_ARCHS) {
+  auto round = [](const fvec& v) {
+    std::vector<bf16> r(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) r[i] = bf16(v[i]);
+    return r;
+  };
+  for (const bsa_case c : {bsa_case{2, 37, 2, 8}, bsa_case{1, 70, 1, 32}})
+    for (double density : {0.4, 1.0}) {
+      CAPTURE(c.T);
+      CAPTURE(density);
+      const block_causal_pattern p({.block = 16, .density = density, .seed = 11}, c.T);
+      const std::size_t N = c.B * c.T, HD = c.H * c.D;
+      fvec qkv = random_vector(N * 3 * HD, 13, -2.0f, 2.0f);
+      for (auto& x : qkv) x = float(bf16(x));
+      const fvec dout = random_vector(N * HD, 14);
+      const kernels::attention_dropout drop{0.2f, counter_rng(5), 77};
+      std::vector<std::int32_t> lengths;
+      if (c.B == 2) lengths = {std::int32_t(c.T), std::int32_t((c.T + 1) / 2)};
+      const float scale = 1.0f / std::sqrt(float(c.D));
+      const kernels::attention_shape s{c.B, c.T, c.H, c.D};
+      // fp32 storage, bf16 compute; backward given out rounded to bf16 (held in float)
+      fvec o32(N * HD), l32(c.B * c.H * c.T), d32(N * 3 * HD);
+      const const_matrix_view<float> q32(qkv.data(), N, 3 * HD);
+      kernels::block_sparse_attention_forward<Arch>(q32, {o32.data(), N, HD}, l32, s, p, scale, lengths, drop,
+                                                    dtype::bf16);
+      fvec o32r(o32.size());
+      for (std::size_t i = 0; i < o32.size(); ++i) o32r[i] = float(bf16(o32[i]));
+      kernels::block_sparse_attention_backward<Arch>({dout.data(), N, HD}, q32, {o32r.data(), N, HD}, l32,
+                                                     {d32.data(), N, 3 * HD}, s, p, scale, lengths, drop, dtype::bf16);
+      // bf16 storage
+      const std::vector<bf16> q16 = round(qkv);
+      const const_matrix_view<bf16> qv(q16.data(), N, 3 * HD);
+      fvec o(N * HD), l(c.B * c.H * c.T), d(N * 3 * HD, 1e30f);
+      kernels::block_sparse_attention_forward<Arch>(qv, {o.data(), N, HD}, l, s, p, scale, lengths, drop, dtype::bf16);
+      const std::vector<bf16> o16 = round(o);
+      kernels::block_sparse_attention_backward<Arch>({dout.data(), N, HD}, qv,
+                                                     const_matrix_view<bf16>(o16.data(), N, HD), l,
+                                                     {d.data(), N, 3 * HD}, s, p, scale, lengths, drop, dtype::bf16);
+      CHECK(o == o32);
+      CHECK(d == d32);
+      for (std::size_t i = 0; i < l.size(); ++i) REQUIRE((l[i] == l32[i]));
+      // and not the fp32-compute result
+      fvec of(N * HD), lf(c.B * c.H * c.T);
+      kernels::block_sparse_attention_forward<Arch>(q32, {of.data(), N, HD}, lf, s, p, scale, lengths, drop);
+      CHECK(o != of);
+      CHECK_THROWS_WITH_AS(kernels::block_sparse_attention_forward<Arch>(qv, {o.data(), N, HD}, l, s, p, scale, lengths,
+                                                                         drop, dtype::f32),
+                           doctest::Contains("block_sparse_attention_forward: qkv held in bf16 needs the bf16 compute "
+                                             "type, got F32"),
+                           error);
+      CHECK_THROWS_WITH_AS(kernels::block_sparse_attention_backward<Arch>(
+                               {dout.data(), N, HD}, qv, const_matrix_view<bf16>(o16.data(), N, HD), l,
+                               {d.data(), N, 3 * HD}, s, p, scale, lengths, drop, dtype::f16),
+                           doctest::Contains("block_sparse_attention_backward: qkv held in bf16 needs the bf16 compute "
+                                             "type, got F16"),
+                           error);
+    }
+}
+
 TEST_CASE("block_sparse_attention: density 1 is the dense causal kernel (dropout and lengths included)") {
   for (const bsa_case c : {bsa_case{2, 45, 2, 16}, bsa_case{1, 130, 3, 32}, bsa_case{1, 64, 1, 64}})
     for (std::size_t block : {std::size_t(16), std::size_t(5)})

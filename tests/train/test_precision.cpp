@@ -131,79 +131,92 @@ TEST_CASE("precision: a linear layer multiplies in the step's compute type; W an
   }
 }
 
+// Dense attention, and static block-sparse attention (blocks of 2, half the far blocks kept).
 TEST_CASE("precision: self-attention multiplies in the step's compute type (fp32 under fp16), keeps qkv in bf16") {
-  std::mt19937 g(5);
-  std::normal_distribution<float> n(0.0f, 1.0f);
   const std::size_t B = 2, T = 9, C = 16, H = 2, D = 8, N = B * T;
-  auto layout = std::make_shared<arena_layout>();
-  self_attention<> att(*layout, "attn", C, H, D);
-  auto lay = std::shared_ptr<const arena_layout>(layout);
-  arena<float> params(lay), grads(lay);
-  att.qkv().init(params, counter_rng(1), 0.5f);
-  att.proj().init(params, counter_rng(2), 0.5f);
-  std::vector<float> x(N * C), dy(N * C);
-  for (auto& v : x) v = n(g);
-  for (auto& v : dy) v = n(g);
-  scratch tmp;
-  const kernels::attention_shape shape{B, T, H, D};
-  const float scale = 1.0f / std::sqrt(float(D));
-  struct variant {
-    dtype d;
-    bool bf16_activations;
-  };
-  std::vector<float> y_wide, dx_wide;  // bf16 compute with fp32 activations
-  for (const variant v : {variant{dtype::f32, true}, variant{dtype::bf16, false}, variant{dtype::bf16, true},
-                          variant{dtype::f16, true}}) {
-    INFO("compute ", precision::name(v.d), ", bf16 activations ", v.bf16_activations);
-    step_context s{&params, &grads, &tmp};
-    s.compute = v.d;
-    s.bf16_activations = v.bf16_activations;
-    s.batch = B;
-    s.seq = T;
-    grads.zero();
-    std::vector<float> y(N * C), dx(N * C);
-    self_attention<>::cache c;
-    att.forward(s, {x.data(), N, C}, {y.data(), N, C}, c);
-    att.backward(s, {dy.data(), N, C}, {dx.data(), N, C}, c);
-    // qkv and the heads' output are kept in bf16 exactly under bf16 compute with bf16 activations
-    const bool compact = v.d == dtype::bf16 && v.bf16_activations;
-    CHECK(c.in_bf16 == compact);
-    std::vector<float> qkv(N * 3 * H * D);
-    if (compact)
-      for (std::size_t i = 0; i < qkv.size(); ++i) qkv[i] = float(c.qkv16.get(qkv.size())[i]);
-    else
-      std::copy_n(c.qkv.get(qkv.size()).data(), qkv.size(), qkv.data());
-    // The layer's own QKV through the kernels with the compute type the layer should pass (bf16
-    // for bf16, fp32 otherwise), then the output projection.
-    const dtype expect = v.d == dtype::bf16 ? dtype::bf16 : dtype::f32;
-    auto core = [&](dtype k) {
-      std::vector<float> a(N * H * D), lse(B * H * T), y2(N * C);
-      kernels::attention_forward({qkv.data(), N, 3 * H * D}, {a.data(), N, H * D}, lse, shape,
-                                 kernels::attention_mask::causal, scale, {}, {}, k);
-      kernels::gemm_as(v.d, kernels::trans::n, kernels::trans::n, 1.0f, {a.data(), N, H * D},
-                       params.matrix(att.proj().weight().index), 0.0f, {y2.data(), N, C},
-                       params[att.proj().bias().index].data());
-      return y2;
+  for (const bool sparse_attention : {false, true}) {
+    CAPTURE(sparse_attention);
+    std::mt19937 g(5);
+    std::normal_distribution<float> n(0.0f, 1.0f);
+    std::shared_ptr<const kernels::block_causal_pattern> pattern;
+    if (sparse_attention)
+      pattern = std::make_shared<kernels::block_causal_pattern>(
+          kernels::block_causal_options{.block = 2, .density = 0.5, .seed = 3}, T);
+    auto layout = std::make_shared<arena_layout>();
+    self_attention<> att(*layout, "attn", C, H, D, true, true, 0.0f, 0, nullptr, pattern);
+    auto lay = std::shared_ptr<const arena_layout>(layout);
+    arena<float> params(lay), grads(lay);
+    att.qkv().init(params, counter_rng(1), 0.5f);
+    att.proj().init(params, counter_rng(2), 0.5f);
+    std::vector<float> x(N * C), dy(N * C);
+    for (auto& v : x) v = n(g);
+    for (auto& v : dy) v = n(g);
+    scratch tmp;
+    const kernels::attention_shape shape{B, T, H, D};
+    const float scale = 1.0f / std::sqrt(float(D));
+    struct variant {
+      dtype d;
+      bool bf16_activations;
     };
-    CHECK(y == core(expect));
-    if (v.d == dtype::bf16) CHECK(y != core(dtype::f32));
-    double norm = 0;
-    for (float e : dx) norm += double(e) * e;
-    CHECK(std::isfinite(norm));
-    CHECK(norm > 0);
-    if (v.d == dtype::bf16 && !v.bf16_activations) y_wide = y, dx_wide = dx;
-    if (compact) {
-      // The same output as with fp32 activations (the products round qkv and the output anyway);
-      // the input gradient differs only through δ = dO·O seeing the rounded output (relative L2
-      // distance, as for the blocks in test_layers.cpp).
-      CHECK(y == y_wide);
-      double num = 0, den = 0;
-      for (std::size_t i = 0; i < dx.size(); ++i) {
-        num += double(dx[i] - dx_wide[i]) * double(dx[i] - dx_wide[i]);
-        den += double(dx_wide[i]) * double(dx_wide[i]);
+    std::vector<float> y_wide, dx_wide;  // bf16 compute with fp32 activations
+    for (const variant v : {variant{dtype::f32, true}, variant{dtype::bf16, false}, variant{dtype::bf16, true},
+                            variant{dtype::f16, true}}) {
+      INFO("compute ", precision::name(v.d), ", bf16 activations ", v.bf16_activations);
+      step_context s{&params, &grads, &tmp};
+      s.compute = v.d;
+      s.bf16_activations = v.bf16_activations;
+      s.batch = B;
+      s.seq = T;
+      grads.zero();
+      std::vector<float> y(N * C), dx(N * C);
+      self_attention<>::cache c;
+      att.forward(s, {x.data(), N, C}, {y.data(), N, C}, c);
+      att.backward(s, {dy.data(), N, C}, {dx.data(), N, C}, c);
+      // qkv and the heads' output are kept in bf16 exactly under bf16 compute with bf16 activations
+      const bool compact = v.d == dtype::bf16 && v.bf16_activations;
+      CHECK(c.in_bf16 == compact);
+      std::vector<float> qkv(N * 3 * H * D);
+      if (compact)
+        for (std::size_t i = 0; i < qkv.size(); ++i) qkv[i] = float(c.qkv16.get(qkv.size())[i]);
+      else
+        std::copy_n(c.qkv.get(qkv.size()).data(), qkv.size(), qkv.data());
+      // The layer's own QKV through the kernels with the compute type the layer should pass (bf16
+      // for bf16, fp32 otherwise), then the output projection.
+      const dtype expect = v.d == dtype::bf16 ? dtype::bf16 : dtype::f32;
+      auto core = [&](dtype k, bool use_pattern = true) {
+        std::vector<float> a(N * H * D), lse(B * H * T), y2(N * C);
+        if (pattern && use_pattern)
+          kernels::block_sparse_attention_forward({qkv.data(), N, 3 * H * D}, {a.data(), N, H * D}, lse, shape,
+                                                  *pattern, scale, {}, {}, k);
+        else
+          kernels::attention_forward({qkv.data(), N, 3 * H * D}, {a.data(), N, H * D}, lse, shape,
+                                     kernels::attention_mask::causal, scale, {}, {}, k);
+        kernels::gemm_as(v.d, kernels::trans::n, kernels::trans::n, 1.0f, {a.data(), N, H * D},
+                         params.matrix(att.proj().weight().index), 0.0f, {y2.data(), N, C},
+                         params[att.proj().bias().index].data());
+        return y2;
+      };
+      CHECK(y == core(expect));
+      if (pattern) CHECK(y != core(expect, false));  // the pattern is honoured
+      if (v.d == dtype::bf16) CHECK(y != core(dtype::f32));
+      double norm = 0;
+      for (float e : dx) norm += double(e) * e;
+      CHECK(std::isfinite(norm));
+      CHECK(norm > 0);
+      if (v.d == dtype::bf16 && !v.bf16_activations) y_wide = y, dx_wide = dx;
+      if (compact) {
+        // The same output as with fp32 activations (the products round qkv and the output anyway);
+        // the input gradient differs only through δ = dO·O seeing the rounded output (relative L2
+        // distance, as for the blocks in test_layers.cpp).
+        CHECK(y == y_wide);
+        double num = 0, den = 0;
+        for (std::size_t i = 0; i < dx.size(); ++i) {
+          num += double(dx[i] - dx_wide[i]) * double(dx[i] - dx_wide[i]);
+          den += double(dx_wide[i]) * double(dx_wide[i]);
+        }
+        CHECK(num > 0);
+        CHECK(std::sqrt(num / den) < 1e-2);
       }
-      CHECK(num > 0);
-      CHECK(std::sqrt(num / den) < 1e-2);
     }
   }
 }

@@ -240,8 +240,7 @@ inline void attn_grad_row(float* sr, float* gr, const float* go, const float* o,
 template <class Arch, class SQ>
 void attention_forward_t(const_matrix_view<SQ> qkv, matrix_view<float> out, std::span<float> lse,
                          const attention_shape& s, attention_mask mask, float scale,
-                         std::span<const std::int32_t> lengths, const attention_dropout& drop,
-                         dtype compute = dtype::f32) {
+                         std::span<const std::int32_t> lengths, const attention_dropout& drop, dtype compute) {
   detail::check_attention("attention_forward", s, qkv, out.rows, out.cols, lse.size(), lengths);
   detail::check_attention_storage<SQ>("attention_forward", compute);
   check_view(const_matrix_view<float>(out), "attention_forward: out");
@@ -281,7 +280,7 @@ template <class Arch, class SQ>
 void attention_backward_t(const_matrix_view<float> dout, const_matrix_view<SQ> qkv, const_matrix_view<SQ> out,
                           std::span<const float> lse, matrix_view<float> dqkv, const attention_shape& s,
                           attention_mask mask, float scale, std::span<const std::int32_t> lengths,
-                          const attention_dropout& drop, dtype compute = dtype::f32) {
+                          const attention_dropout& drop, dtype compute) {
   detail::check_attention_backward("attention_backward", s, dout, qkv, out, lse, dqkv, lengths);
   detail::check_attention_storage<SQ>("attention_backward", compute);
   using F = detail::fvec<Arch>;

@@ -31,6 +31,8 @@
 //   backward S, G = dO_I·Vgᵀ; Pd, dS as attention_backward (shared row code, kernels/attention.hpp)
 //            dQ_I = dS·Kg (NN),  dKg = dSᵀ·Q_I,  dVg = Pdᵀ·dO_I (TN), added back into the kept blocks
 // Scratch per thread: two Bk×T score tiles, four T×D gathered tiles, T mask words.
+// Compute type and storage as attention_forward: bf16 products under bf16, where qkv and out may be
+// held in bf16 (the gathered K and V tiles are then bf16 too); softmax, lse and dqkv stay fp32.
 // block_sparse_decode_attention: the KV-cache decoding step under the same pattern.
 
 #include <algorithm>
@@ -120,9 +122,10 @@ inline void check_block_pattern(const char* fn, const block_causal_pattern& p, s
                  " positions (", p.block_rows(), " block rows of ", p.block(), "), the sequence has ", T);
 }
 
-// Per-thread float tiles (grow-only): the gathered K, V and their gradients.
-inline float* bsa_tile(std::size_t n, std::size_t which) {
-  thread_local std::vector<float> t[4];
+// Per-thread tiles (grow-only): the gathered K, V (in the storage type S) and their gradients (float).
+template <class S = float>
+inline S* bsa_tile(std::size_t n, std::size_t which) {
+  thread_local std::vector<S> t[4];
   if (t[which].size() < n) t[which].resize(n);
   return t[which].data();
 }
@@ -135,15 +138,17 @@ struct bsa_segment {
 
 // Query block I of head (b, h) in a sequence of len positions: its queries and the segments of its
 // kept key blocks (the diagonal last, cut to the m queries).
+template <class S>
 struct bsa_tile_views {
-  const_matrix_view<float> Q;
+  const_matrix_view<S> Q;
   std::size_t i0, m, kv;
   std::span<const bsa_segment> seg;
   bool contiguous;  // the kept blocks are one run of keys [seg[0].j0, seg[0].j0 + kv): no gather needed
 };
-inline bsa_tile_views bsa_tile_of(const const_matrix_view<float>& qkv, const attention_shape& s,
-                                  const block_causal_pattern& p, std::size_t b, std::size_t h, std::size_t I,
-                                  std::size_t len) {
+template <class S>
+inline bsa_tile_views<S> bsa_tile_of(const const_matrix_view<S>& qkv, const attention_shape& s,
+                                     const block_causal_pattern& p, std::size_t b, std::size_t h, std::size_t I,
+                                     std::size_t len) {
   thread_local std::vector<bsa_segment> seg;
   const std::size_t Bk = p.block(), i0 = I * Bk, m = std::min(len, i0 + Bk) - i0;
   seg.clear();
@@ -158,8 +163,9 @@ inline bsa_tile_views bsa_tile_of(const const_matrix_view<float>& qkv, const att
 }
 
 // Copies the columns [col, col + D) of the segments' rows of sequence b into a (kv × D) tile.
-inline void bsa_gather(const const_matrix_view<float>& x, std::size_t row0, std::size_t col, std::size_t D,
-                       std::span<const bsa_segment> seg, float* tile) {
+template <class S>
+inline void bsa_gather(const const_matrix_view<S>& x, std::size_t row0, std::size_t col, std::size_t D,
+                       std::span<const bsa_segment> seg, S* tile) {
   for (const auto& g : seg)
     for (std::size_t r = 0; r < g.w; ++r) std::copy_n(x.row(row0 + g.j0 + r) + col, D, tile + (g.at + r) * D);
 }
@@ -196,39 +202,41 @@ inline bsa_sizes bsa_sizes_of(const char* fn, const attention_shape& s, const bl
 
 // The loop both kernels share: parallel over (b, h); head(b, h, bh, len) first, then for every
 // query block below len block(b, h, bh, tile, K, V) with the kept key and value blocks gathered.
-template <class Head, class Block>
-void bsa_for_each_block(const const_matrix_view<float>& qkv, const attention_shape& s, const block_causal_pattern& p,
+template <class S, class Head, class Block>
+void bsa_for_each_block(const const_matrix_view<S>& qkv, const attention_shape& s, const block_causal_pattern& p,
                         std::span<const std::int32_t> lengths, Head&& head, Block&& block) {
   const std::size_t T = s.seq, H = s.heads, D = s.head_dim, HD = H * D;
   parallel_for(0, s.batch * H, [&](std::size_t bh) {
     const std::size_t b = bh / H, h = bh % H;
     const std::size_t len = lengths.empty() ? T : std::size_t(lengths[b]);
     head(b, h, bh, len);
-    float* Kg = bsa_tile(T * D, 0);
-    float* Vg = bsa_tile(T * D, 1);
+    S* Kg = bsa_tile<S>(T * D, 0);
+    S* Vg = bsa_tile<S>(T * D, 1);
     for (std::size_t I = 0; I * p.block() < len; ++I) {
       const auto tile = bsa_tile_of(qkv, s, p, b, h, I, len);
       if (tile.contiguous) {  // views into qkv
-        const float* k0 = qkv.row(b * T + tile.seg[0].j0);
-        block(b, h, bh, tile, const_matrix_view<float>(k0 + HD + h * D, tile.kv, D, qkv.ld),
-              const_matrix_view<float>(k0 + 2 * HD + h * D, tile.kv, D, qkv.ld));
+        const S* k0 = qkv.row(b * T + tile.seg[0].j0);
+        block(b, h, bh, tile, const_matrix_view<S>(k0 + HD + h * D, tile.kv, D, qkv.ld),
+              const_matrix_view<S>(k0 + 2 * HD + h * D, tile.kv, D, qkv.ld));
         continue;
       }
       bsa_gather(qkv, b * T, HD + h * D, D, tile.seg, Kg);
       bsa_gather(qkv, b * T, 2 * HD + h * D, D, tile.seg, Vg);
-      block(b, h, bh, tile, const_matrix_view<float>(Kg, tile.kv, D, D), const_matrix_view<float>(Vg, tile.kv, D, D));
+      block(b, h, bh, tile, const_matrix_view<S>(Kg, tile.kv, D, D), const_matrix_view<S>(Vg, tile.kv, D, D));
     }
   });
 }
 }  // namespace detail
 
-template <class Arch = native_arch>
-void block_sparse_attention_forward(const_matrix_view<float> qkv, matrix_view<float> out, std::span<float> lse,
-                                    const attention_shape& s, const block_causal_pattern& pattern, float scale,
-                                    std::span<const std::int32_t> lengths, const attention_dropout& drop,
-                                    dtype compute = dtype::f32) {
+namespace detail {
+template <class Arch, class SQ>
+void block_sparse_attention_forward_t(const_matrix_view<SQ> qkv, matrix_view<float> out, std::span<float> lse,
+                                      const attention_shape& s, const block_causal_pattern& pattern, float scale,
+                                      std::span<const std::int32_t> lengths, const attention_dropout& drop,
+                                      dtype compute) {
   constexpr const char* fn = "block_sparse_attention_forward";
   detail::check_attention(fn, s, qkv, out.rows, out.cols, lse.size(), lengths);
+  detail::check_attention_storage<SQ>(fn, compute);
   check_view(const_matrix_view<float>(out), "block_sparse_attention_forward: out");
   // Plain variables, not a structured binding: clang before 16 cannot capture those in lambdas.
   const detail::bsa_sizes z = detail::bsa_sizes_of<Arch>(fn, s, pattern, drop);
@@ -244,8 +252,8 @@ void block_sparse_attention_forward(const_matrix_view<float> qkv, matrix_view<fl
           lse[bh * T + i] = -std::numeric_limits<float>::infinity();
         }
       },
-      [&](std::size_t b, std::size_t h, std::size_t bh, const detail::bsa_tile_views& t, const const_matrix_view<float>& K,
-          const const_matrix_view<float>& V) {
+      [&](std::size_t b, std::size_t h, std::size_t bh, const detail::bsa_tile_views<SQ>& t,
+          const const_matrix_view<SQ>& K, const const_matrix_view<SQ>& V) {
         float* S = detail::scratch(Bk * ld, detail::attn_slot_s);
         std::uint32_t* bits = detail::attn_mask_words(words);
         detail::attn_gemm<Arch>(compute, trans::n, trans::t, scale, t.Q, K, 0.0f, matrix_view<float>(S, t.m, t.kv, ld));
@@ -259,15 +267,15 @@ void block_sparse_attention_forward(const_matrix_view<float> qkv, matrix_view<fl
       });
 }
 
-// dqkv assigned (all of it, masked rows and unkept keys included).
-template <class Arch = native_arch>
-void block_sparse_attention_backward(const_matrix_view<float> dout, const_matrix_view<float> qkv,
-                                     const_matrix_view<float> out, std::span<const float> lse, matrix_view<float> dqkv,
-                                     const attention_shape& s, const block_causal_pattern& pattern, float scale,
-                                     std::span<const std::int32_t> lengths, const attention_dropout& drop,
-                                     dtype compute = dtype::f32) {
+template <class Arch, class SQ>
+void block_sparse_attention_backward_t(const_matrix_view<float> dout, const_matrix_view<SQ> qkv,
+                                       const_matrix_view<SQ> out, std::span<const float> lse, matrix_view<float> dqkv,
+                                       const attention_shape& s, const block_causal_pattern& pattern, float scale,
+                                       std::span<const std::int32_t> lengths, const attention_dropout& drop,
+                                       dtype compute) {
   constexpr const char* fn = "block_sparse_attention_backward";
   detail::check_attention_backward(fn, s, dout, qkv, out, lse, dqkv, lengths);
+  detail::check_attention_storage<SQ>(fn, compute);
   // Plain variables, not a structured binding: clang before 16 cannot capture those in lambdas.
   const detail::bsa_sizes z = detail::bsa_sizes_of<Arch>(fn, s, pattern, drop);
   const std::size_t T = z.T, D = z.D, HD = z.HD, Bk = z.Bk, ld = z.ld, words = z.words;
@@ -280,8 +288,8 @@ void block_sparse_attention_backward(const_matrix_view<float> dout, const_matrix
         for (std::size_t t = 0; t < T; ++t)
           for (std::size_t part = 0; part < 3; ++part) std::fill_n(dqkv.row(b * T + t) + part * HD + h * D, D, 0.0f);
       },
-      [&](std::size_t b, std::size_t h, std::size_t bh, const detail::bsa_tile_views& t, const const_matrix_view<float>& K,
-          const const_matrix_view<float>& V) {
+      [&](std::size_t b, std::size_t h, std::size_t bh, const detail::bsa_tile_views<SQ>& t,
+          const const_matrix_view<SQ>& K, const const_matrix_view<SQ>& V) {
         float* S = detail::scratch(Bk * ld, detail::attn_slot_s);
         float* G = detail::scratch(Bk * ld, detail::attn_slot_g);
         float* dKg = detail::bsa_tile(T * D, 2);
@@ -294,8 +302,9 @@ void block_sparse_attention_backward(const_matrix_view<float> dout, const_matrix
         for (std::size_t r = 0; r < m; ++r) {
           const std::uint64_t row = bh * T + t.i0 + r;
           if (dropping) detail::bsa_mask_bits<Arch>(drop, row, T, t.seg, bits);
-          detail::attn_grad_row<Arch>(S + r * ld, G + r * ld, dO.row(r), out.row(b * T + t.i0 + r) + h * D, D,
-                                      lse[row], kv - m + r + 1, kv, dropping ? bits : nullptr, keep, scale);
+          detail::attn_grad_row<Arch>(S + r * ld, G + r * ld, dO.row(r),
+                                      detail::attn_row_f32(out.row(b * T + t.i0 + r) + h * D, D), D, lse[row],
+                                      kv - m + r + 1, kv, dropping ? bits : nullptr, keep, scale);
         }
         const_matrix_view<float> Pd(S, m, kv, ld), dS(G, m, kv, ld);
         detail::attn_gemm<Arch>(compute, trans::n, trans::n, 1.0f, dS, K, 0.0f,
@@ -313,6 +322,41 @@ void block_sparse_attention_backward(const_matrix_view<float> dout, const_matrix
         detail::bsa_scatter_add(dKg, t.seg, D, dqkv, b * T, HD + h * D);
         detail::bsa_scatter_add(dVg, t.seg, D, dqkv, b * T, 2 * HD + h * D);
       });
+}
+}  // namespace detail
+
+// qkv in fp32, or held in bf16 under bf16 compute (as attention_forward).
+template <class Arch = native_arch>
+void block_sparse_attention_forward(const_matrix_view<float> qkv, matrix_view<float> out, std::span<float> lse,
+                                    const attention_shape& s, const block_causal_pattern& pattern, float scale,
+                                    std::span<const std::int32_t> lengths, const attention_dropout& drop,
+                                    dtype compute = dtype::f32) {
+  detail::block_sparse_attention_forward_t<Arch>(qkv, out, lse, s, pattern, scale, lengths, drop, compute);
+}
+template <class Arch = native_arch>
+void block_sparse_attention_forward(const_matrix_view<bf16> qkv, matrix_view<float> out, std::span<float> lse,
+                                    const attention_shape& s, const block_causal_pattern& pattern, float scale,
+                                    std::span<const std::int32_t> lengths, const attention_dropout& drop,
+                                    dtype compute) {
+  detail::block_sparse_attention_forward_t<Arch>(qkv, out, lse, s, pattern, scale, lengths, drop, compute);
+}
+
+// dqkv assigned (all of it, masked rows and unkept keys included).
+template <class Arch = native_arch>
+void block_sparse_attention_backward(const_matrix_view<float> dout, const_matrix_view<float> qkv,
+                                     const_matrix_view<float> out, std::span<const float> lse, matrix_view<float> dqkv,
+                                     const attention_shape& s, const block_causal_pattern& pattern, float scale,
+                                     std::span<const std::int32_t> lengths, const attention_dropout& drop,
+                                     dtype compute = dtype::f32) {
+  detail::block_sparse_attention_backward_t<Arch>(dout, qkv, out, lse, dqkv, s, pattern, scale, lengths, drop, compute);
+}
+template <class Arch = native_arch>
+void block_sparse_attention_backward(const_matrix_view<float> dout, const_matrix_view<bf16> qkv,
+                                     const_matrix_view<bf16> out, std::span<const float> lse, matrix_view<float> dqkv,
+                                     const attention_shape& s, const block_causal_pattern& pattern, float scale,
+                                     std::span<const std::int32_t> lengths, const attention_dropout& drop,
+                                     dtype compute) {
+  detail::block_sparse_attention_backward_t<Arch>(dout, qkv, out, lse, dqkv, s, pattern, scale, lengths, drop, compute);
 }
 
 // Incremental decoding (kernels/decode_attention.hpp) under the pattern: the query at position p

@@ -97,9 +97,9 @@ class self_attention {
   // True when input_keeper::layer keeps x in bf16 (the QKV projection's choice, layers/linear.hpp).
   static bool compact_input(const step_context& s) { return linear_type::compact_input(s); }
   // True when forward keeps qkv and the heads' output in bf16: bf16 activations whose only readers
-  // are bf16 products (the attention's, and the output projection's under compact_input); dense
-  // attention only (the block-sparse kernels read fp32).
-  bool keeps_bf16(const step_context& s) const { return compact_input(s) && !pattern_; }
+  // are bf16 products (the attention's, dense or block-sparse, and the output projection's under
+  // compact_input).
+  bool keeps_bf16(const step_context& s) const { return compact_input(s); }
 
   // keeper: who keeps x for backward (input_keeper::layer: the QKV projection keeps a copy).
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c,
@@ -115,8 +115,13 @@ class self_attention {
       auto q16 = c.qkv16.matrix(N, 3 * HD), a16 = c.att16.matrix(N, HD);
       qkv_.forward(s, x, q32, c.qkv_c, keeper);
       kernels::to_bf16(std::span<const float>(q32.data, N * 3 * HD), std::span<bf16>(q16.data, N * 3 * HD));
-      kernels::attention_forward(const_matrix_view<bf16>(q16), a32, c.lse.get(s.batch * h_ * s.seq), shape(s), Mask,
-                                 scale(), s.lengths, dropout(s), s.compute);
+      auto lse = c.lse.get(s.batch * h_ * s.seq);
+      if (pattern_)
+        kernels::block_sparse_attention_forward(const_matrix_view<bf16>(q16), a32, lse, shape(s), *pattern_, scale(),
+                                                s.lengths, dropout(s), s.compute);
+      else
+        kernels::attention_forward(const_matrix_view<bf16>(q16), a32, lse, shape(s), Mask, scale(), s.lengths,
+                                   dropout(s), s.compute);
       kernels::to_bf16(std::span<const float>(a32.data, N * HD), std::span<bf16>(a16.data, N * HD));
       proj_.forward(s, const_matrix_view<bf16>(a16), y, c.proj_c);
       return;
@@ -174,8 +179,13 @@ class self_attention {
     if (c.in_bf16) {
       const_matrix_view<bf16> qkv(c.qkv16.get(N * 3 * h_ * d_).data(), N, 3 * h_ * d_);
       const_matrix_view<bf16> att(c.att16.get(N * h_ * d_).data(), N, h_ * d_);
-      kernels::attention_backward(datt, qkv, att, c.lse.get(s.batch * h_ * s.seq), dqkv, shape(s), Mask, scale(),
-                                  s.lengths, dropout(s), s.compute);
+      auto lse = c.lse.get(s.batch * h_ * s.seq);
+      if (pattern_)
+        kernels::block_sparse_attention_backward(datt, qkv, att, lse, dqkv, shape(s), *pattern_, scale(), s.lengths,
+                                                 dropout(s), s.compute);
+      else
+        kernels::attention_backward(datt, qkv, att, lse, dqkv, shape(s), Mask, scale(), s.lengths, dropout(s),
+                                    s.compute);
       qkv_.backward(s, dqkv, dx, c.qkv_c, accumulate_dx);
       return;
     }
