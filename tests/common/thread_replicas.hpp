@@ -21,6 +21,7 @@
 
 #include "sparselm/core/threads.hpp"
 #include "sparselm/parallel/replica_group.hpp"
+#include "sparselm/policies/pipeline.hpp"
 
 namespace sparselm::test {
 
@@ -98,6 +99,7 @@ class thread_replicas {
       std::lock_guard lock(g_.box_mutex_);
       g_.box_[{r_, to, tag}].emplace_back(x.begin(), x.end());
       if (tag >= 30000) ++tied_messages;  // the trainer's tied-gradient messages (train/replica_sums.hpp)
+      if (tag == pipeline::evaluation_tag) ++evaluation_sends;
       g_.box_ready_.notify_all();
     }
     void recv(std::span<float> x, std::size_t from, std::uint64_t tag) override {
@@ -111,6 +113,7 @@ class thread_replicas {
     }
     std::size_t scatters_started = 0;
     std::size_t tied_messages = 0;  // sent or received
+    std::size_t evaluation_sends = 0;
     std::size_t sums_started = 0;
 
    private:

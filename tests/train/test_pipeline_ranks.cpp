@@ -169,6 +169,13 @@ TEST_CASE("pipeline over ranks: BERT with state sharded by stage trains bit for 
         micro[m].masked_labels = labels[m], micro[m].nsp_labels = nsp[m], micro[m].batch = B, micro[m].seq = T;
       }
       for (int k = 0; k < 3; ++k) t.train_step(micro);
+      // evaluation over the ranks (the NSP objective too): the whole model's numbers
+      loss_stats st = t.evaluate(micro[1]);
+      t.finish_evaluation(st);
+      const loss_stats whole = model.evaluate(micro[1]);
+      CHECK(st.loss_sum == whole.loss_sum);
+      CHECK(st.aux_loss_sum == whole.aux_loss_sum);
+      CHECK(st.aux_count == 2);
       w[2 * shard + r] = test::param_snapshot(model);
       tied[2 * shard + r] = static_cast<thread_replicas::member&>(g).tied_messages;
     });
@@ -177,4 +184,52 @@ TEST_CASE("pipeline over ranks: BERT with state sharded by stage trains bit for 
   CHECK(w[3] == w[1]);
   CHECK(w[1] == w[0]);
   CHECK(tied == std::vector<std::size_t>{0, 0, 3, 3});  // one tied tensor (the word embedding) per step
+}
+
+// Evaluation over ranks (trainer::evaluate): each rank runs only its stage of the batch, the last
+// one's statistics are the whole model's, bit for bit, and finish_evaluation gives them to every
+// rank; the ranks before the last send one activation message per batch.
+TEST_CASE("pipeline over ranks: evaluation runs each rank's stage only and equals the whole model's") {
+  using pipeline::order;
+  const auto ids = toy_ids(3);
+  for (const pipeline::plan& plan : {pipeline::plan{2, order::one_f_one_b, {}, pipeline::placement::ranks},
+                                     pipeline::plan{3, order::gpipe, {1, 3}, pipeline::placement::ranks}}) {
+    const std::size_t S = plan.stages;
+    CAPTURE(S);
+    thread_replicas group(S);
+    group.run([&](std::size_t r, parallel::replica_group& g) {
+      gpt<> m(four_layers());
+      m.init(7);
+      trainer_options o;
+      o.pipeline = plan;
+      o.accumulation.steps = 2;
+      trainer<gpt<>, dp_policies> t(m, o, optim::adamw<float>(nlohmann::json::object()),
+                                    optim::make_schedule({{"type", "constant"}, {"lr", 3e-3}}));
+      t.set_replicas(g);
+      auto check_pass = [&](std::size_t expected_sends) {
+        loss_stats staged, whole;
+        for (const auto& x : ids) {  // three batches in a row: each rank's messages in order
+          const token_batch b{x, x, {}, 2, 16};
+          const loss_stats mine = t.evaluate(b);
+          if (r + 1 < S) CHECK(mine.count == 0);  // only the last stage runs the head
+          if (r + 1 < S) CHECK(mine.loss_sum == 0.0);
+          staged += mine;
+          whole += m.evaluate(b);  // the whole model in this process (every rank holds it)
+        }
+        t.finish_evaluation(staged);
+        CHECK(whole.count == 3 * 2 * 16);
+        CHECK(staged.count == whole.count);
+        CHECK(staged.loss_sum == whole.loss_sum);
+        CHECK(staged.correct == whole.correct);
+        CHECK(static_cast<thread_replicas::member&>(g).evaluation_sends == (r + 1 < S ? expected_sends : 0u));
+      };
+      check_pass(3);  // before the first step (the cost model's split, which the steps then use)
+      for (int k = 0; k < 2; ++k) {
+        std::vector<token_batch> micro;
+        for (int q = 0; q < 2; ++q) micro.push_back({ids[std::size_t(q)], ids[std::size_t(q)], {}, 2, 16});
+        t.train_step(micro);
+      }
+      check_pass(6);  // after training: still the whole model's statistics
+    });
+  }
 }

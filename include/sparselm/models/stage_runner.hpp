@@ -15,6 +15,7 @@
 // every stage has stopped: the others are woken from their waits and give up (no stage waits for
 // ever on one that failed).
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <exception>
@@ -28,6 +29,37 @@
 #include "sparselm/policies/pipeline.hpp"
 
 namespace sparselm {
+
+// What a staged training step did (transformer::last_pipeline; stages == 1 before the first one).
+struct pipeline_report {
+  std::size_t stages = 1, micro_batches = 0, threads_per_stage = 0;
+  pipeline::order schedule = pipeline::order::one_f_one_b;
+  std::vector<std::size_t> split;     // first block of stages 1..S-1
+  bool balanced = false;              // split chosen from measured part times (else given or initial)
+  std::vector<double> stage_seconds;  // busy time of each stage (over ranks: this process's only)
+  double seconds = 0;                 // wall time of the stages (the deferred embedding backward excluded)
+  double predicted_bubble = 0;        // (S - 1) / (M + S - 1)
+  double measured_bubble = 0;         // 1 - Σ busy / (S · seconds)
+
+  // A step of plan p over S stages and M micro-batches; remote: a process of a pipeline over ranks,
+  // which times its own stage only (busy has one non-zero entry).
+  void record(const pipeline::plan& p, std::size_t S, std::size_t M, std::size_t threads,
+              const std::vector<std::size_t>& chosen, const std::vector<double>& busy, double wall, bool remote) {
+    stages = S;
+    micro_batches = M;
+    threads_per_stage = threads;
+    schedule = p.schedule;
+    split = chosen;
+    if (!p.split.empty()) balanced = false;
+    stage_seconds = busy;
+    seconds = wall;
+    predicted_bubble = pipeline::predicted_bubble(S, M);
+    double total = 0;
+    for (double b : busy) total += b;
+    const double here = remote ? 1.0 : double(S);
+    measured_bubble = wall > 0 ? std::max(0.0, 1.0 - total / (here * wall)) : 0.0;
+  }
+};
 
 class stage_runner {
  public:

@@ -6,7 +6,7 @@
 //   forward_backward<Recompute, Pipeline>(ctx, micro_batches, scales)   a training step's passes,
 //                                                 in sequence or over the pipeline policy's stages
 //   forward_backward<Recompute>(ctx, batch, scale)   one micro-batch
-//   evaluate(batch)                               loss without gradients
+//   evaluate(batch)                               loss without gradients (over ranks: this one's stage)
 //   logits(ids, batch, seq, out), hidden(...)     inference
 // GPT (models/gpt.hpp), the S1 sparse LM (models/sparse_lm.hpp) and BERT differ only in the parts
 // they plug in and in their configs and initialisation, which derived classes add.
@@ -156,17 +156,8 @@ class transformer {
     return st;
   }
 
-  // What the last staged step did (stages == 1 before the first one).
-  struct pipeline_report {
-    std::size_t stages = 1, micro_batches = 0, threads_per_stage = 0;
-    pipeline::order schedule = pipeline::order::one_f_one_b;
-    std::vector<std::size_t> split;     // first block of stages 1..S-1
-    bool balanced = false;              // split chosen from measured part times (else given or initial)
-    std::vector<double> stage_seconds;  // busy time of each stage (over ranks: this process's only)
-    double seconds = 0;                 // wall time of the stages (the deferred embedding backward excluded)
-    double predicted_bubble = 0;        // (S - 1) / (M + S - 1)
-    double measured_bubble = 0;         // 1 - Σ busy / (S · seconds)
-  };
+  // What the last staged step did (stages == 1 before the first one; models/stage_runner.hpp).
+  using pipeline_report = sparselm::pipeline_report;
   const pipeline_report& last_pipeline() const noexcept { return pipe_; }
 
   // The tensor index ranges the stages of plan p own (stage_tensor_ranges, models/grad_parts.hpp),
@@ -188,7 +179,10 @@ class transformer {
 
   // Loss without gradients (dropout off unless ctx.training). ce (optional, B·T): per-position
   // unweighted cross-entropy.
+  // With ctx.stage_link (a pipeline over ranks, ctx.pipeline its plan) only this process's stage:
+  // non-zero statistics on the last stage; every rank must evaluate the same batches in order.
   loss_stats evaluate(const Batch& b, step_context ctx = {}, std::span<float> ce = {}) {
+    if (ctx.stage_link) return evaluate_stage(ctx, b, ce);
     const auto s = forward_stack(ctx, b);
     const std::size_t N = b.batch * b.seq;
     return head_.forward_backward(s, stack_.output(0, N), b, 1.0f, {}, head_c_, ce);
@@ -368,8 +362,31 @@ class transformer {
         embed_backward(bound[m], micro[m], matrix_view<float>{dx0_[m].get(N * C).data(), N, C}, emb_c_[m]);
       st += head_st[m];
     }
-    record_pipeline(p, S, M, threads, split, cost, busy, wall, link != nullptr);
+    if (p.split.empty() && !link) part_cost_ = cost;
+    pipe_.record(p, S, M, threads, split, busy, wall, link != nullptr);
     return st;
+  }
+
+  // This process's stage of an evaluation over ranks (evaluate): stage 0 embeds, the others receive
+  // their input from the previous rank (the steps' split), the last runs the head.
+  loss_stats evaluate_stage(step_context ctx, const Batch& b, std::span<float> ce) {
+    pipeline::stage_link& link = *std::exchange(ctx.stage_link, nullptr);
+    const pipeline::plan p = pipeline::configured::resolve(ctx.pipeline);
+    const std::size_t S = link.stages(), s = link.stage(), L = stack_.size(), N = b.batch * b.seq;
+    SPARSELM_CHECK(p.stages == S && s < S && ce.empty(), name_, ": evaluation on a pipeline of ", p.stages,
+                   " stages over ", S, " processes (one stage each; no per-position cross-entropy)");
+    pipeline::check_split(p.split, S, L);
+    const auto split = choose_split(p, S, false);
+    const std::size_t lo = s == 0 ? 0 : split[s - 1], hi = s + 1 == S ? L : split[s];
+    const auto c = bind(ctx, b);
+    stack_.template prepare<recompute::blocks>(1);
+    if (s > 0) link.recv({stack_.residual(0, lo, N).data, N * stack_.channels()}, s - 1, pipeline::evaluation_tag);
+    if (s == 0 && emb_c_.empty()) emb_c_.resize(1);
+    if (s == 0) embed_forward(c, b, stack_.input(0, N), emb_c_[0]);
+    for (std::size_t l = lo; l < hi; ++l) stack_.forward_block(c, l, 0, 0);
+    if (s + 1 == S) return head_.forward_backward(c, stack_.output(0, N), b, 1.0f, {}, head_c_, ce);
+    link.send({stack_.residual(0, hi, N).data, N * stack_.channels()}, s + 1, pipeline::evaluation_tag);
+    return {};
   }
 
   // The split of a staged step: the plan's, else balanced from the part times of the previous
@@ -398,25 +415,6 @@ class transformer {
     pipe_.balanced = false;
     auto_split_ = pipeline::balance(block, 0.0, head, S);
     return auto_split_;
-  }
-
-  void record_pipeline(const pipeline::plan& p, std::size_t S, std::size_t M, std::size_t threads,
-                       const std::vector<std::size_t>& split, const std::vector<double>& cost,
-                       const std::vector<double>& busy, double wall, bool remote) {
-    if (p.split.empty() && !remote) part_cost_ = cost;
-    pipe_.stages = S;
-    pipe_.micro_batches = M;
-    pipe_.threads_per_stage = threads;
-    pipe_.schedule = p.schedule;
-    pipe_.split = split;
-    if (!p.split.empty()) pipe_.balanced = false;
-    pipe_.stage_seconds = busy;
-    pipe_.seconds = wall;
-    pipe_.predicted_bubble = pipeline::predicted_bubble(S, M);
-    double total = 0;
-    for (double b : busy) total += b;
-    const double here = remote ? 1.0 : double(S);  // a process of a pipeline over ranks times its own stage
-    pipe_.measured_bubble = wall > 0 ? std::max(0.0, 1.0 - total / (here * wall)) : 0.0;
   }
 
   // Checks a batch against the model and binds the step context to this model's storage.

@@ -180,6 +180,11 @@ inline void check_split(std::span<const std::size_t> split, std::size_t S, std::
 
 // Moves a stage boundary's tensors between the processes of a pipeline over ranks: micro-batch m's
 // activations to the next stage (tag 2m), their gradient back to the previous one (tag 2m + 1).
+// The tag of an evaluation's activations (transformer::evaluate over ranks): below the tied
+// gradients' (30000 + k, train/replica_sums.hpp); a step's own tags (2 per micro-batch) are all
+// received before the step returns, so an evaluation between steps never meets one.
+inline constexpr std::uint64_t evaluation_tag = 29000;
+
 class stage_link {
  public:
   virtual ~stage_link() = default;

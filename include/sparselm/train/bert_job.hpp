@@ -162,8 +162,9 @@ class bert_job {
       for (std::size_t k = 0; k < n; ++k) {
         for (std::size_t i = 0; i < B; ++i) pick[i] = k * G + rank * B + i;
         arrays.assemble(*valid, pick);
-        st += model.evaluate(view());
+        st += t.evaluate(view());
       }
+      t.finish_evaluation(st);  // a pipeline over ranks: each rank evaluated its stage
       sum_over_replicas(group, st);
       // the validation loss pools the whole evaluated set: MLM mean over its predictions plus NSP
       // mean over its sequences (the same on any number of ranks)

@@ -47,20 +47,29 @@ inline token_batch shard_rows(const data::lm_batch& b, std::size_t r, std::size_
 // Mean loss etc. over (up to max_batches of, 0 = all) the evaluation pass, from its start. With
 // replicas, the pass's batches are global ones: rank r evaluates its rows of each and the
 // statistics are summed over the ranks.
-template <class Model>
-loss_stats evaluate_lm(Model& model, data::lm_eval_pass& pass, std::size_t max_batches = 0,
-                       parallel::replica_group* group = nullptr) {
+// eval(batch) gives a batch's statistics, finish(stats) completes them before the sum over the
+// replicas (a pipeline over ranks: trainer::evaluate and trainer::finish_evaluation).
+template <class Eval, class Finish>
+loss_stats evaluate_lm_with(Eval&& eval, Finish&& finish, data::lm_eval_pass& pass, std::size_t max_batches,
+                            parallel::replica_group* group) {
   pass.rewind();
   loss_stats st;
   data::lm_batch b;
   const std::size_t P = group ? group->size() : 1, r = group ? group->rank() : 0;
   for (std::size_t k = 0; (max_batches == 0 || k < max_batches) && pass.next(b); ++k) {
     const token_batch mine = P == 1 ? as_token_batch(b) : shard_rows(b, r, P);
-    if (mine.batch > 0) st += model.evaluate(mine);
+    if (mine.batch > 0) st += eval(mine);
   }
   pass.rewind();
+  finish(st);
   if (group) sum_over_replicas(*group, st);
   return st;
+}
+template <class Model>
+loss_stats evaluate_lm(Model& model, data::lm_eval_pass& pass, std::size_t max_batches = 0,
+                       parallel::replica_group* group = nullptr) {
+  return evaluate_lm_with([&](const token_batch& b) { return model.evaluate(b); }, [](loss_stats&) {}, pass,
+                          max_batches, group);
 }
 
 inline nlohmann::json loss_json(const loss_stats& s) {
@@ -143,7 +152,8 @@ lm_loop_result run_lm_training(Trainer& t, data::lm_sampler& train, data::lm_eva
   auto evaluate = [&](std::size_t step) {
     if (!valid) return;
     const auto t0 = std::chrono::steady_clock::now();
-    r.last_eval = evaluate_lm(t.model(), *valid, o.eval_batches, &group);
+    r.last_eval = evaluate_lm_with([&](const token_batch& b) { return t.evaluate(b); },
+                                   [&](loss_stats& st) { t.finish_evaluation(st); }, *valid, o.eval_batches, &group);
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     auto j = loss_json(r.last_eval);
     j["kind"] = "eval";

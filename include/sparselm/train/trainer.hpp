@@ -273,6 +273,23 @@ class trainer {
                      "): the replicas no longer train one model");
   }
 
+  // Loss statistics of a batch without gradients (fp32, no dropout). On a pipeline over ranks this
+  // process runs only its stage (transformer::evaluate): every rank evaluates the same batches, and
+  // finish_evaluation then sums the stages' statistics (only the last stage's are non-zero).
+  loss_stats evaluate(const batch_type& b) {
+    step_context ctx;
+    if constexpr (requires { model_.evaluate(b, ctx); }) {
+      if (stage_group()) ctx.pipeline = &o_.pipeline, ctx.stage_link = &link_;
+      return model_.evaluate(b, ctx);
+    }
+    return model_.evaluate(b);
+  }
+  void finish_evaluation(loss_stats& st) {
+    if (!stage_group()) return;
+    link_.flush();
+    sum_over_replicas(*stage_group(), st);
+  }
+
   // The loss scaler (its state is checkpointed with the training state).
   optim::loss_scaler& scaler() noexcept { return scaler_; }
   const optim::loss_scaler& scaler() const noexcept { return scaler_; }
