@@ -287,6 +287,26 @@ TEST_CASE("GPT with dropout: staged gradients equal the sequential accumulation 
   check_staged(m, s.subspan(0, 1), {2, order::one_f_one_b, {}}, "wte.weight");
 }
 
+// The first staged step's split comes from a cost model (parameter counts): a head tied to the
+// embedding multiplies by the embedding's table, so that tensor counts for the head. With 4 blocks of
+// ~12.7 k parameters and a 1024 x 32 table (~2.6 blocks) the last stage takes one block and the head;
+// with a 64-entry table (~0.2 blocks) the blocks split evenly.
+TEST_CASE("the cost model's split counts a tied head's projection") {
+  for (const std::size_t vocab : {std::size_t(1024), std::size_t(64)}) {
+    CAPTURE(vocab);
+    gpt_config c = four_layer_gpt();
+    c.vocab_size = vocab;
+    gpt<> m(c);
+    m.init(7);
+    const lm_data d(2, vocab);
+    const auto mb = d.batches();
+    const pipeline::plan plan{2, order::one_f_one_b, {}};
+    step(m, std::span<const token_batch>(mb), &plan, 2);
+    CHECK_FALSE(m.last_pipeline().balanced);
+    CHECK(m.last_pipeline().split == std::vector<std::size_t>{vocab == 1024 ? 3u : 2u});
+  }
+}
+
 TEST_CASE("S1 sparse LM with recompute: staged gradients equal the sequential accumulation") {
   json j = read_json_file(SPARSELM_SOURCE_DIR "/configs/s1-tiny.json");
   j["layers"] = 3;

@@ -392,7 +392,8 @@ class transformer {
   // The split of a staged step: the plan's, else balanced from the part times of the previous
   // staged steps (the first two re-balance, later ones keep the split; stages on threads only:
   // processes measure only their own stage and must agree), else from a cost model (each part's
-  // parameter count; the embedding's forward is a gather, counted as nothing).
+  // parameter count, a tied head's projection counting its table; the embedding's forward is a
+  // gather, counted as nothing).
   std::vector<std::size_t> choose_split(const pipeline::plan& p, std::size_t S, bool measured) {
     const std::size_t L = stack_.size();
     if (!p.split.empty()) return p.split;
@@ -410,6 +411,8 @@ class transformer {
     for (std::size_t l = 0; l < L; ++l)
       for (const auto& t : parameters_of(stack_[l])) block[l] += double((*layout_)[t.index].size);
     for (const auto& t : parameters_of(head_)) head += double((*layout_)[t.index].size);
+    if constexpr (requires { head_.projection().embedding().index; })  // a tied projection: the embedding's tensor
+      head += double((*layout_)[head_.projection().embedding().index].size);
     auto_stages_ = S;
     balanced_steps_ = 0;
     pipe_.balanced = false;
