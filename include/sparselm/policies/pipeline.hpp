@@ -29,11 +29,13 @@
 // the pipeline, each on its rows of every global batch (train/rank_grid.hpp).
 //
 // The stages' split is given (plan::split) or balanced (balance(): the split that minimises the
-// slowest stage): the first staged step weighs each part by its parameter count, the next two by
-// the part times measured in the step before, and later steps keep that split (ranks keep the
-// parameter-count split: each measures only its own stage, and all must agree). The gradients are those of the sequential order: each tensor's gradient
-// accumulates the micro-batches in the same order, except a tensor the head shares with the
-// embedding (tied weights), whose two contributions are added in another order (rounding only).
+// slowest stage): the first staged step weighs each part by its parameter count (a head tied to
+// the embedding counting the table it multiplies by), the next two by the part times measured in
+// the step before, and later steps keep that split (ranks keep the parameter-count split: each
+// measures only its own stage, and all must agree). The gradients are those of the sequential
+// order: each tensor's gradient accumulates the micro-batches in the same order, except a tensor
+// the head shares with the embedding (tied weights), whose two contributions are added in another
+// order (rounding only).
 
 #include <algorithm>
 #include <concepts>
