@@ -115,13 +115,7 @@ class self_attention {
       auto q16 = c.qkv16.matrix(N, 3 * HD), a16 = c.att16.matrix(N, HD);
       qkv_.forward(s, x, q32, c.qkv_c, keeper);
       kernels::to_bf16(std::span<const float>(q32.data, N * 3 * HD), std::span<bf16>(q16.data, N * 3 * HD));
-      auto lse = c.lse.get(s.batch * h_ * s.seq);
-      if (pattern_)
-        kernels::block_sparse_attention_forward(const_matrix_view<bf16>(q16), a32, lse, shape(s), *pattern_, scale(),
-                                                s.lengths, dropout(s), s.compute);
-      else
-        kernels::attention_forward(const_matrix_view<bf16>(q16), a32, lse, shape(s), Mask, scale(), s.lengths,
-                                   dropout(s), s.compute);
+      attend(s, const_matrix_view<bf16>(q16), a32, c);
       kernels::to_bf16(std::span<const float>(a32.data, N * HD), std::span<bf16>(a16.data, N * HD));
       proj_.forward(s, const_matrix_view<bf16>(a16), y, c.proj_c);
       return;
@@ -129,12 +123,7 @@ class self_attention {
     auto qkv = c.qkv.matrix(N, 3 * h_ * d_);
     qkv_.forward(s, x, qkv, c.qkv_c, keeper);
     auto att = c.att.matrix(N, h_ * d_);
-    auto lse = c.lse.get(s.batch * h_ * s.seq);
-    if (pattern_)
-      kernels::block_sparse_attention_forward(qkv, att, lse, shape(s), *pattern_, scale(), s.lengths, dropout(s),
-                                              s.compute);
-    else
-      kernels::attention_forward(qkv, att, lse, shape(s), Mask, scale(), s.lengths, dropout(s), s.compute);
+    attend(s, const_matrix_view<float>(qkv), att, c);
     proj_.forward(s, att, y, c.proj_c);
   }
 
@@ -179,28 +168,37 @@ class self_attention {
     if (c.in_bf16) {
       const_matrix_view<bf16> qkv(c.qkv16.get(N * 3 * h_ * d_).data(), N, 3 * h_ * d_);
       const_matrix_view<bf16> att(c.att16.get(N * h_ * d_).data(), N, h_ * d_);
-      auto lse = c.lse.get(s.batch * h_ * s.seq);
-      if (pattern_)
-        kernels::block_sparse_attention_backward(datt, qkv, att, lse, dqkv, shape(s), *pattern_, scale(), s.lengths,
-                                                 dropout(s), s.compute);
-      else
-        kernels::attention_backward(datt, qkv, att, lse, dqkv, shape(s), Mask, scale(), s.lengths, dropout(s),
-                                    s.compute);
-      qkv_.backward(s, dqkv, dx, c.qkv_c, accumulate_dx);
-      return;
+      attend_backward(s, datt, qkv, att, dqkv, c);
+    } else {
+      const_matrix_view<float> qkv(c.qkv.get(N * 3 * h_ * d_).data(), N, 3 * h_ * d_);
+      const_matrix_view<float> att(c.att.get(N * h_ * d_).data(), N, h_ * d_);
+      attend_backward(s, datt, qkv, att, dqkv, c);
     }
-    const_matrix_view<float> qkv(c.qkv.get(N * 3 * h_ * d_).data(), N, 3 * h_ * d_);
-    const_matrix_view<float> att(c.att.get(N * h_ * d_).data(), N, h_ * d_);
+    qkv_.backward(s, dqkv, dx, c.qkv_c, accumulate_dx);
+  }
+
+ private:
+  // The attention core over qkv held in fp32 or bf16 (S): dense, or under the block pattern.
+  template <class S>
+  void attend(const step_context& s, const_matrix_view<S> qkv, matrix_view<float> att, cache& c) const {
+    auto lse = c.lse.get(s.batch * h_ * s.seq);
+    if (pattern_)
+      kernels::block_sparse_attention_forward(qkv, att, lse, shape(s), *pattern_, scale(), s.lengths, dropout(s),
+                                              s.compute);
+    else
+      kernels::attention_forward(qkv, att, lse, shape(s), Mask, scale(), s.lengths, dropout(s), s.compute);
+  }
+  template <class S>
+  void attend_backward(const step_context& s, const_matrix_view<float> datt, const_matrix_view<S> qkv,
+                       const_matrix_view<S> att, matrix_view<float> dqkv, cache& c) const {
     auto lse = c.lse.get(s.batch * h_ * s.seq);
     if (pattern_)
       kernels::block_sparse_attention_backward(datt, qkv, att, lse, dqkv, shape(s), *pattern_, scale(), s.lengths,
                                                dropout(s), s.compute);
     else
       kernels::attention_backward(datt, qkv, att, lse, dqkv, shape(s), Mask, scale(), s.lengths, dropout(s), s.compute);
-    qkv_.backward(s, dqkv, dx, c.qkv_c, accumulate_dx);
   }
 
- private:
   kernels::attention_shape shape(const step_context& s) const { return {s.batch, s.seq, h_, d_}; }
   float scale() const { return 1.0f / std::sqrt(float(d_)); }
   kernels::attention_dropout dropout(const step_context& s) const {

@@ -378,11 +378,8 @@ class transformer {
     pipeline::check_split(p.split, S, L);
     const auto split = choose_split(p, S, false);
     const std::size_t lo = s == 0 ? 0 : split[s - 1], hi = s + 1 == S ? L : split[s];
-    const auto c = bind(ctx, b);
-    stack_.template prepare<recompute::blocks>(1);
+    const auto c = begin_forward(ctx, b, s == 0);
     if (s > 0) link.recv({stack_.residual(0, lo, N).data, N * stack_.channels()}, s - 1, pipeline::evaluation_tag);
-    if (s == 0 && emb_c_.empty()) emb_c_.resize(1);
-    if (s == 0) embed_forward(c, b, stack_.input(0, N), emb_c_[0]);
     for (std::size_t l = lo; l < hi; ++l) stack_.forward_block(c, l, 0, 0);
     if (s + 1 == S) return head_.forward_backward(c, stack_.output(0, N), b, 1.0f, {}, head_c_, ce);
     link.send({stack_.residual(0, hi, N).data, N * stack_.channels()}, s + 1, pipeline::evaluation_tag);
@@ -448,11 +445,16 @@ class transformer {
     else emb_.backward(s, b.ids, dx, c);
   }
 
-  step_context forward_stack(step_context ctx, const Batch& b) {
+  // An inference pass in slot 0: binds ctx to the batch and, when embed, embeds it into block 0's input.
+  step_context begin_forward(step_context ctx, const Batch& b, bool embed) {
     const auto s = bind(ctx, b);
     stack_.template prepare<recompute::blocks>(1);
     if (emb_c_.empty()) emb_c_.resize(1);
-    embed_forward(s, b, stack_.input(0, b.batch * b.seq), emb_c_[0]);
+    if (embed) embed_forward(s, b, stack_.input(0, b.batch * b.seq), emb_c_[0]);
+    return s;
+  }
+  step_context forward_stack(step_context ctx, const Batch& b) {
+    const auto s = begin_forward(ctx, b, true);
     stack_.forward(s);
     return s;
   }
