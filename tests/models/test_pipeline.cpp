@@ -458,3 +458,27 @@ TEST_CASE("a pipeline over ranks (threads as processes): the ranks' gradients su
     }
   }
 }
+
+// Evaluation over ranks refuses a link whose stage count is not the plan's, and per-position
+// cross-entropy (which needs the whole model in one process), before any message is sent.
+TEST_CASE("evaluation over ranks: a plan that does not match the link, and per-position CE, are errors") {
+  gpt<> m(four_layer_gpt());
+  m.init(7);
+  const lm_data d(1, 64);
+  const auto mb = d.batches();
+  mailbox box;
+  mailbox::link link(box, 0, 2);
+  const pipeline::plan three{3, order::one_f_one_b, {}, pipeline::placement::ranks};
+  const pipeline::plan two{2, order::one_f_one_b, {}, pipeline::placement::ranks};
+  step_context ctx;
+  ctx.stage_link = &link;
+  ctx.pipeline = &three;
+  CHECK_THROWS_WITH_AS(m.evaluate(mb[0], ctx),
+                       doctest::Contains("evaluation on a pipeline of 3 stages over 2 processes"), error);
+  ctx.pipeline = &two;
+  std::vector<float> ce(mb[0].batch * mb[0].seq);
+  CHECK_THROWS_WITH_AS(m.evaluate(mb[0], ctx, ce), doctest::Contains("no per-position cross-entropy"), error);
+  CHECK(link.sent == 0);
+  CHECK(m.evaluate(mb[0], ctx).count == 0);  // a valid call: stage 0 of 2 sends its activations on
+  CHECK(link.sent == 1);
+}
