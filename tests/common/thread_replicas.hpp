@@ -60,6 +60,7 @@ class thread_replicas {
     }
     void barrier() override { g_.sync_.arrive_and_wait(); }
     void all_gather_bytes(std::span<std::byte> x, std::span<const std::size_t> b) override {
+      ++all_gathers;
       publish(x.data(), x.size());
       for (std::size_t q = 0; q < g_.p_; ++q)
         if (q != r_) std::memcpy(x.data() + b[q], static_cast<std::byte*>(g_.ptr_[q]) + b[q], b[q + 1] - b[q]);
@@ -112,6 +113,7 @@ class thread_replicas {
       if (tag >= 30000) ++tied_messages;
     }
     std::size_t scatters_started = 0;
+    std::size_t all_gathers = 0;    // all_gather_bytes calls (the sharded optimiser's parameter exchange)
     std::size_t tied_messages = 0;  // sent or received
     std::size_t evaluation_sends = 0;
     std::size_t sums_started = 0;

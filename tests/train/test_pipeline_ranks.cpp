@@ -233,3 +233,125 @@ TEST_CASE("pipeline over ranks: evaluation runs each rank's stage only and equal
     });
   }
 }
+
+// Ranks that keep only their stage (trainer::stage_local(), train/stage_params.hpp): after
+// sync_parameters() a rank of a pipeline over ranks with the optimiser state sharded by stage zeroes
+// and gives back the other stages' weights and gradients. It trains bit for bit as ranks that hold
+// the whole model, without the all-gather of the parameters (the tied embedding's gradient goes to
+// rank 0 and its new values come back); a save's gather gives rank 0 the whole model, released
+// again afterwards.
+TEST_CASE("pipeline over ranks: stage-local ranks keep only their stage's weights and train bit for bit") {
+  using pipeline::order;
+  const auto ids = toy_ids(6);
+  for (const pipeline::plan& plan : {pipeline::plan{2, order::one_f_one_b, {}, pipeline::placement::ranks},
+                                     pipeline::plan{3, order::gpipe, {1, 3}, pipeline::placement::ranks}}) {
+    const std::size_t S = plan.stages;
+    CAPTURE(S);
+    struct seen {
+      std::vector<double> losses;
+      std::vector<float> trained, gathered, released;  // the flat parameter arena at three points
+      optim::element_range owned;
+      std::vector<std::vector<float>> slots;  // rank 0: the gathered optimiser state
+    };
+    std::vector<seen> whole(S), local(S);
+    std::vector<std::size_t> tied;
+    for (bool shard : {false, true}) {
+      thread_replicas group(S);
+      group.run([&](std::size_t r, parallel::replica_group& g) {
+        gpt<> m(four_layers());
+        m.init(7);
+        if (r == 0 && shard) tied = m.tied_tensors();
+        trainer_options o;
+        o.pipeline = plan;
+        o.accumulation.steps = 2;
+        o.shard_optimizer = shard;
+        o.clip = clip_mode::global_norm;
+        o.max_norm = 0.05f;
+        trainer<gpt<>, dp_policies> t(m, o, optim::adamw<float>(nlohmann::json::object()),
+                                      optim::make_schedule({{"type", "constant"}, {"lr", 3e-3}}));
+        t.set_replicas(g);
+        t.sync_parameters();
+        CHECK(t.stage_local() == shard);
+        seen& me = (shard ? local : whole)[r];
+        auto flat = [&] { return std::vector<float>(m.params().all().begin(), m.params().all().end()); };
+        for (int k = 0; k < 3; ++k) {
+          std::vector<token_batch> micro;
+          for (int q = 0; q < 2; ++q) {
+            const auto& x = ids[std::size_t(2 * k + q)];
+            micro.push_back({x, x, {}, 2, 16});
+          }
+          me.losses.push_back(t.train_step(micro).loss.mean_loss());
+        }
+        t.check_replicas_agree("at the end of the test");
+        me.trained = flat();
+        me.owned = t.optimizer().owned_elements();
+        const auto& member = static_cast<thread_replicas::member&>(g);
+        CHECK(member.all_gathers == 0);  // no exchange of the parameters (unsharded: every rank updates all)
+        if (shard && (r == 0 || r + 1 == S)) CHECK(member.tied_messages == 6u);  // gradient there, values back
+        t.gather_optimizer_state();
+        me.gathered = flat();
+        if (r == 0)
+          for (const auto& sl : t.checkpoint_state().slots)
+            me.slots.emplace_back(sl.slots->all().begin(), sl.slots->all().end());
+        t.release_gathered_state();
+        me.released = flat();
+        if (shard) {
+          CHECK_THROWS_WITH_AS(t.set_hooks({}), doctest::Contains("set_hooks after sync_parameters()"), error);
+          CHECK_THROWS_WITH_AS(t.sync_parameters(), doctest::Contains("sync_parameters() again"), error);
+        }
+      });
+    }
+    gpt<> layout_of(four_layers());
+    const arena_layout& L = *layout_of.layout();
+    REQUIRE(tied.size() == 1);
+    const std::size_t t0 = L[tied[0]].offset, t1 = t0 + L[tied[0]].size;
+    for (std::size_t r = 0; r < S; ++r) {
+      CAPTURE(r);
+      CHECK(local[r].losses == whole[r].losses);
+      CHECK(whole[r].trained == whole[0].trained);
+      // a rank keeps its own tensors (and the last one the tied embedding its head reads); the rest is zero
+      std::size_t wrong = 0, kept = 0;
+      for (std::size_t e = 0; e < L.total(); ++e) {
+        const bool keep = (e >= local[r].owned.first && e < local[r].owned.last) || (r + 1 == S && e >= t0 && e < t1);
+        kept += keep;
+        wrong += local[r].trained[e] != (keep ? whole[0].trained[e] : 0.0f);
+      }
+      CHECK(wrong == 0);
+      CHECK(kept < L.total());
+      // the save's gather: rank 0 holds the whole model until the release
+      CHECK(local[r].gathered == (r == 0 ? whole[0].trained : local[r].trained));
+      CHECK(local[r].released == local[r].trained);
+    }
+    REQUIRE(local[0].slots.size() == 2);
+    CHECK(local[0].slots == whole[0].slots);
+  }
+}
+
+// With a hook that needs every layer (a pattern updater) set before sync_parameters(), or
+// per-tensor clipping, the ranks keep the whole model (and exchange the updated parameters).
+TEST_CASE("pipeline over ranks: pattern-update hooks or per-tensor clipping keep the whole model on each rank") {
+  for (int variant = 0; variant < 2; ++variant) {
+    CAPTURE(variant);
+    thread_replicas group(2);
+    group.run([&](std::size_t, parallel::replica_group& g) {
+      gpt<> m(four_layers());
+      m.init(7);
+      trainer_options o;
+      o.pipeline = pipeline::plan{2, pipeline::order::one_f_one_b, {}, pipeline::placement::ranks};
+      o.accumulation.steps = 2;
+      o.shard_optimizer = true;
+      if (variant == 1) o.clip = clip_mode::per_tensor;
+      trainer<gpt<>, dp_policies> t(m, o, optim::adamw<float>(nlohmann::json::object()),
+                                    optim::make_schedule({{"type", "constant"}, {"lr", 3e-3}}));
+      t.set_replicas(g);
+      if (variant == 0) t.set_hooks({{}, [](std::size_t) {}});
+      t.sync_parameters();
+      CHECK(t.sharded());
+      CHECK_FALSE(t.stage_local());
+      const auto ids = toy_ids(2);
+      t.train_step(std::vector<token_batch>{{ids[0], ids[0], {}, 2, 16}, {ids[1], ids[1], {}, 2, 16}});
+      CHECK(static_cast<thread_replicas::member&>(g).all_gathers == 1u);
+      t.check_replicas_agree("after a step");  // every rank holds the same whole model
+    });
+  }
+}

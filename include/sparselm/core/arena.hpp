@@ -11,7 +11,9 @@
 //   arena<float> params(layout), grads(layout);
 //   std::span<float> wv = params[w];
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -26,6 +28,11 @@
 #include "sparselm/core/dtype.hpp"
 #include "sparselm/core/error.hpp"
 #include "sparselm/core/view.hpp"
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 namespace sparselm {
 
@@ -182,6 +189,31 @@ class arena {
 
   void zero() noexcept {
     if (data_) std::memset(data_.get(), 0, layout_->total() * sizeof(T));
+  }
+
+  // Zeroes elements [first, last) and gives the whole memory pages among them back to the system
+  // (Linux: madvise MADV_DONTNEED; they read as zero and take memory again only once written), so
+  // that a part of the arena this process does not use costs no memory.
+  void release(std::size_t first, std::size_t last) noexcept {
+    if (!data_) return;
+    last = std::min(last, layout_->total());
+    if (first >= last) return;
+    auto* b = reinterpret_cast<char*>(data_.get() + first);
+    auto* e = reinterpret_cast<char*>(data_.get() + last);
+#if defined(__linux__)
+    const long ps = sysconf(_SC_PAGESIZE);
+    if (ps > 0) {
+      const auto page = std::uintptr_t(ps);
+      auto* pb = reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(b) + page - 1) / page * page);
+      auto* pe = reinterpret_cast<char*>(reinterpret_cast<std::uintptr_t>(e) / page * page);
+      if (pb < pe && madvise(pb, std::size_t(pe - pb), MADV_DONTNEED) == 0) {
+        std::memset(b, 0, std::size_t(pb - b));
+        std::memset(pe, 0, std::size_t(e - pe));
+        return;
+      }
+    }
+#endif
+    std::memset(b, 0, std::size_t(e - b));
   }
 
  private:

@@ -269,6 +269,7 @@ class bert_job {
       }
     }
     bar.finish();
+    t.gather_parameters();  // ranks that kept only their pipeline stages: rank 0 holds the trained model
     nlohmann::json summary = {{"steps", t.step()},
                               {"interrupted", interrupted},
                               {"train_seconds", train_sec},

@@ -216,6 +216,7 @@ class finetune_job {
       }
     }
     bar.finish();
+    t.gather_parameters();  // ranks that kept only their pipeline stages: rank 0 holds the trained model
     nlohmann::json summary = {{"steps", t.step()},
                               {"interrupted", interrupted},
                               {"epochs", double(epoch) + double(next) / double(N)},

@@ -352,6 +352,7 @@ class lm_job {
            "trainer.max_skipped_steps). ", last_good(cd));
     }
 
+    t.gather_parameters();  // ranks that kept only their pipeline stages: rank 0 holds the trained model
     nlohmann::json summary = {{"steps", r.steps_done},
                               {"resumed_from", resumed_from},
                               {"interrupted", r.interrupted},

@@ -72,4 +72,19 @@ inline void check_same_files(parallel::replica_group& g, const std::vector<std::
                              "contents in '" + f.string() + "' (size or first and last MiB)");
 }
 
+// Fails on the first rank whose parameter fingerprint differs from the one it is compared with,
+// naming both. A fingerprint is a CRC-32C in the low 32 bits; the high bits say which rank it is
+// compared with: 0 (every rank holds the whole model), or the rank's pipeline stage s, whose first
+// replica is rank s (ranks that keep only their stage's parameters, train/stage_params.hpp).
+inline void check_same_parameters(parallel::replica_group& g, std::uint64_t mine, const std::string& when) {
+  std::vector<std::uint64_t> crc(g.size());
+  g.all_gather(mine, crc);
+  for (std::size_t r = 1; r < crc.size(); ++r) {
+    const std::size_t q = std::min(std::size_t(crc[r] >> 32), crc.size() - 1);
+    SPARSELM_CHECK(crc[r] == crc[q], "data parallel: ", when, ", the parameters of rank ", r, " (CRC-32C ",
+                   io::crc32c_hex(std::uint32_t(crc[r])), ") differ from rank ", q, "'s (",
+                   io::crc32c_hex(std::uint32_t(crc[q])), "): the replicas no longer train one model");
+  }
+}
+
 }  // namespace sparselm

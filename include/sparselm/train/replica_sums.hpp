@@ -217,6 +217,19 @@ class tied_gradient_sum {
     }
     if (g.rank() == last) g.flush_sends();
   }
+  // After the update, when the ranks keep only their stages' parameters (train/stage_params.hpp):
+  // rank 0 sends the tied tensors' new values to the last rank, whose head reads them.
+  void share_params(parallel::replica_group& g, arena<float>& params) {
+    const std::size_t last = g.size() - 1;
+    constexpr std::uint64_t tag = 31000;
+    for (std::size_t k = 0; k < tensors_.size(); ++k) {
+      if (g.rank() == 0)
+        g.send(params[tensors_[k]], last, tag + k);
+      else if (g.rank() == last)
+        g.recv(params[tensors_[k]], 0, tag + k);
+    }
+    if (g.rank() == 0) g.flush_sends();
+  }
 
  private:
   std::vector<std::size_t> tensors_;

@@ -53,8 +53,10 @@
 #include "sparselm/policies/recompute.hpp"
 #include "sparselm/train/gathered_slots.hpp"
 #include "sparselm/train/rank_grid.hpp"
+#include "sparselm/train/replica_checks.hpp"
 #include "sparselm/train/replica_sums.hpp"
 #include "sparselm/train/slot_stream.hpp"
+#include "sparselm/train/stage_params.hpp"
 #include "sparselm/train/trainer_options.hpp"
 
 namespace sparselm {
@@ -124,7 +126,8 @@ class trainer {
   };
 
   trainer(Model& model, trainer_options o, optimizer_type opt, optim::schedule sched)
-      : model_(model), opt_(std::move(opt)), sched_(std::move(sched)), o_(resolve(std::move(o))), scaler_(o_.loss_scaling) {
+      : model_(model), opt_(std::move(opt)), sched_(std::move(sched)), o_(resolve_options<Policies>(std::move(o))),
+        scaler_(o_.loss_scaling) {
     opt_.attach(model_.layout());
   }
 
@@ -137,7 +140,10 @@ class trainer {
   const optim::schedule& schedule() const noexcept { return sched_; }
   const trainer_options& options() const noexcept { return o_; }
   std::size_t step() const noexcept { return step_; }
-  void set_hooks(hooks h) { hooks_ = std::move(h); }
+  void set_hooks(hooks h) {  // before sync_parameters() (stage-local ranks have no other stage's weights)
+    SPARSELM_CHECK(!stage_local(), "trainer: set_hooks after sync_parameters() made the ranks keep only their stages");
+    hooks_ = std::move(h);
+  }
   // The replicas this trainer combines gradients with (data_parallel::mpi; set before the first
   // step, together with sync_parameters()). Without one, and under data_parallel::none, the
   // group of one process.
@@ -203,6 +209,7 @@ class trainer {
   void gather_optimizer_state() {
     if (!sharded() || !gathers_state()) return;
     auto& g = shard_group();
+    gather_parameters();
     // 16-bit slots of a run-time slot choice travel and are kept in their own type (half the
     // bytes of the float copies state() would make): visit_gathered16() hands them to a save
     if (full16_.gather(opt_, g, model_.layout(), [&](std::size_t e) { return shards_.byte_bounds(e); })) {
@@ -220,6 +227,7 @@ class trainer {
     }
   }
   void release_gathered_state() {
+    if (stage_local()) stage_.release_gathered(model_.params());
     full_slots_.clear();
     full16_.clear();
     if (stream_.armed()) stream_.drain(shard_group());  // a save that did not take the streamed slots
@@ -230,6 +238,7 @@ class trainer {
   // Then release_gathered_state() on every rank.
   void stream_optimizer_state() {
     if (!sharded() || !gathers_state()) return;
+    gather_parameters();
     stream_.prepare(shard_group(), *model_.layout(), shards_.bounds(), own_slots_of(opt_));
     stream_.send_own(shard_group());
   }
@@ -251,26 +260,35 @@ class trainer {
   parallel::replica_group& processes() noexcept { return grid_.active() ? grid_.world() : replicas(); }
 
   // Every replica takes rank 0's parameters (after initialisation or a resume), so all ranks train
-  // the same model; then checks that they hold the same bytes.
+  // the same model; then checks that they hold the same bytes. Once, before training. A rank of a
+  // pipeline over ranks with the optimiser state sharded by stage then keeps only its stage's weights
+  // and gradients (stage_local()) unless hooks (pattern updates) or per-tensor clipping need all.
   void sync_parameters() {
     auto& g = processes();
     if (g.size() == 1) return;
+    SPARSELM_CHECK(!stage_local(), "trainer: sync_parameters() again after the ranks kept only their stages");
     g.broadcast(model_.params().all());
     check_replicas_agree("after the broadcast of rank 0's parameters");
+    if (!sharded_by_stage() || hooks_.after_update || hooks_.needs_dense_grad || o_.clip == clip_mode::per_tensor)
+      return;
+    stage_.assign(*model_.layout(), shards_.bounds(), stage_group()->rank(), stage_group()->size(), tied_.tensors());
+    stage_.release_others(model_.params());
+    stage_.release_others(model_.grads());
+  }
+  // Whether this rank keeps only its pipeline stage's parameters and gradients (train/stage_params.hpp;
+  // the rest reads as zero). A save, or gather_parameters(), gives rank 0 the whole model then.
+  bool stage_local() const noexcept { return stage_.active(); }
+  // Collective over a pipeline's ranks when stage_local(): its rank 0 (on a grid, the first
+  // replica's) receives every stage's parameters, until release_gathered_state(). Saves call it
+  // through gather_optimizer_state() or stream_optimizer_state().
+  void gather_parameters() {
+    if (stage_local() && gathers_state()) stage_.gather(*stage_group(), model_.params());
   }
   // Fails, naming the ranks, unless every replica holds bit-identical parameters (a CRC-32C of the
-  // arena gathered from every rank). `when` says at which point, for the message.
+  // arena gathered from every rank; stage-local ranks compare their own stage's parameters with
+  // the stage's other replicas). `when` says at which point, for the message.
   void check_replicas_agree(const std::string& when) {
-    auto& g = processes();
-    if (g.size() == 1) return;
-    const auto all = model_.params().all();
-    const std::uint64_t mine = io::crc32c(all.data(), all.size() * sizeof(float));
-    std::vector<std::uint64_t> crc(g.size());
-    g.all_gather(mine, crc);
-    for (std::size_t r = 1; r < crc.size(); ++r)
-      SPARSELM_CHECK(crc[r] == crc[0], "data parallel: ", when, ", the parameters of rank ", r, " (CRC-32C ",
-                     io::crc32c_hex(std::uint32_t(crc[r])), ") differ from rank 0's (", io::crc32c_hex(std::uint32_t(crc[0])),
-                     "): the replicas no longer train one model");
+    if (processes().size() > 1) check_same_parameters(processes(), stage_.fingerprint(model_.params()), when);
   }
 
   // Loss statistics of a batch without gradients (fp32, no dropout). On a pipeline over ranks this
@@ -300,7 +318,10 @@ class trainer {
                    " micro-batches given, gradient accumulation expects ", o_.accumulation.steps);
     const auto t0 = std::chrono::steady_clock::now();
     step_metrics m;
-    model_.grads().zero();
+    if (stage_local())
+      stage_.zero(model_.grads());
+    else
+      model_.grads().zero();
     step_context ctx;
     ctx.training = true;
     ctx.step = step_;
@@ -386,7 +407,10 @@ class trainer {
     }
     m.lr = sched_(step_);
     opt_.step(model_.params(), model_.grads(), m.lr, grad_scale);
-    if (sharded()) shards_.share_params(shard_group(), model_.params());  // each process updated its own tensors
+    if (stage_local())  // the last stage's head reads the tied tensors stage 0 updated
+      tied_.share_params(*stage_group(), model_.params());
+    else if (sharded())  // each process updated its own tensors
+      shards_.share_params(shard_group(), model_.params());
     ++step_;
     if (hooks_.after_update) hooks_.after_update(step_);
     m.step = step_;
@@ -448,29 +472,6 @@ class trainer {
     }
   }
 
-  // Fixes the compute type (a policy that names one refuses options naming another) and gives
-  // fp16 dynamic loss scaling (initial scale 2^16) when the options leave loss scaling off (static,
-  // scale 1); a configured static scale or dynamic scaler is kept.
-  static trainer_options resolve(trainer_options o) {
-    using P = typename Policies::precision;
-    if constexpr (P::compute.has_value()) {
-      SPARSELM_CHECK(!o.precision || *o.precision == *P::compute, "trainer: the precision policy computes in ",
-                     precision::name(*P::compute), " but the options ask for ", precision::name(*o.precision));
-      o.precision = *P::compute;
-    }
-    if (!o.precision) o.precision = dtype::f32;
-    if constexpr (!std::is_same_v<typename Policies::pipeline, pipeline::configured>)
-      SPARSELM_CHECK(o.pipeline.stages <= 1, "trainer: the options ask for ", o.pipeline.stages,
-                     " pipeline stages but the policy is pipeline::", Policies::pipeline::name,
-                     " (pipeline::configured follows the options)");
-    if ((*o.precision == dtype::f16 || P::loss_scaling) && !o.loss_scaling.dynamic && o.loss_scaling.scale == 1.0f) {
-      o.loss_scaling = optim::loss_scale_config{};
-      o.loss_scaling.dynamic = true;
-      o.loss_scaling.scale = 65536.0f;
-    }
-    return o;
-  }
-
   Model& model_;
   optimizer_type opt_;
   optim::schedule sched_;
@@ -489,6 +490,7 @@ class trainer {
   slot_stream stream_;              // sharded: a save's slots streamed to rank 0 (stream_optimizer_state)
   tied_gradient_sum tied_;        // by stage: the head's tensors stage 0 owns (train/replica_sums.hpp)
   stage_range_sums stage_sums_;   // by stage on a grid: the ranges a stage's replicas sum
+  stage_params stage_;            // stage-local: the parts of the arenas this rank keeps
   parallel::single_replica single_;
   std::size_t step_ = 0;
   std::size_t skipped_in_row_ = 0;  // consecutive steps skipped for a non-finite loss or gradient

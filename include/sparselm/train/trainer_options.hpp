@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "sparselm/core/dtype.hpp"
 #include "sparselm/core/error.hpp"
@@ -136,5 +137,30 @@ struct trainer_options {
     return p;
   }
 };
+
+// The options a trainer with the policy bundle Policies runs with: fixes the compute type (a
+// precision policy that names one refuses options naming another) and gives fp16 dynamic loss
+// scaling (initial scale 2^16) when the options leave loss scaling off (static, scale 1); a
+// configured static scale or dynamic scaler is kept.
+template <class Policies>
+trainer_options resolve_options(trainer_options o) {
+  using P = typename Policies::precision;
+  if constexpr (P::compute.has_value()) {
+    SPARSELM_CHECK(!o.precision || *o.precision == *P::compute, "trainer: the precision policy computes in ",
+                   precision::name(*P::compute), " but the options ask for ", precision::name(*o.precision));
+    o.precision = *P::compute;
+  }
+  if (!o.precision) o.precision = dtype::f32;
+  if constexpr (!std::is_same_v<typename Policies::pipeline, pipeline::configured>)
+    SPARSELM_CHECK(o.pipeline.stages <= 1, "trainer: the options ask for ", o.pipeline.stages,
+                   " pipeline stages but the policy is pipeline::", Policies::pipeline::name,
+                   " (pipeline::configured follows the options)");
+  if ((*o.precision == dtype::f16 || P::loss_scaling) && !o.loss_scaling.dynamic && o.loss_scaling.scale == 1.0f) {
+    o.loss_scaling = optim::loss_scale_config{};
+    o.loss_scaling.dynamic = true;
+    o.loss_scaling.scale = 65536.0f;
+  }
+  return o;
+}
 
 }  // namespace sparselm
