@@ -65,7 +65,8 @@ inline CLI::Option* add_precision_option(CLI::Option_group& g, std::optional<std
 // optimiser state (ZeRO stage 1; docs/distributed.md).
 inline constexpr const char* shard_option_help =
     "Data parallel (mpirun): each rank keeps and updates 1/P of the optimiser state, then the ranks exchange the "
-    "updated weights (ZeRO stage 1; trainer.shard_optimizer); a pipeline over ranks: each rank those of its stage";
+    "updated weights (ZeRO stage 1; trainer.shard_optimizer); a pipeline over ranks: each rank keeps only its "
+    "stage's optimiser state, weights and gradients";
 inline CLI::Option* add_shard_option(CLI::Option_group& g, std::optional<bool>& v) {
   return g.add_flag("--shard-optimizer", v, shard_option_help);
 }

@@ -125,9 +125,23 @@ class arena_layout {
 };
 
 namespace detail {
+// Frees an arena's block: munmap for a mapped one (`mapped` bytes), free otherwise.
 struct aligned_free {
-  void operator()(void* p) const noexcept { std::free(p); }
+  std::size_t mapped = 0;
+  void operator()(void* p) const noexcept {
+#if defined(__linux__)
+    if (mapped) {
+      munmap(p, mapped);
+      return;
+    }
+#endif
+    std::free(p);
+  }
 };
+// Arenas from this size on are mapped from the system directly (zero pages that take memory only
+// once written, so a part a process never writes, such as another pipeline stage's gradients,
+// costs nothing); smaller ones come from aligned_alloc and are zeroed.
+inline constexpr std::size_t arena_map_bytes = std::size_t(4) << 20;
 }  // namespace detail
 
 // Zero-initialised storage for every tensor of a layout, in one 64-byte aligned block.
@@ -140,6 +154,15 @@ class arena {
     std::size_t bytes = layout_->total() * sizeof(T);  // total() <= limits::arena_elements: no overflow
     bytes = (bytes + 63) / 64 * 64;
     if (bytes == 0) return;
+#if defined(__linux__)
+    if (bytes >= detail::arena_map_bytes) {
+      void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      SPARSELM_CHECK(m != MAP_FAILED, "arena: cannot map ", bytes, " bytes (", layout_->count(), " tensors, the first '",
+                     (*layout_)[0].name, "'): out of memory");
+      data_ = std::unique_ptr<T, detail::aligned_free>(static_cast<T*>(m), detail::aligned_free{bytes});
+      return;
+    }
+#endif
     void* p = std::aligned_alloc(64, bytes);
     SPARSELM_CHECK(p != nullptr, "arena: cannot allocate ", bytes, " bytes (", layout_->count(),
                    " tensors, the first '", (*layout_)[0].name, "'): out of memory");

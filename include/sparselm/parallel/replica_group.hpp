@@ -85,6 +85,13 @@ class replica_group {
     throw error(detail::concat(describe(), ": no point-to-point transport (receive from rank ", from, ")"));
   }
   virtual void flush_sends() {}
+  // Sends x to rank `to` and returns once it is sent (blocking, and without send's copy of x): for
+  // large messages whose receiver is on its way to the matching recv (the tied tensors of a
+  // pipeline over ranks, train/replica_sums.hpp). By default send, then flush_sends.
+  virtual void send_now(std::span<const float> x, std::size_t to, std::uint64_t tag) {
+    send(x, to, tag);
+    flush_sends();
+  }
 
   // The ranks that pass the same `color` as a group of their own, ordered by `key` (a 2-D grid of
   // pipeline stages and data replicas, train/rank_grid.hpp). Collective: every rank of this group

@@ -255,6 +255,12 @@ class lm_job {
     procs.all_gather(t.optimizer_state_bytes(), state_bytes);
     nlohmann::json state_mib = nlohmann::json::array();
     for (auto b : state_bytes) state_mib.push_back(double(b) / (1 << 20));
+    // ranks that keep only their pipeline stage: the weights and gradients each holds (MiB)
+    nlohmann::json stage_mib = nlohmann::json::array();
+    if (t.stage_local()) {
+      procs.all_gather(2 * sizeof(float) * t.stage_memory().kept_elements(), state_bytes);
+      for (auto b : state_bytes) stage_mib.push_back(double(b) / (1 << 20));
+    }
     nlohmann::json run_line = {{"kind", "run"},
                                {"program", program_},
                                {"config", resolved_},
@@ -268,6 +274,7 @@ class lm_job {
                                {"precision", precision::name(t.compute())},
                                {"resumed_from", resumed_from}};
     if (valid_file) run_line["unigram_perplexity"] = unigram;
+    if (!stage_mib.empty()) run_line["stage_weights_and_gradients_mib"] = stage_mib;
     const pipeline::plan& pipe = t.options().pipeline;
     try {  // before any work: at least one block per stage, a given split in range
       pipeline::check_split(pipe.split, pipe.stages, model.stack().size());
@@ -305,6 +312,9 @@ class lm_job {
         if (ranks == 1)  // with data replicas, said above
           say(program_ + ": optimiser state per rank (MiB): " + state_mib.dump() +
               (t.sharded() ? " (each rank its stage's)" : ""));
+        if (!stage_mib.empty())
+          say(program_ + ": each rank keeps only its stage's weights and gradients, MiB per rank: " + stage_mib.dump() +
+              " (the whole model's: " + std::to_string(2 * sizeof(float) * model.params().all().size() >> 20) + ")");
       } else if (pipe.stages > 1) {
         if (pipe.where == pipeline::placement::ranks)
           say(program_ + ": trainer.pipeline.placement is ranks but this is one process: the stages run as threads");

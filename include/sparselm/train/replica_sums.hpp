@@ -208,14 +208,13 @@ class tied_gradient_sum {
     for (std::size_t k = 0; k < tensors_.size(); ++k) {
       const auto grad = grads[tensors_[k]];
       if (g.rank() == last) {
-        g.send(grad, 0, tag + k);
+        g.send_now(grad, 0, tag + k);
       } else if (g.rank() == 0) {
         in_.resize(grad.size());
         g.recv(in_, last, tag + k);
         for (std::size_t i = 0; i < grad.size(); ++i) grad[i] += in_[i];
       }
     }
-    if (g.rank() == last) g.flush_sends();
   }
   // After the update, when the ranks keep only their stages' parameters (train/stage_params.hpp):
   // rank 0 sends the tied tensors' new values to the last rank, whose head reads them.
@@ -224,11 +223,10 @@ class tied_gradient_sum {
     constexpr std::uint64_t tag = 31000;
     for (std::size_t k = 0; k < tensors_.size(); ++k) {
       if (g.rank() == 0)
-        g.send(params[tensors_[k]], last, tag + k);
+        g.send_now(params[tensors_[k]], last, tag + k);
       else if (g.rank() == last)
         g.recv(params[tensors_[k]], 0, tag + k);
     }
-    if (g.rank() == 0) g.flush_sends();
   }
 
  private:

@@ -278,6 +278,7 @@ class trainer {
   // Whether this rank keeps only its pipeline stage's parameters and gradients (train/stage_params.hpp;
   // the rest reads as zero). A save, or gather_parameters(), gives rank 0 the whole model then.
   bool stage_local() const noexcept { return stage_.active(); }
+  const stage_params& stage_memory() const noexcept { return stage_; }
   // Collective over a pipeline's ranks when stage_local(): its rank 0 (on a grid, the first
   // replica's) receives every stage's parameters, until release_gathered_state(). Saves call it
   // through gather_optimizer_state() or stream_optimizer_state().
