@@ -8,8 +8,9 @@
 #   - the 2-rank run stopped at step 4 and resumed (--resume, same 2 ranks) ends bit for bit on the
 #     uninterrupted run (the schedule's total_steps fixed at 8); its step-4 checkpoint resumed by one
 #     process without a pipeline ends within 1e-5 of it;
-#   - with --shard-optimizer each of the 2 ranks keeps its stage's optimiser state only (the two
-#     ranks' state adds up to one unsharded rank's) and the run logs the unsharded run's losses and
+#   - with --shard-optimizer each of the 2 ranks keeps its stage's optimiser state, weights and
+#     gradients only (the two ranks' state adds up to one unsharded rank's; the last rank also keeps
+#     the tied table) and the run logs the unsharded run's losses and
 #     final validation loss bit for bit; stopped at step 4 and resumed on 2 sharded ranks, it ends
 #     on them too;
 #   - sparse_lm with RigL pattern updates every 2 steps on 2 ranks makes the updates one process
@@ -71,7 +72,13 @@ full, = {tuple(l["optimizer_state_mib"]) for l in lines("two", "run")}
 mine = lines("two-shard", "run")[0]["optimizer_state_mib"]
 assert len(full) == len(mine) == 2 and full[0] == full[1] and all(0 < m < full[0] for m in mine), (full, mine)
 assert abs(sum(mine) - full[0]) <= 1e-6 * full[0], (full, mine)
-print("2 ranks, state sharded by stage:", mine, "MiB of", full[0], "- same losses, resumed too:", res["valid"]["loss"])
+# each rank keeps only its stage's weights and gradients (as many bytes as AdamW's two slots of them),
+# the last rank also the tied table its head reads; unsharded, every rank keeps the whole model
+kept = lines("two-shard", "run")[0]["stage_weights_and_gradients_mib"]
+assert "stage_weights_and_gradients_mib" not in lines("two", "run")[0]
+assert kept[0] == mine[0] and mine[1] < kept[1] < full[0], (kept, mine, full)
+print("2 ranks, state sharded by stage:", mine, "MiB of", full[0], "(weights and gradients kept:", kept,
+      ") - same losses, resumed too:", res["valid"]["loss"])
 PY
 /usr/bin/python3 - "$work" <<'PY'
 import json, sys
@@ -141,6 +148,8 @@ full = lines("grid", "run")[0]["optimizer_state_mib"]
 mine = lines("grid-shard", "run")[0]["optimizer_state_mib"]  # ranks 0-1: replica 0's stages, 2-3: replica 1's
 assert len(set(full)) == 1 and len(mine) == 4 and mine[:2] == mine[2:] and all(0 < m < full[0] for m in mine), (full, mine)
 assert abs(mine[0] + mine[1] - full[0]) <= 1e-6 * full[0], (full, mine)
+kept = lines("grid-shard", "run")[0]["stage_weights_and_gradients_mib"]
+assert kept[:2] == kept[2:] and kept[0] == mine[0] and mine[1] < kept[1] < full[0], (kept, mine, full)
 print("the grid with its state sharded by stage:", mine, "MiB of", full[0], "- same losses, resumed too")
 PY
 s1=(-c "$src/configs/s1-tiny-train.json" --train "$work/train.tok" --valid "$work/train.tok" --vocab 50257

@@ -355,3 +355,32 @@ TEST_CASE("pipeline over ranks: pattern-update hooks or per-tensor clipping keep
     });
   }
 }
+
+// check_same_parameters (trainer::check_replicas_agree): each rank's fingerprint against rank 0's,
+// or, for ranks that keep only their stage, against the first replica of its stage (rank s), and
+// a mismatch names both ranks and both CRCs.
+TEST_CASE("replica check: a rank whose parameters differ is named with the rank it is compared with") {
+  auto run = [](std::vector<std::uint64_t> prints) {
+    thread_replicas group(prints.size());
+    std::vector<std::string> errors(prints.size());
+    group.run([&](std::size_t r, parallel::replica_group& g) {
+      try {
+        check_same_parameters(g, prints[r], "at step 5");
+      } catch (const error& e) {
+        errors[r] = e.what();
+      }
+    });
+    return errors;
+  };
+  const std::uint64_t s1 = std::uint64_t(1) << 32;  // "compare with rank 1" (stage 1's first replica)
+  for (const auto& e : run({0xAB, 0xAB, 0xAB})) CHECK(e.empty());
+  for (const auto& e : run({0xAB, s1 | 0xCD, 0xAB, s1 | 0xCD})) CHECK(e.empty());  // 2 replicas x 2 stages
+  const auto bad = run({0xAB, 0xAB, 0xAC});
+  for (const auto& e : bad) {
+    CHECK(e.find("at step 5, the parameters of rank 2 (CRC-32C 000000ac) differ from rank 0's (000000ab)") !=
+          std::string::npos);
+  }
+  const auto stage = run({0xAB, s1 | 0xCD, 0xAB, s1 | 0xCE});
+  for (const auto& e : stage)
+    CHECK(e.find("the parameters of rank 3 (CRC-32C 000000ce) differ from rank 1's (000000cd)") != std::string::npos);
+}
