@@ -121,6 +121,31 @@ TEST_CASE("per-tensor clip-by-norm (S1)") {
   CHECK(some_kept);
 }
 
+// With a flat range [lo, hi) (a stage-local rank's own tensors, train/stage_params.hpp) only the
+// tensors that start in it are scaled and clipped, exactly as the whole-arena call does them; the
+// others keep their values and report norm 0.
+TEST_CASE("per-tensor clipping and scaling restricted to a range of tensors") {
+  model md;
+  md.fill_grads(3);
+  arena<float> whole = md.grads.clone();
+  const auto all = optim::clip_tensor_norms(whole, 1.0f);
+  optim::scale_grads(whole, 0.25f);
+  // the range of tensors b, g, frozen and big
+  const std::size_t lo = (*md.layout)[md.b].offset, hi = (*md.layout)[md.zeros].offset;
+  CHECK(all[md.big] > 1.0);  // one of the range's tensors is clipped
+  arena<float> before = md.grads.clone();
+  const auto part = optim::clip_tensor_norms(md.grads, 1.0f, lo, hi);
+  optim::scale_grads(md.grads, 0.25f, lo, hi);
+  for (std::size_t i = 0; i < md.layout->count(); ++i) {
+    CAPTURE(i);
+    const bool in = i >= md.b && i < md.zeros;
+    CHECK(part[i] == (in ? all[i] : 0.0));
+    std::size_t wrong = 0;
+    for (std::size_t j = 0; j < md.grads[i].size(); ++j) wrong += md.grads[i][j] != (in ? whole[i][j] : before[i][j]);
+    CHECK(wrong == 0);
+  }
+}
+
 TEST_CASE("scale_grads skips frozen tensors") {
   model md;
   md.fill_grads(1);

@@ -243,10 +243,13 @@ TEST_CASE("pipeline over ranks: evaluation runs each rank's stage only and equal
 TEST_CASE("pipeline over ranks: stage-local ranks keep only their stage's weights and train bit for bit") {
   using pipeline::order;
   const auto ids = toy_ids(6);
-  for (const pipeline::plan& plan : {pipeline::plan{2, order::one_f_one_b, {}, pipeline::placement::ranks},
-                                     pipeline::plan{3, order::gpipe, {1, 3}, pipeline::placement::ranks}}) {
+  for (const auto& [plan, clip] :
+       {std::pair{pipeline::plan{2, order::one_f_one_b, {}, pipeline::placement::ranks}, clip_mode::global_norm},
+        std::pair{pipeline::plan{3, order::gpipe, {1, 3}, pipeline::placement::ranks}, clip_mode::global_norm},
+        std::pair{pipeline::plan{2, order::one_f_one_b, {}, pipeline::placement::ranks}, clip_mode::per_tensor}}) {
     const std::size_t S = plan.stages;
     CAPTURE(S);
+    CAPTURE(int(clip));
     struct seen {
       std::vector<double> losses;
       std::vector<float> trained, gathered, released;  // the flat parameter arena at three points
@@ -265,7 +268,7 @@ TEST_CASE("pipeline over ranks: stage-local ranks keep only their stage's weight
         o.pipeline = plan;
         o.accumulation.steps = 2;
         o.shard_optimizer = shard;
-        o.clip = clip_mode::global_norm;
+        o.clip = clip;  // per tensor: a stage-local rank clips its own tensors only
         o.max_norm = 0.05f;
         trainer<gpt<>, dp_policies> t(m, o, optim::adamw<float>(nlohmann::json::object()),
                                       optim::make_schedule({{"type", "constant"}, {"lr", 3e-3}}));
@@ -327,33 +330,31 @@ TEST_CASE("pipeline over ranks: stage-local ranks keep only their stage's weight
   }
 }
 
-// With a hook that needs every layer (a pattern updater) set before sync_parameters(), or
-// per-tensor clipping, the ranks keep the whole model (and exchange the updated parameters).
-TEST_CASE("pipeline over ranks: pattern-update hooks or per-tensor clipping keep the whole model on each rank") {
-  for (int variant = 0; variant < 2; ++variant) {
-    CAPTURE(variant);
-    thread_replicas group(2);
-    group.run([&](std::size_t, parallel::replica_group& g) {
-      gpt<> m(four_layers());
-      m.init(7);
-      trainer_options o;
-      o.pipeline = pipeline::plan{2, pipeline::order::one_f_one_b, {}, pipeline::placement::ranks};
-      o.accumulation.steps = 2;
-      o.shard_optimizer = true;
-      if (variant == 1) o.clip = clip_mode::per_tensor;
-      trainer<gpt<>, dp_policies> t(m, o, optim::adamw<float>(nlohmann::json::object()),
-                                    optim::make_schedule({{"type", "constant"}, {"lr", 3e-3}}));
-      t.set_replicas(g);
-      if (variant == 0) t.set_hooks({{}, [](std::size_t) {}});
-      t.sync_parameters();
-      CHECK(t.sharded());
-      CHECK_FALSE(t.stage_local());
-      const auto ids = toy_ids(2);
-      t.train_step(std::vector<token_batch>{{ids[0], ids[0], {}, 2, 16}, {ids[1], ids[1], {}, 2, 16}});
-      CHECK(static_cast<thread_replicas::member&>(g).all_gathers == 1u);
-      t.check_replicas_agree("after a step");  // every rank holds the same whole model
-    });
-  }
+// With a hook that needs every layer (a pattern updater) set before sync_parameters(), the ranks
+// keep the whole model (and exchange the updated parameters).
+TEST_CASE("pipeline over ranks: a pattern-update hook keeps the whole model on each rank") {
+  thread_replicas group(2);
+  group.run([&](std::size_t, parallel::replica_group& g) {
+    gpt<> m(four_layers());
+    m.init(7);
+    trainer_options o;
+    o.pipeline = pipeline::plan{2, pipeline::order::one_f_one_b, {}, pipeline::placement::ranks};
+    o.accumulation.steps = 2;
+    o.shard_optimizer = true;
+    trainer<gpt<>, dp_policies> t(m, o, optim::adamw<float>(nlohmann::json::object()),
+                                  optim::make_schedule({{"type", "constant"}, {"lr", 3e-3}}));
+    t.set_replicas(g);
+    std::size_t updates = 0;
+    t.set_hooks({{}, [&](std::size_t) { ++updates; }});
+    t.sync_parameters();
+    CHECK(t.sharded());
+    CHECK_FALSE(t.stage_local());
+    const auto ids = toy_ids(2);
+    t.train_step(std::vector<token_batch>{{ids[0], ids[0], {}, 2, 16}, {ids[1], ids[1], {}, 2, 16}});
+    CHECK(updates == 1);
+    CHECK(static_cast<thread_replicas::member&>(g).all_gathers == 1u);
+    t.check_replicas_agree("after a step");  // every rank holds the same whole model
+  });
 }
 
 // check_same_parameters (trainer::check_replicas_agree): each rank's fingerprint against rank 0's,

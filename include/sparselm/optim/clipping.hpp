@@ -62,10 +62,15 @@ inline float clip_factor(double norm, double max_norm) {
 }
 
 namespace detail {
-// g *= factor_of(tensor) on every non-frozen tensor (factor 1 is skipped).
+// g *= factor_of(tensor) on every non-frozen tensor that starts in the flat range [lo, hi) (factor 1
+// is skipped).
 template <class Arch, class Factor>
-void scale_tensors(arena<float>& grads, Factor&& factor_of) {
-  const auto segs = split_segments(grads.layout());
+void scale_tensors(arena<float>& grads, Factor&& factor_of, std::size_t lo = 0, std::size_t hi = SIZE_MAX) {
+  auto segs = split_segments(grads.layout());
+  std::erase_if(segs, [&](const segment& s) {
+    const std::size_t at = grads.layout()[s.tensor].offset;
+    return at < lo || at >= hi;
+  });
   float* g = grads.all().data();
   parallel_for(0, segs.size(), [&](std::size_t k) {
     const float f = factor_of(segs[k].tensor);
@@ -81,12 +86,13 @@ void scale_tensors(arena<float>& grads, Factor&& factor_of) {
 }
 }  // namespace detail
 
-// g *= factor on every non-frozen tensor.
+// g *= factor on every non-frozen tensor (that starts in the flat range [lo, hi)).
 template <class Arch = native_arch>
-void scale_grads(arena<float>& grads, float factor) {
+void scale_grads(arena<float>& grads, float factor, std::size_t lo = 0, std::size_t hi = SIZE_MAX) {
   SPARSELM_CHECK(!grads.empty(), "scale_grads: empty gradient arena");
   SPARSELM_CHECK(std::isfinite(factor), "scale_grads: factor must be finite, got ", factor);
-  detail::scale_tensors<Arch>(grads, [&](std::size_t) { return factor; });
+  detail::scale_tensors<Arch>(
+      grads, [&](std::size_t) { return factor; }, lo, hi);
 }
 
 // Global-norm clip (S2): scales the non-frozen gradients by g_max / max(‖g‖, g_max) and returns
@@ -99,19 +105,22 @@ double clip_global_norm(arena<float>& grads, float max_norm) {
   return norm;
 }
 
-// Per-tensor clip-by-norm (S1, tf.clip_by_norm on each gradient): every non-frozen tensor is
-// scaled by max_norm / max(‖g_i‖, max_norm). Returns the per-tensor norms before clipping
-// (index = tensor; frozen tensors 0).
+// Per-tensor clip-by-norm (S1, tf.clip_by_norm on each gradient): every non-frozen tensor (that
+// starts in the flat range [lo, hi); the others untouched) is scaled by max_norm / max(‖g_i‖,
+// max_norm). Returns the per-tensor norms before clipping (index = tensor; frozen tensors and
+// those outside the range 0).
 template <class Arch = native_arch>
-std::vector<double> clip_tensor_norms(arena<float>& grads, float max_norm) {
+std::vector<double> clip_tensor_norms(arena<float>& grads, float max_norm, std::size_t lo = 0,
+                                      std::size_t hi = SIZE_MAX) {
   SPARSELM_CHECK(max_norm > 0 && std::isfinite(max_norm), "clip_tensor_norms: max_norm must be > 0, got ", max_norm);
-  std::vector<double> norms = tensor_sum_squares<Arch>(grads);
+  std::vector<double> norms = tensor_sum_squares<Arch>(grads, lo, hi);
   std::vector<float> factor(norms.size());
   for (std::size_t i = 0; i < norms.size(); ++i) {
     norms[i] = std::sqrt(norms[i]);
     factor[i] = clip_factor(norms[i], max_norm);
   }
-  detail::scale_tensors<Arch>(grads, [&](std::size_t t) { return factor[t]; });
+  detail::scale_tensors<Arch>(
+      grads, [&](std::size_t t) { return factor[t]; }, lo, hi);
   return norms;
 }
 

@@ -314,7 +314,8 @@ class lm_job {
               (t.sharded() ? " (each rank its stage's)" : ""));
         if (!stage_mib.empty())
           say(program_ + ": each rank keeps only its stage's weights and gradients, MiB per rank: " + stage_mib.dump() +
-              " (the whole model's: " + std::to_string(2 * sizeof(float) * model.params().all().size() >> 20) + ")");
+              " (the whole model's: " +
+              nlohmann::json(double(2 * sizeof(float) * model.params().all().size()) / (1 << 20)).dump() + ")");
       } else if (pipe.stages > 1) {
         if (pipe.where == pipeline::placement::ranks)
           say(program_ + ": trainer.pipeline.placement is ranks but this is one process: the stages run as threads");

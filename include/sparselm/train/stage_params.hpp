@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <utility>
 #include <vector>
@@ -40,6 +41,11 @@ class stage_params {
   bool active() const noexcept { return !kept_.empty(); }
   std::size_t stage() const noexcept { return stage_; }
 
+  // Flat elements [first, last) of this stage's own tensors (the whole arena when not active()).
+  std::pair<std::size_t, std::size_t> own_elements() const noexcept {
+    if (!active()) return {0, std::numeric_limits<std::size_t>::max()};
+    return {bounds_[stage_], bounds_[stage_ + 1]};
+  }
   // Elements of the arenas this rank keeps.
   std::size_t kept_elements() const noexcept {
     std::size_t n = 0;
@@ -73,7 +79,7 @@ class stage_params {
   }
 
   // Collective over the pipeline's ranks g: its rank 0 receives every stage's parameters.
-  void gather(parallel::replica_group& g, arena<float>& params) const {
+  void gather(parallel::replica_group& g, arena<float>& params) {
     std::vector<std::size_t> bytes(bounds_.size());
     for (std::size_t r = 0; r < bytes.size(); ++r) bytes[r] = bounds_[r] * sizeof(float);
     const auto own = params.all().subspan(bounds_[stage_], bounds_[stage_ + 1] - bounds_[stage_]);
@@ -82,7 +88,7 @@ class stage_params {
     gathered_ = g.rank() == 0;
   }
   // After the save that needed the gather: rank 0 gives the other stages' parameters back.
-  void release_gathered(arena<float>& params) const {
+  void release_gathered(arena<float>& params) {
     if (gathered_) release_others(params);
     gathered_ = false;
   }
@@ -91,7 +97,7 @@ class stage_params {
   std::vector<std::size_t> bounds_;                        // every stage's flat range, and total()
   std::vector<std::pair<std::size_t, std::size_t>> kept_;  // flat [begin, end) ranges kept, in order
   std::size_t stage_ = 0;
-  mutable bool gathered_ = false;
+  bool gathered_ = false;  // rank 0 holds every stage's parameters (gather)
 };
 
 }  // namespace sparselm

@@ -262,15 +262,14 @@ class trainer {
   // Every replica takes rank 0's parameters (after initialisation or a resume), so all ranks train
   // the same model; then checks that they hold the same bytes. Once, before training. A rank of a
   // pipeline over ranks with the optimiser state sharded by stage then keeps only its stage's weights
-  // and gradients (stage_local()) unless hooks (pattern updates) or per-tensor clipping need all.
+  // and gradients (stage_local()) unless hooks (pattern updates) need every layer's.
   void sync_parameters() {
     auto& g = processes();
     if (g.size() == 1) return;
     SPARSELM_CHECK(!stage_local(), "trainer: sync_parameters() again after the ranks kept only their stages");
     g.broadcast(model_.params().all());
     check_replicas_agree("after the broadcast of rank 0's parameters");
-    if (!sharded_by_stage() || hooks_.after_update || hooks_.needs_dense_grad || o_.clip == clip_mode::per_tensor)
-      return;
+    if (!sharded_by_stage() || hooks_.after_update || hooks_.needs_dense_grad) return;
     stage_.assign(*model_.layout(), shards_.bounds(), stage_group()->rank(), stage_group()->size(), tied_.tensors());
     stage_.release_others(model_.params());
     stage_.release_others(model_.grads());
@@ -401,9 +400,10 @@ class trainer {
     skipped_in_row_ = 0;
     if (o_.clip == clip_mode::global_norm) {
       grad_scale *= optim::clip_factor(m.grad_norm, o_.max_norm);
-    } else if (o_.clip == clip_mode::per_tensor) {
-      if (final_scale != 1.0f) optim::scale_grads(model_.grads(), final_scale);
-      optim::clip_tensor_norms(model_.grads(), o_.max_norm);
+    } else if (o_.clip == clip_mode::per_tensor) {  // stage-local: its own tensors (the others' are zero)
+      const auto [lo, hi] = stage_.own_elements();
+      if (final_scale != 1.0f) optim::scale_grads(model_.grads(), final_scale, lo, hi);
+      optim::clip_tensor_norms(model_.grads(), o_.max_norm, lo, hi);
       grad_scale = 1.0f;
     }
     m.lr = sched_(step_);
