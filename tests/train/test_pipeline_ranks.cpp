@@ -44,6 +44,25 @@ std::vector<std::vector<std::int32_t>> toy_ids(int n) {
   return v;
 }
 
+// The options of these tests' pipelines over ranks: 2 micro-batches per step.
+trainer_options pipeline_options(const pipeline::plan& plan, bool shard, clip_mode clip = clip_mode::global_norm,
+                                 float max_norm = 1.0f) {
+  trainer_options o;
+  o.pipeline = plan;
+  o.accumulation.steps = 2;
+  o.shard_optimizer = shard;
+  o.clip = clip;
+  o.max_norm = max_norm;
+  return o;
+}
+// A trainer of model m with AdamW at a constant learning rate of 3e-3 (built in place: the caller
+// then gives it its ranks with set_replicas).
+template <class Model>
+trainer<Model, dp_policies> make_trainer(Model& m, const trainer_options& o) {
+  return trainer<Model, dp_policies>(m, o, optim::adamw<float>(nlohmann::json::object()),
+                                     optim::make_schedule({{"type", "constant"}, {"lr", 3e-3}}));
+}
+
 struct rank_result {
   std::vector<double> losses;
   std::vector<float> weights;
@@ -57,14 +76,8 @@ rank_result train_stage(parallel::replica_group& g, const pipeline::plan& plan, 
   const auto ids = toy_ids(2 * steps);
   gpt<> m(four_layers());
   m.init(7);
-  trainer_options o;
-  o.pipeline = plan;
-  o.accumulation.steps = 2;
-  o.shard_optimizer = shard;
-  o.clip = clip_mode::global_norm;
-  o.max_norm = 0.05f;  // clipping on every step: the norm from the stages' own tensors must be exact
-  trainer<gpt<>, dp_policies> t(m, o, optim::adamw<float>(nlohmann::json::object()),
-                                optim::make_schedule({{"type", "constant"}, {"lr", 3e-3}}));
+  // clipping on every step: the norm from the stages' own tensors must be exact
+  auto t = make_trainer(m, pipeline_options(plan, shard, clip_mode::global_norm, 0.05f));
   t.set_replicas(g);
   CHECK(t.sharded() == shard);
   rank_result r;
@@ -156,12 +169,8 @@ TEST_CASE("pipeline over ranks: BERT with state sharded by stage trains bit for 
     group.run([&](std::size_t r, parallel::replica_group& g) {
       bert<> model(test::tiny_bert_config());
       model.init(3);
-      trainer_options o;
-      o.pipeline = pipeline::plan{2, pipeline::order::one_f_one_b, {}, pipeline::placement::ranks};
-      o.accumulation.steps = 2;
-      o.shard_optimizer = shard;
-      trainer<bert<>, dp_policies> t(model, o, optim::adamw<float>(nlohmann::json::object()),
-                                     optim::make_schedule({{"type", "constant"}, {"lr", 3e-3}}));
+      auto t = make_trainer(model,
+                            pipeline_options({2, pipeline::order::one_f_one_b, {}, pipeline::placement::ranks}, shard));
       t.set_replicas(g);
       std::vector<bert_batch> micro(2);
       for (std::size_t m = 0; m < 2; ++m) {
@@ -200,11 +209,7 @@ TEST_CASE("pipeline over ranks: evaluation runs each rank's stage only and equal
     group.run([&](std::size_t r, parallel::replica_group& g) {
       gpt<> m(four_layers());
       m.init(7);
-      trainer_options o;
-      o.pipeline = plan;
-      o.accumulation.steps = 2;
-      trainer<gpt<>, dp_policies> t(m, o, optim::adamw<float>(nlohmann::json::object()),
-                                    optim::make_schedule({{"type", "constant"}, {"lr", 3e-3}}));
+      auto t = make_trainer(m, pipeline_options(plan, false));
       t.set_replicas(g);
       auto check_pass = [&](std::size_t expected_sends) {
         loss_stats staged, whole;
@@ -264,14 +269,8 @@ TEST_CASE("pipeline over ranks: stage-local ranks keep only their stage's weight
         gpt<> m(four_layers());
         m.init(7);
         if (r == 0 && shard) tied = m.tied_tensors();
-        trainer_options o;
-        o.pipeline = plan;
-        o.accumulation.steps = 2;
-        o.shard_optimizer = shard;
-        o.clip = clip;  // per tensor: a stage-local rank clips its own tensors only
-        o.max_norm = 0.05f;
-        trainer<gpt<>, dp_policies> t(m, o, optim::adamw<float>(nlohmann::json::object()),
-                                      optim::make_schedule({{"type", "constant"}, {"lr", 3e-3}}));
+        // per tensor: a stage-local rank clips its own tensors only
+        auto t = make_trainer(m, pipeline_options(plan, shard, clip, 0.05f));
         t.set_replicas(g);
         t.sync_parameters();
         CHECK(t.stage_local() == shard);
@@ -337,12 +336,7 @@ TEST_CASE("pipeline over ranks: a pattern-update hook keeps the whole model on e
   group.run([&](std::size_t, parallel::replica_group& g) {
     gpt<> m(four_layers());
     m.init(7);
-    trainer_options o;
-    o.pipeline = pipeline::plan{2, pipeline::order::one_f_one_b, {}, pipeline::placement::ranks};
-    o.accumulation.steps = 2;
-    o.shard_optimizer = true;
-    trainer<gpt<>, dp_policies> t(m, o, optim::adamw<float>(nlohmann::json::object()),
-                                  optim::make_schedule({{"type", "constant"}, {"lr", 3e-3}}));
+    auto t = make_trainer(m, pipeline_options({2, pipeline::order::one_f_one_b, {}, pipeline::placement::ranks}, true));
     t.set_replicas(g);
     std::size_t updates = 0;
     t.set_hooks({{}, [&](std::size_t) { ++updates; }});

@@ -74,17 +74,16 @@ class stage_params {
   // arena, or when active() of this stage's own parameters, with the stage in the high 32 bits.
   std::uint64_t fingerprint(const arena<float>& params) const {
     if (!active()) return io::crc32c(params.all().data(), params.all().size() * sizeof(float));
-    const auto own = params.all().subspan(bounds_[stage_], bounds_[stage_ + 1] - bounds_[stage_]);
-    return io::crc32c(own.data(), own.size() * sizeof(float)) | std::uint64_t(stage_) << 32;
+    const auto mine = own(params);
+    return io::crc32c(mine.data(), mine.size() * sizeof(float)) | std::uint64_t(stage_) << 32;
   }
 
   // Collective over the pipeline's ranks g: its rank 0 receives every stage's parameters.
   void gather(parallel::replica_group& g, arena<float>& params) {
     std::vector<std::size_t> bytes(bounds_.size());
     for (std::size_t r = 0; r < bytes.size(); ++r) bytes[r] = bounds_[r] * sizeof(float);
-    const auto own = params.all().subspan(bounds_[stage_], bounds_[stage_ + 1] - bounds_[stage_]);
-    g.gather_bytes(std::as_bytes(own), g.rank() == 0 ? std::as_writable_bytes(params.all()) : std::span<std::byte>(),
-                   bytes);
+    g.gather_bytes(std::as_bytes(own(params)),
+                   g.rank() == 0 ? std::as_writable_bytes(params.all()) : std::span<std::byte>(), bytes);
     gathered_ = g.rank() == 0;
   }
   // After the save that needed the gather: rank 0 gives the other stages' parameters back.
@@ -94,6 +93,9 @@ class stage_params {
   }
 
  private:
+  std::span<const float> own(const arena<float>& params) const {
+    return params.all().subspan(bounds_[stage_], bounds_[stage_ + 1] - bounds_[stage_]);
+  }
   std::vector<std::size_t> bounds_;                        // every stage's flat range, and total()
   std::vector<std::pair<std::size_t, std::size_t>> kept_;  // flat [begin, end) ranges kept, in order
   std::size_t stage_ = 0;
