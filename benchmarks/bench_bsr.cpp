@@ -1,19 +1,23 @@
-// Block-sparse fwd+bwd (bsr_matmul + bsr_matmul_t + bsr_weight_grad) against the dense equivalent
+// Block-sparse fwd+bwd (bsr_matmul + bsr_backward) against the dense equivalent
 // (GEMM NN + NT + TN) on the shapes of the dense GEMM benchmark, M = 4096 tokens.
 //
 //   build/benchmarks/bench_bsr [--threads 2,1] [--sparsity 0.9,0.8] [--blocks 16,8,4,1] [--reps 5]
 //                              [--shapes 768x768,768x3072,3072x768,768x2304] [--m 4096] [--no-blas] [--bf16] [--bf16-x]
 //
-// Prints per thread count a markdown table: median times (ms) of the sparse step and its three
-// kernels; the dense step with our own kernels::gemm (the baseline, measured in the same run) and
-// with OpenBLAS (cblas_sgemm, a second reference; --no-blas skips it); speed-ups against both;
-// "effective GFLOP/s" = sparse FLOPs / sparse time, also as a share of the machine's FMA peak (a
-// register-only probe); and the time of dense_grad_pooled (sum pooling, the RigL score, run on
-// pattern-update steps only). Then a table of the dense baselines, per GEMM.
+// Prints per thread count a markdown table: median times (ms) of the forward, the two backward
+// products run separately (bsr_matmul_t, bsr_weight_grad) and together (bsr_backward, what the
+// block_sparse<B> layers run: one pass for B = 16 on AVX-512, 8 and 16 on AVX2), the sparse step
+// (forward + bsr_backward) and the step with the separate products; the dense step with our own
+// kernels::gemm (the baseline, measured in the same run) and with OpenBLAS (cblas_sgemm, a second
+// reference; --no-blas skips it); speed-ups against both; "effective GFLOP/s" = sparse FLOPs /
+// sparse time, also as a share of the machine's FMA peak (a register-only probe); and the time of
+// dense_grad_pooled (sum pooling, the RigL score, run on pattern-update steps only). Then a table
+// of the dense baselines, per GEMM.
 //
 // --bf16 adds per thread count a table of the bf16 block-sparse kernels (kernels/bsr_bf16.hpp, best
 // path: AVX512-BF16 when the build has it) beside the fp32 ones of the same run, for B = 4, 8, 16:
-// median times of each kernel and of the step, and fp32 time / bf16 time. --bf16-x (implies --bf16)
+// median times of each kernel and of the step (both steps with the two backward products run
+// separately), and fp32 time / bf16 time. --bf16-x (implies --bf16)
 // gives the bf16 forward and weight gradient X as bf16 values, as the block_sparse<B> layers do
 // when they keep their input in bf16 (docs/precision.md).
 
@@ -128,7 +132,7 @@ options parse(int argc, char** argv) {
 }
 
 struct sparse_times {
-  double fwd, bwd_data, bwd_weights, step;
+  double fwd, bwd_data, bwd_weights, bwd, step, step_separate;
 };
 
 // Bf16: the bf16 kernels (kernels/bsr_bf16.hpp) on the same operands; with X16, X as its bf16
@@ -162,11 +166,25 @@ sparse_times time_sparse(const sparse::block_pattern& p, const std::vector<float
       kernels::bsr_weight_grad<B>(x, dy, p, dvalues.data());
     }
   };
+  // The layers' backward: fused where the block size allows (fp32), else the two products.
+  auto bwd = [&] {
+    if constexpr (Bf16) {
+      bwd_d();
+      bwd_w();
+    } else {
+      kernels::bsr_backward<B>(x, dy, p, values.data(), 0.0f, dx, dvalues.data());
+    }
+  };
   sparse_times t{};
   t.fwd = median_time(reps, fwd);
   t.bwd_data = median_time(reps, bwd_d);
   t.bwd_weights = median_time(reps, bwd_w);
+  t.bwd = median_time(reps, bwd);
   t.step = median_time(reps, [&] {
+    fwd();
+    bwd();
+  });
+  t.step_separate = Bf16 ? t.step : median_time(reps, [&] {
     fwd();
     bwd_d();
     bwd_w();
@@ -231,10 +249,12 @@ int main(int argc, char** argv) {
     openblas_set_num_threads(T);
     const double peak = settled_fma_peak_gflops(T);
     std::printf("\n## %d thread%s, FMA peak %.0f GFLOP/s\n\n", T, T > 1 ? "s" : "", peak);
-    std::printf("| in x out | sparsity | B | fwd ms | bwd-data ms | bwd-w ms | sparse step ms | gemm step ms | "
-                "speed-up vs gemm |%s effective GFLOP/s | %% of peak | dense_grad_pooled ms |\n",
-                o.blas ? " OpenBLAS step ms | speed-up vs OpenBLAS |" : "");
-    std::printf("|---|---|---|---|---|---|---|---|---|%s---|---|---|\n", o.blas ? "---|---|" : "");
+    std::printf(
+        "| in x out | sparsity | B | fwd ms | bwd-data ms | bwd-w ms | bwd ms | sparse step ms | "
+        "separate step ms | gemm step ms | speed-up vs gemm |%s effective GFLOP/s | %% of peak | "
+        "dense_grad_pooled ms |\n",
+        o.blas ? " OpenBLAS step ms | speed-up vs OpenBLAS |" : "");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|%s---|---|---|\n", o.blas ? "---|---|" : "");
     std::vector<std::string> dense_rows, bf16_rows;
     for (const auto& sh : o.shapes) {
       const auto X = rand_vec(M * sh.in), dY = rand_vec(M * sh.out), bias = rand_vec(sh.out);
@@ -293,8 +313,9 @@ int main(int argc, char** argv) {
           const auto t = time_sparse_b(false, B, p, X, dY, Y, dX, values, dvalues, bias, M, o.reps);
           const double flops = 3.0 * 2.0 * double(M) * double(p.nnz() * B * B);
           const double gf = flops / t.step * 1e-9;
-          std::printf("| %zux%zu | %.2f | %zu | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |", sh.in, sh.out, s, B,
-                      t.fwd * 1e3, t.bwd_data * 1e3, t.bwd_weights * 1e3, t.step * 1e3, t_gemm * 1e3, t_gemm / t.step);
+          std::printf("| %zux%zu | %.2f | %zu | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |", sh.in, sh.out,
+                      s, B, t.fwd * 1e3, t.bwd_data * 1e3, t.bwd_weights * 1e3, t.bwd * 1e3, t.step * 1e3,
+                      t.step_separate * 1e3, t_gemm * 1e3, t_gemm / t.step);
           if (o.blas) std::printf(" %.2f | %.2f |", t_blas * 1e3, t_blas / t.step);
           std::printf(" %.0f | %.0f | %.1f |\n", gf, 100.0 * gf / peak, t_pool * 1e3);
           std::fflush(stdout);
@@ -309,7 +330,8 @@ int main(int argc, char** argv) {
             char head[64];
             std::snprintf(head, sizeof head, "| %zux%zu | %.2f | %zu |", sh.in, sh.out, s, B);
             bf16_rows.push_back(std::string(head) + ratio_cells(t.fwd, b.fwd) + ratio_cells(t.bwd_data, b.bwd_data) +
-                                ratio_cells(t.bwd_weights, b.bwd_weights) + ratio_cells(t.step, b.step) + "\n");
+                                ratio_cells(t.bwd_weights, b.bwd_weights) + ratio_cells(t.step_separate, b.step) +
+                                "\n");
           }
         }
       }
@@ -322,7 +344,7 @@ int main(int argc, char** argv) {
     if (o.bf16) {
       std::printf("\nbf16 block-sparse kernels (%s) against fp32, %d thread%s (ms; ratio = fp32 / bf16):\n\n"
                   "| in x out | sparsity | B | fp32 fwd | bf16 fwd | ratio | fp32 bwd-data | bf16 bwd-data | ratio | "
-                  "fp32 bwd-w | bf16 bwd-w | ratio | fp32 step | bf16 step | ratio |\n"
+                  "fp32 bwd-w | bf16 bwd-w | ratio | fp32 step (separate) | bf16 step | ratio |\n"
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
                   kernels::bsr_bf16_native ? "AVX512-BF16" : "portable path", T, T > 1 ? "s" : "");
       for (const auto& r : bf16_rows) std::printf("%s", r.c_str());

@@ -98,6 +98,18 @@ void check_products(const shape& sh, std::size_t nblocks, layout lay, std::uint3
       kernels::bsr_matmul_t<B, Arch>({dY.data(), M, out, ldy}, p, values.data(), beta, {dX.data(), M, in, ldx});
       test::ref_matmul_t(dY.data(), ldy, M, p, values.data(), beta, dXr.data(), ldx);
       check_close(dX.data(), ldx, dXr.data(), ldx, M, in, tol, "bsr_matmul_t");
+      // Both backward products together (one pass where B allows): dX bitwise bsr_matmul_t's.
+      std::vector<float> dXf = dX0;
+      if (beta == 0.0f) std::fill(dXf.begin(), dXf.end(), nan);
+      auto dvf = random_vec(std::max<std::size_t>(1, p.nnz() * B * B), seed + 7), dvfr = dvf;
+      kernels::bsr_backward<B, Arch>({X.data(), M, in, ldx}, {dY.data(), M, out, ldy}, p, values.data(), beta,
+                                     {dXf.data(), M, in, ldx}, dvf.data());
+      std::size_t differ = 0;
+      for (std::size_t r = 0; r < M; ++r)
+        for (std::size_t c = 0; c < in; ++c) differ += dXf[r * ldx + c] != dX[r * ldx + c];
+      CHECK_MESSAGE(differ == 0, "bsr_backward's dX differs from bsr_matmul_t's in ", differ, " elements");
+      test::ref_weight_grad(X.data(), ldx, dY.data(), ldy, M, p, dvfr.data());
+      check_close(dvf.data(), 0, dvfr.data(), 0, 1, p.nnz() * B * B, 2e-6 * double(M + 8), "bsr_backward, dvalues");
     }
   // Backward, weights (accumulates).
   if (p.nnz()) {
@@ -244,13 +256,17 @@ TEST_CASE_TEMPLATE("bsr kernels are deterministic and callable inside a parallel
   const std::size_t M = 200, in = p.in(), out = p.out();
   const auto X = random_vec(M * in, 1), dY = random_vec(M * out, 2), values = random_vec(p.nnz() * B * B, 3);
   struct result {
-    std::vector<float> Y, dX, dv;
+    std::vector<float> Y, dX, dv, dX2, dv2;  // dX2, dv2: bsr_backward's
   };
   auto run = [&] {
     result r{std::vector<float>(M * out), std::vector<float>(M * in), std::vector<float>(p.nnz() * B * B, 0.0f)};
     kernels::bsr_matmul<B>({X.data(), M, in}, p, values.data(), 0.0f, {r.Y.data(), M, out});
     kernels::bsr_matmul_t<B>({dY.data(), M, out}, p, values.data(), 0.0f, {r.dX.data(), M, in});
     kernels::bsr_weight_grad<B>({X.data(), M, in}, {dY.data(), M, out}, p, r.dv.data());
+    r.dX2.resize(M * in);
+    r.dv2.assign(p.nnz() * B * B, 0.0f);
+    kernels::bsr_backward<B>({X.data(), M, in}, {dY.data(), M, out}, p, values.data(), 0.0f, {r.dX2.data(), M, in},
+                             r.dv2.data());
     return r;
   };
   const int threads = num_threads();
@@ -258,6 +274,9 @@ TEST_CASE_TEMPLATE("bsr kernels are deterministic and callable inside a parallel
   CHECK(a.Y == b.Y);
   CHECK(a.dX == b.dX);
   CHECK(a.dv == b.dv);
+  CHECK(a.dX2 == a.dX);
+  CHECK(a.dv2 == b.dv2);
+  check_close(a.dv2.data(), 0, a.dv.data(), 0, 1, a.dv.size(), 1e-5 * M, "bsr_backward vs bsr_weight_grad");
   set_num_threads(1);
   const result one = run();
   set_num_threads(threads);
@@ -265,6 +284,7 @@ TEST_CASE_TEMPLATE("bsr kernels are deterministic and callable inside a parallel
   // thread, so it only agrees to rounding.
   CHECK(one.Y == a.Y);
   CHECK(one.dX == a.dX);
+  CHECK(one.dX2 == a.dX);
   check_close(one.dv.data(), 0, a.dv.data(), 0, 1, a.dv.size(), 1e-5 * M, "bsr_weight_grad, 1 vs 2 threads");
   std::vector<result> inner(2);
 #if defined(_OPENMP)
@@ -275,6 +295,8 @@ TEST_CASE_TEMPLATE("bsr kernels are deterministic and callable inside a parallel
     CHECK(r.Y == one.Y);
     CHECK(r.dX == one.dX);
     CHECK(r.dv == one.dv);
+    CHECK(r.dX2 == one.dX2);
+    CHECK(r.dv2 == one.dv2);
   }
 }
 
@@ -294,6 +316,18 @@ TEST_CASE("bsr kernels reject bad shapes and patterns with messages") {
                        Contains("bsr_matmul_t: shapes do not match: dY (5x12)"), sparselm::error);
   CHECK_THROWS_WITH_AS(kernels::bsr_weight_grad<4>({X.data(), 5, 8}, {Y.data(), 4, 12}, p, dv.data()),
                        Contains("bsr_weight_grad: shapes do not match: X (5x8), dY (4x12)"), sparselm::error);
+  // bsr_backward: the one-pass kernel (B = 4 fuses on the 4-lane portable path) and the fallback.
+  std::vector<float> dX(5 * 8);
+  const auto backward4 = kernels::bsr_backward<4, portable_arch>;
+  const auto backward8 = kernels::bsr_backward<8, portable_arch>;
+  CHECK_THROWS_WITH_AS(backward4({X.data(), 5, 8}, {Y.data(), 5, 12}, p, v.data(), 0.0f, {dX.data(), 4, 8}, dv.data()),
+                       Contains("bsr_backward: shapes do not match: X (5x8), dY (5x12), dX (4x8), W (8x12"),
+                       sparselm::error);
+  CHECK_THROWS_WITH_AS(backward4({X.data(), 5, 8}, {Y.data(), 5, 12}, p, v.data(), 0.0f, {dX.data(), 5, 8}, nullptr),
+                       Contains("bsr_backward: null dvalues for a pattern with 2 blocks"), sparselm::error);
+  CHECK_THROWS_WITH_AS(backward8({X.data(), 5, 8}, {Y.data(), 5, 12}, p, v.data(), 0.0f, {dX.data(), 5, 8}, dv.data()),
+                       Contains("bsr_backward: the pattern has block size 4 but the kernel was instantiated for B = 8"),
+                       sparselm::error);
   CHECK_THROWS_WITH_AS(kernels::bsr_matmul<4>({X.data(), 5, 8}, p, nullptr, 0.0f, {Y.data(), 5, 12}),
                        Contains("bsr_matmul: null values"), sparselm::error);
   CHECK_THROWS_WITH_AS(

@@ -4,6 +4,7 @@
 //   bsr_matmul        Y (M, out) = beta*Y + X (M, in) · W [+ bias (out)]          forward
 //   bsr_matmul_t      dX (M, in) = beta*dX + dY (M, out) · Wᵀ                     backward, data
 //   bsr_weight_grad   dvalues (nnz*B*B) += Xᵀ·dY on the active blocks only        backward, weights
+//   bsr_backward      both backward products in one pass over the rows where B allows
 //   dense_grad_pooled out (in/B, out/B) = pool over each B x B block of |Xᵀ·dY|   RigL regrowth score
 //
 // `values` holds the blocks in arena-slot order: slot s is block (p.row[s], p.col[s]), B*B floats
@@ -24,6 +25,7 @@
 #include "sparselm/core/simd.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/core/view.hpp"
+#include "sparselm/kernels/detail/bsr_backward.hpp"
 #include "sparselm/kernels/detail/bsr_matmul.hpp"
 #include "sparselm/kernels/detail/bsr_pooled.hpp"
 #include "sparselm/kernels/detail/bsr_util.hpp"
@@ -108,6 +110,34 @@ void bsr_weight_grad(const_matrix_view<float> X, const_matrix_view<float> dY, co
   SPARSELM_CHECK(X.cols == p.in() && dY.cols == p.out() && X.rows == dY.rows, k, ": shapes do not match: X ",
                  shape_string(X), ", dY ", shape_string(dY), ", ", detail::pattern_string(p));
   detail::bsr_wgrad<B, Arch>(X.data, X.ld, dY.data, dY.ld, X.rows, p, dvalues);
+}
+
+// dX (M, in) = beta*dX + dY (M, out) · Wᵀ and dvalues += Xᵀ·dY: what bsr_matmul_t then
+// bsr_weight_grad compute. For the block sizes with lanes-N tiles (B = 16 on AVX-512, 8 and 16 on
+// AVX2) in one pass over the rows that reads dY once (detail/bsr_backward.hpp); dX then equals
+// bsr_matmul_t's bitwise, dvalues agrees with bsr_weight_grad's to rounding.
+template <std::size_t B, class Arch = native_arch>
+void bsr_backward(const_matrix_view<float> X, const_matrix_view<float> dY, const sparse::block_pattern& p,
+                  const float* values, float beta, matrix_view<float> dX, float* dvalues) {
+  static_assert(B == 1 || B == 4 || B == 8 || B == 16, "bsr_backward<B>: B must be 1, 4, 8 or 16");
+  if constexpr (!detail::bsr_backward_fuses<B, Arch>) {
+    bsr_matmul_t<B, Arch>(dY, p, values, beta, dX);
+    bsr_weight_grad<B, Arch>(X, dY, p, dvalues);
+  } else {
+    constexpr const char* k = "bsr_backward";
+    check_view(X, "bsr_backward: X");
+    check_view(dY, "bsr_backward: dY");
+    check_view(const_matrix_view<float>(dX), "bsr_backward: dX");
+    detail::check_pattern<B>(k, p, values);
+    SPARSELM_CHECK(p.nnz() == 0 || dvalues != nullptr, k, ": null dvalues for a pattern with ", p.nnz(), " blocks");
+    detail::check_multiple<B>(k, "X columns (in)", X.cols);
+    detail::check_multiple<B>(k, "dY columns (out)", dY.cols);
+    SPARSELM_CHECK(
+        X.cols == p.in() && dY.cols == p.out() && dX.rows == X.rows && dX.cols == X.cols && dY.rows == X.rows, k,
+        ": shapes do not match: X ", shape_string(X), ", dY ", shape_string(dY), ", dX ", shape_string(dX), ", ",
+        detail::pattern_string(p));
+    detail::bsr_backward_fused<B, Arch>(X.data, X.ld, dY.data, dY.ld, X.rows, p, values, beta, dX.data, dX.ld, dvalues);
+  }
 }
 
 // out (in/B, out/B) = per-block sum / mean / max of |Xᵀ·dY| over all blocks, active or not.

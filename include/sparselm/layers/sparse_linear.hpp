@@ -7,8 +7,8 @@
 // pattern updater (sparse/update.hpp) can change it between steps. nnz is fixed for the run.
 //
 //   forward:  y = x·W + b                 bsr_matmul     (only active blocks are multiplied)
-//   backward: dx = dy·Wᵀ                  bsr_matmul_t
-//             dvalues += xᵀ·dy at active blocks only    bsr_weight_grad
+//   backward: dx = dy·Wᵀ                  bsr_backward (both products, one pass where B allows),
+//             dvalues += xᵀ·dy at active blocks only    or bsr_weight_grad alone without dx
 //             pooled |xᵀ·dy| per block, all blocks      dense_grad_pooled — only when the step
 //             context asks for it (RigL update steps), into state().pooled
 //
@@ -231,7 +231,7 @@ class linear<T, block_sparse<B>> {
       }
     }
     if constexpr (std::is_same_v<TX, float>) {
-      if (need_dx) kernels::bsr_matmul_t<B>(dy, state_->pattern, w, beta, dx);
+      if (need_dx) return kernels::bsr_backward<B>(x, dy, state_->pattern, w, beta, dx, dw);
       kernels::bsr_weight_grad<B>(x, dy, state_->pattern, dw);
     }
   }

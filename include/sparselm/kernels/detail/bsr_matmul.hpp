@@ -79,10 +79,12 @@ inline void pack_row_panel(const float* src, std::size_t lds, std::size_t rows, 
 // C rows [0, MR) x B columns (at C) = beta*C + P-panel · (sum over n blocks) [+ bias]; rows >= mvalid
 // are computed but not stored. P is the packed panel: K x MR k-major (KMajor), or MR x B row-major
 // per block row (pack_row_panel); block t of the column is V + t*B*B (K index first) and
-// multiplies the panel's block row kb[t] (B*MR floats at P + kb[t]*B*MR in both layouts).
+// multiplies the panel's block row kb[t] (B*MR floats at P + kb[t]*pstride in both layouts; the
+// packed panels have pstride = B*MR, the weight gradient's strips a longer one, bsr_backward.hpp).
 template <std::size_t B, std::size_t MR, class Arch, bool KMajor = true>
 inline void tile_lanes_n(const float* P, std::size_t n, const std::uint32_t* kb, const float* V, float* C,
-                         std::size_t ldc, std::size_t mvalid, float beta, const float* bias) {
+                         std::size_t ldc, std::size_t mvalid, float beta, const float* bias,
+                         std::size_t pstride = B * MR) {
   using vec = xsimd::batch<float, Arch>;
   constexpr std::size_t W = vec::size, NB = B / W;
   vec acc[MR][NB];
@@ -91,10 +93,10 @@ inline void tile_lanes_n(const float* P, std::size_t n, const std::uint32_t* kb,
 #pragma GCC unroll 4
     for (std::size_t v = 0; v < NB; ++v) acc[r][v] = vec(0.0f);
   for (std::size_t t = 0; t < n; ++t) {
-    const float* a = P + std::size_t(kb[t]) * B * MR;
+    const float* a = P + std::size_t(kb[t]) * pstride;
     const float* w = V + t * B * B;
     // The next block's panel rows are elsewhere in the panel: fetch them while this one computes.
-    const float* an = P + std::size_t(kb[t + 1 < n ? t + 1 : t]) * B * MR;
+    const float* an = P + std::size_t(kb[t + 1 < n ? t + 1 : t]) * pstride;
     for (std::size_t k = 0; k < B; ++k) {
       // The next block row of the panel is B*MR contiguous floats in both layouts: one prefetch per
       // cache line, spread over the k steps (the row-major panel's lanes-N tiles already issue

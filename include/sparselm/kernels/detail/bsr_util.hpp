@@ -59,7 +59,7 @@ inline float* bsr_scratch(std::size_t n, int which) {
     std::size_t cap = 0;
     ~buffer() { std::free(p); }
   };
-  thread_local buffer bufs[4];
+  thread_local buffer bufs[5];
   buffer& b = bufs[which];
   if (b.cap < n) {
     std::free(b.p);
@@ -407,6 +407,24 @@ void unpack_transpose(const float* src, std::size_t lds, std::size_t rows, std::
       float& y = Y[r * ldy + c];
       y = src[c * lds + r] + (bias ? bias[c] : 0.0f) + (beta != 0.0f ? beta * y : 0.0f);
     }
+}
+
+// After a team barrier, called by each of the T threads: dvalues += the sum of the T partial
+// gradients (nnz*B*B each, position q for arena slot slots[q]) in thread order; positions split across
+// the threads.
+template <std::size_t B>
+void add_partials(const float* partial, std::size_t nnz, const std::uint32_t* slots, int t, int T, float* dvalues) {
+  const std::size_t qb = nnz * std::size_t(t) / std::size_t(T), qe = nnz * std::size_t(t + 1) / std::size_t(T);
+  for (std::size_t q = qb; q < qe; ++q) {
+    alignas(64) float g[B * B];
+    std::memcpy(g, partial + q * B * B, sizeof(g));
+    for (int u = 1; u < T; ++u) {
+      const float* src = partial + (std::size_t(u) * nnz + q) * B * B;
+      for (std::size_t e = 0; e < B * B; ++e) g[e] += src[e];
+    }
+    float* o = dvalues + std::size_t(slots[q]) * B * B;
+    for (std::size_t e = 0; e < B * B; ++e) o[e] += g[e];
+  }
 }
 
 }  // namespace sparselm::kernels::detail

@@ -469,19 +469,8 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
       }
     }
     if constexpr (B != 1) {
-      // dvalues += sum of the partial gradients in thread order; positions split across threads.
       team_barrier(T);
-      const auto [qb, qe] = share(nnz);
-      for (std::size_t q = qb; q < qe; ++q) {
-        alignas(64) float g[B * B];
-        std::memcpy(g, partial + q * B * B, sizeof(g));
-        for (int u = 1; u < T; ++u) {
-          const float* src = partial + (std::size_t(u) * nnz + q) * B * B;
-          for (std::size_t e = 0; e < B * B; ++e) g[e] += src[e];
-        }
-        float* o = dvalues + std::size_t(p.row_slots[q]) * B * B;
-        for (std::size_t e = 0; e < B * B; ++e) o[e] += g[e];
-      }
+      add_partials<B>(partial, nnz, p.row_slots.data(), t, T, dvalues);
     }
   });
 }
