@@ -90,7 +90,7 @@ void bsr_backward_fused(const float* X, std::size_t ldx, const float* dY, std::s
       }
     }
     team_barrier(T);
-    add_partials<B>(partial, nnz, p.row_slots.data(), t, T, dvalues);
+    add_thread_partials(partial, nnz, B * B, p.row_slots.data(), dvalues, t, T);
   });
 }
 

@@ -128,12 +128,19 @@ inline void team_barrier([[maybe_unused]] int T) {
 inline void add_thread_partials(const float* partial, std::size_t nnz, std::size_t bb, const std::uint32_t* row_slots,
                                 float* dvalues, int t, int T) {
   const std::size_t qb = nnz * std::size_t(t) / std::size_t(T), qe = nnz * std::size_t(t + 1) / std::size_t(T);
+  // Per element g = partial_0 + partial_1 + ... in thread order, then o += g; 64 elements at a time
+  // so that the loops over them vectorise.
   for (std::size_t q = qb; q < qe; ++q) {
     float* o = dvalues + std::size_t(row_slots[q]) * bb;
-    for (std::size_t e = 0; e < bb; ++e) {
-      float g = partial[q * bb + e];
-      for (int u = 1; u < T; ++u) g += partial[(std::size_t(u) * nnz + q) * bb + e];
-      o[e] += g;
+    for (std::size_t e0 = 0; e0 < bb; e0 += 64) {
+      const std::size_t n = std::min<std::size_t>(64, bb - e0);
+      alignas(64) float g[64];
+      std::memcpy(g, partial + q * bb + e0, n * sizeof(float));
+      for (int u = 1; u < T; ++u) {
+        const float* src = partial + (std::size_t(u) * nnz + q) * bb + e0;
+        for (std::size_t e = 0; e < n; ++e) g[e] += src[e];
+      }
+      for (std::size_t e = 0; e < n; ++e) o[e0 + e] += g[e];
     }
   }
 }
@@ -407,24 +414,6 @@ void unpack_transpose(const float* src, std::size_t lds, std::size_t rows, std::
       float& y = Y[r * ldy + c];
       y = src[c * lds + r] + (bias ? bias[c] : 0.0f) + (beta != 0.0f ? beta * y : 0.0f);
     }
-}
-
-// After a team barrier, called by each of the T threads: dvalues += the sum of the T partial
-// gradients (nnz*B*B each, position q for arena slot slots[q]) in thread order; positions split across
-// the threads.
-template <std::size_t B>
-void add_partials(const float* partial, std::size_t nnz, const std::uint32_t* slots, int t, int T, float* dvalues) {
-  const std::size_t qb = nnz * std::size_t(t) / std::size_t(T), qe = nnz * std::size_t(t + 1) / std::size_t(T);
-  for (std::size_t q = qb; q < qe; ++q) {
-    alignas(64) float g[B * B];
-    std::memcpy(g, partial + q * B * B, sizeof(g));
-    for (int u = 1; u < T; ++u) {
-      const float* src = partial + (std::size_t(u) * nnz + q) * B * B;
-      for (std::size_t e = 0; e < B * B; ++e) g[e] += src[e];
-    }
-    float* o = dvalues + std::size_t(slots[q]) * B * B;
-    for (std::size_t e = 0; e < B * B; ++e) o[e] += g[e];
-  }
 }
 
 }  // namespace sparselm::kernels::detail

@@ -470,7 +470,7 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
     }
     if constexpr (B != 1) {
       team_barrier(T);
-      add_partials<B>(partial, nnz, p.row_slots.data(), t, T, dvalues);
+      add_thread_partials(partial, nnz, B * B, p.row_slots.data(), dvalues, t, T);
     }
   });
 }
