@@ -16,8 +16,8 @@
 //
 // --bf16 adds per thread count a table of the bf16 block-sparse kernels (kernels/bsr_bf16.hpp, best
 // path: AVX512-BF16 when the build has it) beside the fp32 ones of the same run, for B = 4, 8, 16:
-// median times of each kernel and of the step (both steps with the two backward products run
-// separately), and fp32 time / bf16 time. --bf16-x (implies --bf16)
+// median times of each kernel, of the step (forward + bsr_backward / bsr_backward_bf16) and of the
+// step with the separate backward products, and fp32 time / bf16 time. --bf16-x (implies --bf16)
 // gives the bf16 forward and weight gradient X as bf16 values, as the block_sparse<B> layers do
 // when they keep their input in bf16 (docs/precision.md).
 
@@ -169,8 +169,10 @@ sparse_times time_sparse(const sparse::block_pattern& p, const std::vector<float
   // The layers' backward: fused where the block size allows (fp32), else the two products.
   auto bwd = [&] {
     if constexpr (Bf16) {
-      bwd_d();
-      bwd_w();
+      if (X16)
+        kernels::bsr_backward_bf16<B>(x16, dy, p, values.data(), 0.0f, dx, dvalues.data());
+      else
+        kernels::bsr_backward_bf16<B>(x, dy, p, values.data(), 0.0f, dx, dvalues.data());
     } else {
       kernels::bsr_backward<B>(x, dy, p, values.data(), 0.0f, dx, dvalues.data());
     }
@@ -184,7 +186,7 @@ sparse_times time_sparse(const sparse::block_pattern& p, const std::vector<float
     fwd();
     bwd();
   });
-  t.step_separate = Bf16 ? t.step : median_time(reps, [&] {
+  t.step_separate = median_time(reps, [&] {
     fwd();
     bwd_d();
     bwd_w();
@@ -330,8 +332,8 @@ int main(int argc, char** argv) {
             char head[64];
             std::snprintf(head, sizeof head, "| %zux%zu | %.2f | %zu |", sh.in, sh.out, s, B);
             bf16_rows.push_back(std::string(head) + ratio_cells(t.fwd, b.fwd) + ratio_cells(t.bwd_data, b.bwd_data) +
-                                ratio_cells(t.bwd_weights, b.bwd_weights) + ratio_cells(t.step_separate, b.step) +
-                                "\n");
+                                ratio_cells(t.bwd_weights, b.bwd_weights) + ratio_cells(t.step, b.step) +
+                                ratio_cells(t.step_separate, b.step_separate) + "\n");
           }
         }
       }
@@ -342,11 +344,13 @@ int main(int argc, char** argv) {
                 o.blas ? "---|---|---|" : "");
     for (const auto& r : dense_rows) std::printf("%s", r.c_str());
     if (o.bf16) {
-      std::printf("\nbf16 block-sparse kernels (%s) against fp32, %d thread%s (ms; ratio = fp32 / bf16):\n\n"
-                  "| in x out | sparsity | B | fp32 fwd | bf16 fwd | ratio | fp32 bwd-data | bf16 bwd-data | ratio | "
-                  "fp32 bwd-w | bf16 bwd-w | ratio | fp32 step (separate) | bf16 step | ratio |\n"
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-                  kernels::bsr_bf16_native ? "AVX512-BF16" : "portable path", T, T > 1 ? "s" : "");
+      std::printf(
+          "\nbf16 block-sparse kernels (%s) against fp32, %d thread%s (ms; ratio = fp32 / bf16):\n\n"
+          "| in x out | sparsity | B | fp32 fwd | bf16 fwd | ratio | fp32 bwd-data | bf16 bwd-data | ratio | "
+          "fp32 bwd-w | bf16 bwd-w | ratio | fp32 step | bf16 step | ratio | fp32 separate step | "
+          "bf16 separate step | ratio |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+          kernels::bsr_bf16_native ? "AVX512-BF16" : "portable path", T, T > 1 ? "s" : "");
       for (const auto& r : bf16_rows) std::printf("%s", r.c_str());
     }
     std::fflush(stdout);

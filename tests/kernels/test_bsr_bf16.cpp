@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -188,6 +189,29 @@ void check_products(const shape& sh, std::size_t nblocks, layout lay, std::uint3
         }
       }
   }
+  // Both backward products (one pass on the native path): dX bitwise bsr_matmul_t_bf16's on the
+  // same path, dvalues within the weight gradient's bound.
+  for (bsr_bf16_path path : paths(B)) {
+    if (path != bsr_bf16_path::portable && !kernels::detail::arch_is_avx512<Arch>) continue;
+    for (float beta : {0.0f, 0.5f}) {
+      INFO("bsr_backward_bf16, path ", std::string(path_name(path)), ", beta = ", beta);
+      std::vector<float> dXs = dX0, dXf = dX0;
+      if (beta == 0.0f) {
+        std::fill(dXs.begin(), dXs.end(), nan_f);
+        std::fill(dXf.begin(), dXf.end(), nan_f);
+      }
+      kernels::bsr_matmul_t_bf16<B, Arch>({dY.data(), M, out, ldy}, p, values.data(), beta, {dXs.data(), M, in, ldx},
+                                          path);
+      const auto dvb0 = random_vec(std::max<std::size_t>(1, p.nnz() * B * B), seed + 8);
+      auto dvb = dvb0;
+      kernels::bsr_backward_bf16<B, Arch>(const_matrix_view<float>(X.data(), M, in, ldx), {dY.data(), M, out, ldy}, p,
+                                          values.data(), beta, {dXf.data(), M, in, ldx}, dvb.data(), path);
+      CHECK_MESSAGE(std::memcmp(dXs.data(), dXf.data(), dXs.size() * sizeof(float)) == 0,
+                    "bsr_backward_bf16's dX differs from bsr_matmul_t_bf16's");
+      if (p.nnz())
+        check_result(dvb.data(), reference_wgrad(X.data(), ldx, dY.data(), ldy, M, p, dvb0), "bsr_backward_bf16");
+    }
+  }
   // Weight gradient (accumulates).
   if (p.nnz() == 0) return;
   const auto dv0 = random_vec(p.nnz() * B * B, seed + 7);
@@ -280,6 +304,13 @@ void check_bf16_x(std::size_t M, std::size_t rows_b, std::size_t cols_b, std::si
     kernels::bsr_weight_grad_bf16<B>(const_matrix_view<bf16>(X16.data(), M, K, ldx), {dY.data(), M, N}, p,
                                      dv16.data(), path);
     CHECK(dv16 == dv32);
+    std::vector<float> dX32(M * K), dX16(M * K), dvb32 = random_vec(p.nnz() * B * B, seed + 7), dvb16 = dvb32;
+    kernels::bsr_backward_bf16<B>(const_matrix_view<float>(X.data(), M, K, ldx), {dY.data(), M, N}, p, values.data(),
+                                  0.0f, {dX32.data(), M, K}, dvb32.data(), path);
+    kernels::bsr_backward_bf16<B>(const_matrix_view<bf16>(X16.data(), M, K, ldx), {dY.data(), M, N}, p, values.data(),
+                                  0.0f, {dX16.data(), M, K}, dvb16.data(), path);
+    CHECK(dX16 == dX32);
+    CHECK(dvb16 == dvb32);
   }
 }
 
@@ -339,6 +370,16 @@ TEST_CASE("bf16 block-sparse products check their arguments") {
   std::vector<float> dv(p.nnz() * 64);
   CHECK_THROWS_WITH(kernels::bsr_weight_grad_bf16<8>({X.data(), 5, 16}, {Y.data(), 4, 24}, p, dv.data()),
                     doctest::Contains("bsr_weight_grad_bf16: shapes do not match"));
+  std::vector<float> dX(5 * 16);
+  CHECK_THROWS_WITH(kernels::bsr_backward_bf16<8>(const_matrix_view<float>(X.data(), 5, 16), {Y.data(), 5, 24}, p,
+                                                  values.data(), 0.0f, {dX.data(), 4, 16}, dv.data()),
+                    doctest::Contains("bsr_backward_bf16: shapes do not match: dY (5x24), W (16x24"));
+  CHECK_THROWS_WITH(kernels::bsr_backward_bf16<8>(const_matrix_view<float>(X.data(), 5, 16), {Y.data(), 4, 24}, p,
+                                                  values.data(), 0.0f, {dX.data(), 5, 16}, dv.data()),
+                    doctest::Contains("bsr_backward_bf16: shapes do not match: X (5x16), dY (4x24)"));
+  CHECK_THROWS_WITH(kernels::bsr_backward_bf16<8>(const_matrix_view<float>(X.data(), 5, 16), {Y.data(), 5, 24}, p,
+                                                  nullptr, 0.0f, {dX.data(), 5, 16}, dv.data()),
+                    doctest::Contains("bsr_backward_bf16: null values"));
   CHECK_THROWS_WITH(kernels::bsr_matmul_bf16<8>({X.data(), 5, 16}, p, values.data(), 0.0f, {Y.data(), 5, 24}, nullptr,
                                                 bsr_bf16_path(7)),
                     doctest::Contains("unknown path"));

@@ -5,8 +5,9 @@
 //   bsr_matmul_bf16       Y (M, out) = beta*Y + bf16(X) · bf16(W) [+ bias]      forward
 //   bsr_matmul_t_bf16     dX (M, in) = beta*dX + bf16(dY) · bf16(W)ᵀ            backward, data
 //   bsr_weight_grad_bf16  dvalues (nnz*B*B) += bf16(X)ᵀ · bf16(dY), active blocks  backward, weights
+//   bsr_backward_bf16     both backward products (one pass on the native path)
 //
-// bsr_matmul_bf16 and bsr_weight_grad_bf16 also take X as bf16 values (activations a layer kept in
+// bsr_matmul_bf16, bsr_weight_grad_bf16 and bsr_backward_bf16 also take X as bf16 values (activations a layer kept in
 // bf16): the result is that of a float X which rounds to them, bit for bit.
 //
 // Arguments, layouts, checks, beta == 0 not reading the output, threads and determinism are those
@@ -43,10 +44,11 @@
 #include "sparselm/core/view.hpp"
 #include "sparselm/kernels/bsr.hpp"
 #include "sparselm/kernels/convert.hpp"
-#include "sparselm/kernels/gemm_bf16.hpp"
 #include "sparselm/kernels/detail/bsr_amx.hpp"
 #include "sparselm/kernels/detail/bsr_amx_wgrad.hpp"
 #include "sparselm/kernels/detail/bsr_bf16.hpp"
+#include "sparselm/kernels/detail/bsr_bf16_wgrad.hpp"
+#include "sparselm/kernels/gemm_bf16.hpp"
 #include "sparselm/sparse/block_pattern.hpp"
 
 namespace sparselm::kernels {
@@ -251,6 +253,34 @@ void bsr_weight_grad_bf16(const_matrix_view<bf16> X, const_matrix_view<float> dY
   }
 #endif
   bsr_weight_grad_bf16<B, Arch>(detail::widened<Arch>(X), dY, p, dvalues, route);
+}
+
+// Both backward products: dX (M, in) = beta*dX + bf16(dY) · bf16(W)ᵀ and dvalues += bf16(X)ᵀ ·
+// bf16(dY), X float or bf16. On the native path in one pass over the rows that reads dY from memory
+// once (detail/bsr_bf16_wgrad.hpp): dX bitwise bsr_matmul_t_bf16's, dvalues bsr_weight_grad_bf16's
+// to rounding. Other paths: the two products in turn.
+template <std::size_t B, class Arch = native_arch, class TX>
+void bsr_backward_bf16(const_matrix_view<TX> X, const_matrix_view<float> dY, const sparse::block_pattern& p,
+                       const float* values, float beta, matrix_view<float> dX, float* dvalues,
+                       bsr_bf16_path path = bsr_bf16_path::best) {
+  static_assert(B == 4 || B == 8 || B == 16, "bsr_backward_bf16<B>: B must be 4, 8 or 16");
+  static_assert(std::is_same_v<TX, float> || std::is_same_v<TX, bf16>, "bsr_backward_bf16: X is float or bf16");
+  constexpr const char* k = "bsr_backward_bf16";
+  detail::check_wgrad_bf16<B>(k, X, dY, p, dvalues);
+  check_view(const_matrix_view<float>(dX), "bsr_backward_bf16: dX");
+  SPARSELM_CHECK(p.nnz() == 0 || values != nullptr, k, ": null values for a pattern with ", p.nnz(), " blocks");
+  SPARSELM_CHECK(dX.rows == dY.rows && dX.cols == p.in(), k, ": shapes do not match: dY ", shape_string(dY), ", ",
+                 detail::pattern_string(p), ", dX ", shape_string(dX));
+  const bsr_bf16_path route = detail::bsr_bf16_route<B, Arch>(k, path);
+#if SPARSELM_GEMM_BF16_NATIVE
+  if constexpr (detail::arch_is_avx512<Arch>) {
+    if (route == bsr_bf16_path::native)
+      return detail::bsr_backward_bf16<B, Arch>(X.data, X.ld, dY.data, dY.ld, X.rows, p, values, beta, dX.data, dX.ld,
+                                                dvalues);
+  }
+#endif
+  bsr_matmul_t_bf16<B, Arch>(dY, p, values, beta, dX, route);
+  bsr_weight_grad_bf16<B, Arch>(X, dY, p, dvalues, route);
 }
 
 }  // namespace sparselm::kernels

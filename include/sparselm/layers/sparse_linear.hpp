@@ -226,7 +226,7 @@ class linear<T, block_sparse<B>> {
     float* dw = s.g(w_.index).data();
     if constexpr (has_bf16_kernels) {
       if (std::is_same_v<TX, bf16> || bf16_products(s)) {
-        if (need_dx) kernels::bsr_matmul_t_bf16<B>(dy, state_->pattern, w, beta, dx);
+        if (need_dx) return kernels::bsr_backward_bf16<B>(x, dy, state_->pattern, w, beta, dx, dw);
         return kernels::bsr_weight_grad_bf16<B>(x, dy, state_->pattern, dw);
       }
     }

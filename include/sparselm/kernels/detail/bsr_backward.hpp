@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "sparselm/kernels/detail/bsr_matmul.hpp"
 #include "sparselm/kernels/detail/bsr_util.hpp"
@@ -39,6 +40,21 @@ inline std::size_t fused_chunk_rows(std::size_t in, std::size_t out) {
   return std::max<std::size_t>(MR, wgrad_chunk(in, out, 64, 256, 1) / MR * MR);
 }
 
+// What the one-pass backwards share (this one and bsr_backward_bf16): W's blocks walked by block
+// row (the data gradient's lists), the team (at least 64 rows a thread), and thread t's rows:
+// whole panels of MR rows (the last one may be partial).
+inline bsr_lists data_gradient_lists(const sparse::block_pattern& p) {
+  return {p.row_ptr.data(), p.row_slots.data(), p.col.data(), p.rows_b};
+}
+inline int backward_threads(std::size_t M) {
+  return int(std::min<std::size_t>(std::size_t(team_size()), std::max<std::size_t>(1, M / 64)));
+}
+inline std::pair<std::size_t, std::size_t> panel_rows(std::size_t M, std::size_t MR, int t, int T) {
+  const std::size_t npan = (M + MR - 1) / MR;
+  const std::size_t q0 = npan * std::size_t(t) / std::size_t(T), q1 = npan * std::size_t(t + 1) / std::size_t(T);
+  return {q0 * MR, std::min(M, q1 * MR)};
+}
+
 template <std::size_t B, class Arch>
 void bsr_backward_fused(const float* X, std::size_t ldx, const float* dY, std::size_t ldd, std::size_t M,
                         const sparse::block_pattern& p, const float* V, float beta, float* dX, std::size_t lddx,
@@ -47,17 +63,14 @@ void bsr_backward_fused(const float* X, std::size_t ldx, const float* dY, std::s
   constexpr std::size_t MR = bsr_tiling<B, Arch>::MR;
   const std::size_t nnz = p.nnz(), in = p.in(), out = p.out();
   if (M == 0) return;
-  // The data gradient's blocks (Wᵀ, walked by block row of W), copied on the calling thread.
-  const bsr_lists L{p.row_ptr.data(), p.row_slots.data(), p.col.data(), p.rows_b};
+  // The data gradient's blocks (Wᵀ), copied on the calling thread.
+  const bsr_lists L = data_gradient_lists(p);
   const packed_blocks pb = pack_blocks<B, true, Arch>(L, V);
-  const std::size_t npan = (M + MR - 1) / MR;
-  const int nt = int(std::min<std::size_t>(std::size_t(team_size()), std::max<std::size_t>(1, M / 64)));
+  const int nt = backward_threads(M);
   const std::size_t mc = fused_chunk_rows<MR>(in, out);
   float* const partial = bsr_scratch(std::size_t(nt) * std::max<std::size_t>(nnz, 1) * B * B, 4);
   run_team(nt, [&](int t, int T) {
-    // This thread's rows: whole panels [q0, q1) (the last one may be partial).
-    const std::size_t q0 = npan * std::size_t(t) / std::size_t(T), q1 = npan * std::size_t(t + 1) / std::size_t(T);
-    const std::size_t mb = q0 * MR, me = std::min(M, q1 * MR);
+    const auto [mb, me] = panel_rows(M, MR, t, T);
     float* const dv = partial + std::size_t(t) * nnz * B * B;
     std::memset(dv, 0, nnz * B * B * sizeof(float));
     float* Xs = bsr_scratch(strip_stride<B>(mc) * (in / B), 0);

@@ -19,14 +19,7 @@
 // B = 8 and 4 run lanes along M (NV panel vectors times one broadcast block word per column) into
 // a column-major chunk that unpack_transpose writes back with beta and bias.
 //
-// Weight gradient (native): dvalues += Xᵀ·dY on the active blocks with X and dY paired along M
-// (rows 2q and 2q+1 of a chunk; an odd chunk gets a zero row). The driver is bsr_wgrad's (threads
-// split M into partial gradients summed in thread order; chunks of rows copied into per-block-column
-// strips, here of words: strip word (q, a) = (X(2q, a), X(2q+1, a))), with vdpbf16ps micro-kernels:
-// B = 16 keeps the 16 x 16 block in 16 registers (lanes along the block columns, one dY strip row
-// loaded and 16 X words broadcast per pair); B = 8 and 4 use the block lanes of wgrad_block_lanes
-// (16/B block rows per vector, the X words permuted once per pair and shared by U slots of a block
-// row, whose dY words are broadcast).
+// Weight gradient (native), and both backward products in one pass: detail/bsr_bf16_wgrad.hpp.
 //
 // Portable path: the operands are rounded to bf16 values held in float (gemm_copy with
 // gemm_round::bf16) and the fp32 kernels multiply them.
@@ -270,6 +263,40 @@ inline void tile_bf16_m(const std::uint32_t* P, std::size_t n, const std::uint32
 
 // ---- native path: driver --------------------------------------------------------------------------
 
+// Rows of the panels of the bf16 products: lanes-N tiles of 28 rows (28 of the 32 registers;
+// measured a little faster than the fp32 kernel's 24), else the fp32 lanes-M tiles' rows.
+template <std::size_t B, class Arch>
+inline constexpr std::size_t bf16_panel_rows = bsr_tiling<B, Arch>::lanes_n ? 28 : bsr_tiling<B, Arch>::MR;
+
+// One panel of a bf16 product: rows [0, mv) of C (at C) x output block columns [j0, j1) = beta*C +
+// bf16(A rows [0, mv)) · S [+ bias]. P: K/2 x MR words of scratch; Ct (lanes-M tiles only): 128 x MR
+// floats of scratch.
+template <std::size_t B, class Arch, class SA>
+void product_bf16_panel(const SA* A, std::size_t lda, std::size_t mv, std::size_t K, std::size_t j0, std::size_t j1,
+                        const bsr_lists& L, const packed_blocks_bf16& pb, float beta, float* C, std::size_t ldc,
+                        const float* bias, std::uint32_t* P, float* Ct) {
+  using T = bsr_tiling<B, Arch>;
+  constexpr std::size_t MR = bf16_panel_rows<B, Arch>;
+  pack_panel_bf16<MR>(A, lda, mv, K, P);
+  if constexpr (T::lanes_n) {
+    for (std::size_t j = j0; j < j1; ++j) {
+      const std::size_t t0 = L.ptr[j];
+      tile_bf16_n<B, MR>(P, L.ptr[j + 1] - t0, pb.kb + t0, pb.words + t0 * B * B / 2, C + j * B, ldc, mv, beta,
+                         bias ? bias + j * B : nullptr);
+    }
+  } else {
+    constexpr std::size_t JC = std::max<std::size_t>(1, 128 / B);
+    for (std::size_t jc = j0; jc < j1; jc += JC) {
+      const std::size_t je = std::min(j1, jc + JC);
+      for (std::size_t j = jc; j < je; ++j) {
+        const std::size_t t0 = L.ptr[j];
+        tile_bf16_m<B, T::NV>(P, L.ptr[j + 1] - t0, pb.kb + t0, pb.words + t0 * B * B / 2, Ct + (j - jc) * B * MR);
+      }
+      unpack_transpose<Arch>(Ct, MR, mv, (je - jc) * B, C + jc * B, ldc, beta, bias ? bias + jc * B : nullptr);
+    }
+  }
+}
+
 // C (M x N, N = n_out_blocks*B) = beta*C + bf16(A) (M x K) · bf16(S) [+ bias], S from the lists and
 // V (TransV as in pack_blocks). Work split as in bsr_product: M panels, and output block column
 // groups when there are few panels for the threads. A is float (rounded while packed) or bf16.
@@ -278,217 +305,16 @@ void bsr_product_bf16(const SA* A, std::size_t lda, std::size_t M, std::size_t K
                       float beta, float* C, std::size_t ldc, const float* bias) {
   static_assert(arch_is_avx512<Arch> && B % 2 == 0);
   using T = bsr_tiling<B, Arch>;
-  // Lanes-N tiles of 28 rows (28 of the 32 registers; measured a little faster than the fp32 kernel's 24).
-  constexpr std::size_t MR = T::lanes_n ? 28 : T::MR;
+  constexpr std::size_t MR = bf16_panel_rows<B, Arch>;
   const std::size_t KP = K / 2;
   if (M == 0 || L.n_out_blocks == 0) return;
   const packed_blocks_bf16 pb = pack_blocks_bf16<B, TransV, Arch>(L, V);
   const auto item = [&](std::size_t m0, std::size_t mv, std::size_t j0, std::size_t j1) {
-    float* Cp = C + m0 * ldc;
-    auto* P = reinterpret_cast<std::uint32_t*>(bsr_scratch(KP * MR, 0));
-    pack_panel_bf16<MR>(A + m0 * lda, lda, mv, K, P);
-    if constexpr (T::lanes_n) {
-      for (std::size_t j = j0; j < j1; ++j) {
-        const std::size_t t0 = L.ptr[j];
-        tile_bf16_n<B, MR>(P, L.ptr[j + 1] - t0, pb.kb + t0, pb.words + t0 * B * B / 2, Cp + j * B, ldc, mv, beta,
-                           bias ? bias + j * B : nullptr);
-      }
-    } else {
-      constexpr std::size_t JC = std::max<std::size_t>(1, 128 / B);
-      float* Ct = bsr_scratch(JC * B * MR, 1);
-      for (std::size_t jc = j0; jc < j1; jc += JC) {
-        const std::size_t je = std::min(j1, jc + JC);
-        for (std::size_t j = jc; j < je; ++j) {
-          const std::size_t t0 = L.ptr[j];
-          tile_bf16_m<B, T::NV>(P, L.ptr[j + 1] - t0, pb.kb + t0, pb.words + t0 * B * B / 2, Ct + (j - jc) * B * MR);
-        }
-        unpack_transpose<Arch>(Ct, MR, mv, (je - jc) * B, Cp + jc * B, ldc, beta, bias ? bias + jc * B : nullptr);
-      }
-    }
+    product_bf16_panel<B, Arch>(A + m0 * lda, lda, mv, K, j0, j1, L, pb, beta, C + m0 * ldc, ldc, bias,
+                                reinterpret_cast<std::uint32_t*>(bsr_scratch(KP * MR, 0)),
+                                T::lanes_n ? nullptr : bsr_scratch(128 * MR, 1));
   };
   for_panel_items(M, MR, L.n_out_blocks, team_size(), item);
-}
-
-// ---- native path: weight gradient ---------------------------------------------------------------
-
-// Strips of `rows` rows of src (cols columns, a multiple of B): for every block column b, the
-// words dst[b*ss + q*B + a] = (src(2q, bB+a), src(2q+1, bB+a)), q < ceil(rows/2) (a missing odd
-// row reads as zero); ss = strip_stride<B>(ceil(rows/2)).
-// Pairs from ceil(rows/2) up to `padded` are zero (padded >= ceil(rows/2); the stride is then
-// strip_stride<B>(padded)).
-template <std::size_t B, class S>
-inline void pack_strips_bf16(const S* src, std::size_t lds, std::size_t rows, std::size_t cols, std::uint32_t* dst,
-                             std::size_t padded) {
-  // Groups of QG pairs: 2*QG sequential read streams, and QG*B words written contiguously per
-  // strip (as pack_strips; one pair at a time measured slower, its loads waiting on memory).
-  constexpr std::size_t QG = 4;
-  constexpr std::size_t PF = 1024 / sizeof(S);  // software prefetch distance along the rows: 1 KiB
-  const std::size_t np = (rows + 1) / 2, ss = strip_stride<B>(padded);
-  for (std::size_t q0 = 0; q0 < np; q0 += QG) {
-    const std::size_t q1 = std::min(np, q0 + QG);
-    for (std::size_t c = 0; c < cols; c += 16) {
-      const std::size_t n = std::min<std::size_t>(16, cols - c);
-      for (std::size_t q = q0; q < q1; ++q) {
-        const S* r0 = src + 2 * q * lds + c;
-        __builtin_prefetch(r0 + PF, 0, 3);
-        if (2 * q + 1 < rows) __builtin_prefetch(r0 + lds + PF, 0, 3);
-        const __m512i w = gemm_bf16_pairs(gemm_bf16_load16(r0, n),
-                                          2 * q + 1 < rows ? gemm_bf16_load16(r0 + lds, n) : _mm256_setzero_si256());
-        // Words [g*B, g*B + B) belong to block column c/B + g.
-        for (std::size_t g = 0; g * B < n; ++g) store_words<B>(dst + (c / B + g) * ss + q * B, w, g);
-      }
-    }
-  }
-  if (padded > np)
-    for (std::size_t b = 0; b < cols / B; ++b) std::memset(dst + b * ss + np * B, 0, (padded - np) * B * 4);
-}
-
-// dv (16 x 16, += ) = strip(X)ᵀ · strip(dY) over np pairs of rows.
-inline void wgrad_bf16_block16(const std::uint32_t* xs, const std::uint32_t* ds, std::size_t np, float* dv) {
-  __m512 acc[16];
-#pragma GCC unroll 16
-  for (std::size_t a = 0; a < 16; ++a) acc[a] = _mm512_loadu_ps(dv + a * 16);
-  for (std::size_t q = 0; q < np; ++q, xs += 16, ds += 16) {
-    const __m512bh d = (__m512bh)_mm512_loadu_si512(ds);
-#pragma GCC unroll 16
-    for (std::size_t a = 0; a < 16; ++a) acc[a] = _mm512_dpbf16_ps(acc[a], d, (__m512bh)_mm512_set1_epi32(int(xs[a])));
-  }
-#pragma GCC unroll 16
-  for (std::size_t a = 0; a < 16; ++a) _mm512_storeu_ps(dv + a * 16, acc[a]);
-}
-
-// U slots of one block row (B = 4 or 8): X strip xs, dY strips ds + off[u], outputs dvs[u]
-// (B x B, += ), over np pairs of rows. Vector q of a block holds block rows qR .. qR+R-1 (R = 16/B),
-// lane (r, c) at r*B + c.
-template <std::size_t B, std::size_t U>
-inline void wgrad_bf16_lanes(const std::uint32_t* xs, const std::uint32_t* ds, const std::size_t* off, std::size_t np,
-                             float* const* dvs) {
-  static_assert(B == 4 || B == 8);
-  constexpr std::size_t R = 16 / B, Q = B / R;
-  __m512i idx[Q];
-  for (std::size_t q = 0; q < Q; ++q) {
-    alignas(64) std::int32_t l[16];
-    for (std::size_t e = 0; e < 16; ++e) l[e] = std::int32_t(q * R + e / B);
-    idx[q] = _mm512_load_si512(l);
-  }
-  __m512 acc[U][Q];
-#pragma GCC unroll 16
-  for (std::size_t u = 0; u < U; ++u)
-#pragma GCC unroll 4
-    for (std::size_t q = 0; q < Q; ++q) acc[u][q] = _mm512_loadu_ps(dvs[u] + q * 16);
-  for (std::size_t m = 0; m < np; ++m, xs += B, ds += B) {
-    __m512i xrow;
-    if constexpr (B == 4)
-      xrow = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xs)));
-    else
-      xrow = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs)));
-    __m512bh xq[Q];
-#pragma GCC unroll 4
-    for (std::size_t q = 0; q < Q; ++q) xq[q] = (__m512bh)_mm512_permutexvar_epi32(idx[q], xrow);
-#pragma GCC unroll 16
-    for (std::size_t u = 0; u < U; ++u) {
-      __m512i d;
-      if constexpr (B == 4)
-        d = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ds + off[u])));
-      else
-        d = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ds + off[u])));
-#pragma GCC unroll 4
-      for (std::size_t q = 0; q < Q; ++q) acc[u][q] = _mm512_dpbf16_ps(acc[u][q], xq[q], (__m512bh)d);
-    }
-  }
-#pragma GCC unroll 16
-  for (std::size_t u = 0; u < U; ++u)
-#pragma GCC unroll 4
-    for (std::size_t q = 0; q < Q; ++q) _mm512_storeu_ps(dvs[u] + q * 16, acc[u][q]);
-}
-
-// B = 4, U <= 6 slots of one block row, 4 pairs of rows per step (np % 4 == 0, strips zero-padded):
-// the fp32 wgrad_b4_rows4 with pairs of rows in place of rows — one full load of a dY strip holds 4
-// pairs x 4 columns, the X strip's piece shuffled in-lane per block row a, one vdpbf16ps per (slot,
-// a) for 4 pairs (the form above broadcasts a dY pair row per vdpbf16ps).
-template <std::size_t U>
-inline void wgrad_bf16_b4_rows4(const std::uint32_t* xs, const std::uint32_t* ds, const std::size_t* off,
-                                std::size_t np, float* const* dvs) {
-  static_assert(U >= 1 && U <= 6);
-  __m512 acc[U][4];
-#pragma GCC unroll 8
-  for (std::size_t u = 0; u < U; ++u)
-#pragma GCC unroll 4
-    for (std::size_t a = 0; a < 4; ++a) acc[u][a] = _mm512_setzero_ps();
-  for (std::size_t q = 0; q < np; q += 4, xs += 16, ds += 16) {
-    __m512 x4 = _mm512_castsi512_ps(_mm512_loadu_si512(xs));
-    pin_register(x4);
-    const __m512bh xa[4] = {(__m512bh)_mm512_permute_ps(x4, 0x00), (__m512bh)_mm512_permute_ps(x4, 0x55),
-                            (__m512bh)_mm512_permute_ps(x4, 0xAA), (__m512bh)_mm512_permute_ps(x4, 0xFF)};
-#pragma GCC unroll 8
-    for (std::size_t u = 0; u < U; ++u) {
-      __m512i d = _mm512_loadu_si512(ds + off[u]);
-      pin_register(d);
-#pragma GCC unroll 4
-      for (std::size_t a = 0; a < 4; ++a) acc[u][a] = _mm512_dpbf16_ps(acc[u][a], xa[a], (__m512bh)d);
-    }
-  }
-#pragma GCC unroll 8
-  for (std::size_t u = 0; u < U; ++u) sum_row_lanes_b4(acc[u], dvs[u]);
-}
-
-// dvalues (slot order) += bf16(X)ᵀ · bf16(dY) on the active blocks, B = 4, 8 or 16; X is float
-// (rounded while packed) or bf16.
-template <std::size_t B, class Arch, class SX = float>
-void bsr_wgrad_bf16(const SX* X, std::size_t ldx, const float* dY, std::size_t ldd, std::size_t M,
-                    const sparse::block_pattern& p, float* dvalues) {
-  static_assert(B == 4 || B == 8 || B == 16);
-  const std::size_t nnz = p.nnz(), in = p.in(), out = p.out();
-  if (M == 0 || nnz == 0) return;
-  const int nt = int(std::min<std::size_t>(std::size_t(team_size()), std::max<std::size_t>(1, M / 64)));
-  float* const partial = bsr_scratch(std::size_t(nt) * nnz * B * B, 3);
-  // Rows per chunk: the fp32 kernel's bytes of strips (a word holds two rows).
-  const std::size_t mc = 2 * wgrad_chunk(in, out, 64, 256, 16);
-  constexpr std::size_t U = B == 4 ? 6 : 4;
-  constexpr std::size_t pairs_step = B == 4 ? 4 : 1;  // B = 4: 4 pairs per step, strips zero-padded
-  run_team(nt, [&](int t, int T) {
-    const std::size_t mb = M * std::size_t(t) / std::size_t(T), me = M * std::size_t(t + 1) / std::size_t(T);
-    float* const dv = partial + std::size_t(t) * nnz * B * B;
-    std::memset(dv, 0, nnz * B * B * sizeof(float));
-    // B = 4 and 8: runs of U slots of one block row; for B = 8 a short run repeats its last column
-    // into a dummy block (B = 4 has a kernel for every run length).
-    float* const dummy = B == 16 ? nullptr : bsr_scratch(U * B * B, 2);
-    if constexpr (B != 16) std::memset(dummy, 0, U * B * B * sizeof(float));
-    auto* Xs = reinterpret_cast<std::uint32_t*>(bsr_scratch(strip_stride<B>(mc / 2) * (in / B), 0));
-    auto* dYs = reinterpret_cast<std::uint32_t*>(bsr_scratch(strip_stride<B>(mc / 2) * (out / B), 1));
-    for (std::size_t m0 = mb; m0 < me; m0 += mc) {
-      const std::size_t mv = std::min(mc, me - m0);
-      const std::size_t np = ((mv + 1) / 2 + pairs_step - 1) / pairs_step * pairs_step, strip = strip_stride<B>(np);
-      pack_strips_bf16<B>(X + m0 * ldx, ldx, mv, in, Xs, np);
-      pack_strips_bf16<B>(dY + m0 * ldd, ldd, mv, out, dYs, np);
-      if constexpr (B == 16) {
-        for (std::size_t q = 0; q < nnz; ++q) {
-          const std::uint32_t s = p.row_slots[q];
-          wgrad_bf16_block16(Xs + p.row[s] * strip, dYs + p.col[s] * strip, np, dv + q * B * B);
-        }
-      } else {
-        for_row_groups<U>(p, 0, nnz, [&](std::size_t i, std::size_t q, std::size_t n) {
-          std::size_t off[U];
-          float* dvs[U];
-          for (std::size_t u = 0; u < U; ++u) {
-            off[u] = std::size_t(p.col[p.row_slots[q + std::min(u, n - 1)]]) * strip;
-            dvs[u] = u < n ? dv + (q + u) * B * B : dummy + u * B * B;
-          }
-          if constexpr (B == 4) {
-            // The kernel of exactly n (<= U) slots.
-            [&]<std::size_t... I>(std::index_sequence<I...>) {
-              (void)((n == I + 1 && (wgrad_bf16_b4_rows4<I + 1>(Xs + i * strip, dYs, off, np, dvs), true)) || ...);
-            }
-            (std::make_index_sequence<U>{});
-          } else {
-            wgrad_bf16_lanes<B, U>(Xs + i * strip, dYs, off, np, dvs);
-          }
-        });
-      }
-    }
-    team_barrier(T);
-    add_thread_partials(partial, nnz, B * B, p.row_slots.data(), dvalues, t, T);
-  });
 }
 
 #endif  // SPARSELM_GEMM_BF16_NATIVE
