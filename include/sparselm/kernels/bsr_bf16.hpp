@@ -7,8 +7,9 @@
 //   bsr_weight_grad_bf16  dvalues (nnz*B*B) += bf16(X)ᵀ · bf16(dY), active blocks  backward, weights
 //   bsr_backward_bf16     both backward products (one pass on the native path)
 //
-// bsr_matmul_bf16, bsr_weight_grad_bf16 and bsr_backward_bf16 also take X as bf16 values (activations a layer kept in
-// bf16): the result is that of a float X which rounds to them, bit for bit.
+// bsr_matmul_bf16, bsr_weight_grad_bf16 and bsr_backward_bf16 also take X as bf16 values
+// (activations a layer kept in bf16): the result is that of a float X which rounds to them, bit
+// for bit.
 //
 // Arguments, layouts, checks, beta == 0 not reading the output, threads and determinism are those
 // of bsr_matmul / bsr_matmul_t / bsr_weight_grad. B is 4, 8 or 16: the products pair their
