@@ -316,10 +316,11 @@ TEST_CASE("bsr kernels reject bad shapes and patterns with messages") {
                        Contains("bsr_matmul_t: shapes do not match: dY (5x12)"), sparselm::error);
   CHECK_THROWS_WITH_AS(kernels::bsr_weight_grad<4>({X.data(), 5, 8}, {Y.data(), 4, 12}, p, dv.data()),
                        Contains("bsr_weight_grad: shapes do not match: X (5x8), dY (4x12)"), sparselm::error);
-  // bsr_backward: the one-pass kernel (B = 4 fuses on the 4-lane portable path) and the fallback.
+  // bsr_backward: the one-pass kernel (every B > 1) and B = 1's fallback to the two products.
   std::vector<float> dX(5 * 8);
   const auto backward4 = kernels::bsr_backward<4, portable_arch>;
   const auto backward8 = kernels::bsr_backward<8, portable_arch>;
+  const auto backward1 = kernels::bsr_backward<1>;
   CHECK_THROWS_WITH_AS(backward4({X.data(), 5, 8}, {Y.data(), 5, 12}, p, v.data(), 0.0f, {dX.data(), 4, 8}, dv.data()),
                        Contains("bsr_backward: shapes do not match: X (5x8), dY (5x12), dX (4x8), W (8x12"),
                        sparselm::error);
@@ -327,6 +328,9 @@ TEST_CASE("bsr kernels reject bad shapes and patterns with messages") {
                        Contains("bsr_backward: null dvalues for a pattern with 2 blocks"), sparselm::error);
   CHECK_THROWS_WITH_AS(backward8({X.data(), 5, 8}, {Y.data(), 5, 12}, p, v.data(), 0.0f, {dX.data(), 5, 8}, dv.data()),
                        Contains("bsr_backward: the pattern has block size 4 but the kernel was instantiated for B = 8"),
+                       sparselm::error);
+  CHECK_THROWS_WITH_AS(backward1({X.data(), 5, 8}, {Y.data(), 5, 12}, p, v.data(), 0.0f, {dX.data(), 5, 8}, dv.data()),
+                       Contains("bsr_matmul_t: the pattern has block size 4 but the kernel was instantiated for B = 1"),
                        sparselm::error);
   CHECK_THROWS_WITH_AS(kernels::bsr_matmul<4>({X.data(), 5, 8}, p, nullptr, 0.0f, {Y.data(), 5, 12}),
                        Contains("bsr_matmul: null values"), sparselm::error);

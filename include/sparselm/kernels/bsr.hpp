@@ -113,9 +113,9 @@ void bsr_weight_grad(const_matrix_view<float> X, const_matrix_view<float> dY, co
 }
 
 // dX (M, in) = beta*dX + dY (M, out) · Wᵀ and dvalues += Xᵀ·dY: what bsr_matmul_t then
-// bsr_weight_grad compute. For the block sizes with lanes-N tiles (B = 16 on AVX-512, 8 and 16 on
-// AVX2) in one pass over the rows that reads dY once (detail/bsr_backward.hpp); dX then equals
-// bsr_matmul_t's bitwise, dvalues agrees with bsr_weight_grad's to rounding.
+// bsr_weight_grad compute. For B > 1 in one pass over the rows that reads dY once
+// (detail/bsr_backward.hpp); dX then equals bsr_matmul_t's bitwise, dvalues agrees with
+// bsr_weight_grad's to rounding. B = 1 runs the two products in turn.
 template <std::size_t B, class Arch = native_arch>
 void bsr_backward(const_matrix_view<float> X, const_matrix_view<float> dY, const sparse::block_pattern& p,
                   const float* values, float beta, matrix_view<float> dX, float* dvalues) {

@@ -266,7 +266,7 @@ void bsr_backward_bf16(const SX* X, std::size_t ldx, const float* dY, std::size_
       const std::size_t np = ((rows + 1) / 2 + PS - 1) / PS * PS, strip = strip_stride<B>(np);
       pack_strips_bf16<B>(X + m0 * ldx, ldx, rows, in, Xs, np);
       pack_strips_bf16<B>(dY + m0 * ldd, ldd, rows, out, dYs, np);
-      if (nnz) wgrad_bf16_chunk<B, U>(Xs, dYs, np, strip, p, dv, dummy);
+      wgrad_bf16_chunk<B, U>(Xs, dYs, np, strip, p, dv, dummy);
       for (std::size_t r0 = 0; r0 < rows; r0 += MR)
         product_bf16_panel<B, Arch>(dY + (m0 + r0) * ldd, ldd, std::min(MR, rows - r0), out, 0, p.rows_b, L, pb, beta,
                                     dX + (m0 + r0) * lddx, lddx, nullptr, P, Ct);

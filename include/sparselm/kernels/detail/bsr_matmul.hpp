@@ -229,6 +229,32 @@ inline void balanced_column_groups(const bsr_lists& L, std::size_t B, std::size_
   starts[ngrp] = n;
 }
 
+// Output block columns per chunk of the lanes-M product: about 128 output columns, whose
+// column-major chunk of C stays in cache until it is transposed back.
+template <std::size_t B>
+inline constexpr std::size_t lanes_m_chunk = std::max<std::size_t>(1, 128 / B);
+
+// The lanes-M product of one panel of mv <= MR rows: C (mv rows at C, output block columns
+// [j0, j1)) = beta*C + A's rows · S [+ bias]. The rows are packed k-major (K x MR, zero-padded)
+// into P; the tiles write through Ct (lanes_m_chunk<B> * B * MR floats), transposed back per chunk.
+template <std::size_t B, class Arch>
+void product_panel_lanes_m(const float* A, std::size_t lda, std::size_t mv, std::size_t K, std::size_t j0,
+                           std::size_t j1, const bsr_lists& L, const packed_blocks& pb, float beta, float* C,
+                           std::size_t ldc, const float* bias, float* P, float* Ct) {
+  using T = bsr_tiling<B, Arch>;
+  static_assert(!T::lanes_n);
+  constexpr std::size_t MR = T::MR, JC = lanes_m_chunk<B>;
+  pack_transpose<Arch>(A, lda, mv, MR, K, P, MR);
+  for (std::size_t jc = j0; jc < j1; jc += JC) {
+    const std::size_t je = std::min(j1, jc + JC);
+    for (std::size_t j = jc; j < je; ++j) {
+      const std::size_t t0 = L.ptr[j];
+      tile_lanes_m<B, T::NV, Arch>(P, L.ptr[j + 1] - t0, pb.kb + t0, pb.values + t0 * B * B, Ct + (j - jc) * B * MR);
+    }
+    unpack_transpose<Arch>(Ct, MR, mv, (je - jc) * B, C + jc * B, ldc, beta, bias ? bias + jc * B : nullptr);
+  }
+}
+
 // The lanes-N product in row blocks (bsr_tiling::row_blocks): threads take (row block, column
 // group) items; a row block's panels are packed once per item, then every block column of the group
 // runs over all of them.
@@ -306,21 +332,8 @@ void bsr_product(const float* A, std::size_t lda, std::size_t M, std::size_t K, 
         columns.template operator()<true>();
       }
     } else {
-      // The panel of A, k-major (K x MR) and zero-padded to MR rows.
-      pack_transpose<Arch>(A + m0 * lda, lda, mv, MR, K, P, MR);
-      // Column chunks of about 128 output columns: the chunk of C (column-major) stays in cache
-      // until it is transposed back.
-      constexpr std::size_t JC = std::max<std::size_t>(1, 128 / B);
-      float* Ct = bsr_scratch(JC * B * MR, 1);
-      for (std::size_t jc = j0; jc < j1; jc += JC) {
-        const std::size_t je = std::min(j1, jc + JC);
-        for (std::size_t j = jc; j < je; ++j) {
-          const std::size_t t0 = L.ptr[j];
-          tile_lanes_m<B, T::NV, Arch>(P, L.ptr[j + 1] - t0, pb.kb + t0, pb.values + t0 * B * B,
-                                       Ct + (j - jc) * B * MR);
-        }
-        unpack_transpose<Arch>(Ct, MR, mv, (je - jc) * B, Cp + jc * B, ldc, beta, bias ? bias + jc * B : nullptr);
-      }
+      product_panel_lanes_m<B, Arch>(A + m0 * lda, lda, mv, K, j0, j1, L, pb, beta, Cp, ldc, bias, P,
+                                     bsr_scratch(lanes_m_chunk<B> * B * MR, 1));
     }
   });
 }

@@ -299,6 +299,73 @@ void for_row_groups(const sparse::block_pattern& p, std::size_t pb, std::size_t 
   }
 }
 
+// Whether B = 4, 8 use the AVX-512 kernels (block lanes, four rows), and the rows a chunk of the
+// strips must be a multiple of (zero rows pad it).
+template <class Arch>
+#if defined(__AVX512F__)
+inline constexpr bool wgrad_lanes = arch_is_avx512<Arch>;
+#else
+inline constexpr bool wgrad_lanes = false;
+#endif
+template <std::size_t B, class Arch>
+inline constexpr std::size_t wgrad_rows_step = (wgrad_lanes<Arch> && B == 4) ? 4 : 1;
+
+// One chunk of the weight gradient for B > 1: dv (slot q of row_slots at dv + q*B*B) += the
+// products of every active block over the chunk's strips Xs and dYs of `mv` rows (strip_stride<B>(mv)
+// apart; for B = 4 on AVX-512 mv is a multiple of 4).
+template <std::size_t B, class Arch>
+void wgrad_chunk_slots(const sparse::block_pattern& p, const float* Xs, const float* dYs, std::size_t mv, float* dv) {
+  static_assert(B > 1);
+  constexpr std::size_t W = simd_width<float, Arch>;
+  constexpr bool lanes = wgrad_lanes<Arch>;
+  const std::size_t strip = strip_stride<B>(mv);
+  if constexpr (B % W == 0) {
+    for (std::size_t q = 0; q < p.nnz(); ++q) {
+      const std::uint32_t s = p.row_slots[q];
+      wgrad_block_n<B, Arch>(Xs + p.row[s] * strip, dYs + p.col[s] * strip, mv, dv + q * B * B);
+    }
+  } else {
+    // Runs of U slots of one block row; without AVX-512 a short run is padded with a
+    // repeated column whose result goes to a dummy block.
+    // Groups without AVX-512: 2 (3 with 16 registers and B = 4) vectors of W / B slots.
+    // AVX-512: groups of 6 slots, 24 accumulators (a shorter group, the end of a block row,
+    // its own kernel of 1 to 5 slots): B = 4 four rows at a time (wgrad_b4_rows4), B = 8 in
+    // block lanes (wgrad_block_lanes; 6 slots 0-13 % faster than 4 on the Zen 5 host on
+    // three of four shapes, docs/sparsity.md).
+    constexpr std::size_t NG = B == 4 && vec_regs<Arch> == 16 && W == 8 ? 3 : 2;
+    constexpr std::size_t U = lanes ? 6 : NG * (W / B);
+    float* dummy = bsr_scratch(U * B * B, 2);
+    std::memset(dummy, 0, U * B * B * sizeof(float));
+    for_row_groups<U>(p, 0, p.nnz(), [&](std::size_t i, std::size_t q, std::size_t n) {
+      std::size_t off[U];
+      float* dvs[U];
+      for (std::size_t u = 0; u < U; ++u) {
+        const std::uint32_t s = p.row_slots[q + std::min(u, n - 1)];
+        off[u] = std::size_t(p.col[s]) * strip;
+        dvs[u] = u < n ? dv + (q + u) * B * B : dummy + u * B * B;
+      }
+#if defined(__AVX512F__)
+      if constexpr (lanes) {
+        const float* xs = Xs + i * strip;
+        // The kernel of exactly n (<= U) slots.
+        const auto run = [&]<std::size_t N>() {
+          if constexpr (B == 4)
+            wgrad_b4_rows4<N>(xs, dYs, off, mv, dvs);
+          else
+            wgrad_block_lanes<B, N>(xs, dYs, off, mv, dvs);
+          return true;
+        };
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+          (void)((n == I + 1 && run.template operator()<I + 1>()) || ...);
+        }
+        (std::make_index_sequence<U>{});
+      } else
+#endif
+        wgrad_group<B, NG, Arch>(Xs + i * strip, dYs, off, mv, dvs);
+    });
+  }
+}
+
 template <std::size_t B, class Arch>
 void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd, std::size_t M,
                const sparse::block_pattern& p, float* dvalues) {
@@ -378,9 +445,8 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
     auto share = [&](std::size_t n) {
       return std::pair{n * std::size_t(t) / std::size_t(T), n * std::size_t(t + 1) / std::size_t(T)};
     };
-    // This thread's rows [mb, me); all slots (positions [pb, pe) of row_slots, or of `order`).
+    // This thread's rows [mb, me), for all slots.
     const std::size_t mb = M * std::size_t(t) / std::size_t(T), me = M * std::size_t(t + 1) / std::size_t(T);
-    const std::size_t pb = 0, pe = nnz;
     [[maybe_unused]] float* const dv = B == 1 ? nullptr : partial + std::size_t(t) * nnz * B * B;
     if constexpr (B != 1) std::memset(dv, 0, nnz * B * B * sizeof(float));
     if constexpr (B == 1) {
@@ -403,13 +469,8 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
       }
       return;
     } else {
-#if defined(__AVX512F__)
-      constexpr bool lanes = arch_is_avx512<Arch>;
-#else
-      constexpr bool lanes = false;
-#endif
       // B = 4 on AVX-512 takes 4 rows per step: chunks padded with zero rows to a multiple of 4.
-      constexpr std::size_t rows_step = lanes && B == 4 ? 4 : 1;
+      constexpr std::size_t rows_step = wgrad_rows_step<B, Arch>;
       // At least 64 rows per chunk (the accumulators are loaded and stored once per chunk and slot,
       // and B = 4 sums its row lanes then): with 32, the floor that products as wide as 768 x 3072
       // hit, the B = 4 weight gradient measured 8-18 % slower, B = 8 and 16 1-5 %.
@@ -420,52 +481,7 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
         const std::size_t rows = std::min(mc, me - m0), mv = (rows + rows_step - 1) / rows_step * rows_step;
         pack_strips<B>(X + m0 * ldx, ldx, rows, in, Xs, mv);
         pack_strips<B>(dY + m0 * ldd, ldd, rows, out, dYs, mv);
-        const std::size_t strip = strip_stride<B>(mv);
-        if constexpr (B % W == 0) {
-          for (std::size_t q = pb; q < pe; ++q) {
-            const std::uint32_t s = p.row_slots[q];
-            wgrad_block_n<B, Arch>(Xs + p.row[s] * strip, dYs + p.col[s] * strip, mv, dv + q * B * B);
-          }
-        } else {
-          // Runs of U slots of one block row; without AVX-512 a short run is padded with a
-          // repeated column whose result goes to a dummy block.
-          // Groups without AVX-512: 2 (3 with 16 registers and B = 4) vectors of W / B slots.
-          // AVX-512: groups of 6 slots, 24 accumulators (a shorter group, the end of a block row,
-          // its own kernel of 1 to 5 slots): B = 4 four rows at a time (wgrad_b4_rows4), B = 8 in
-          // block lanes (wgrad_block_lanes; 6 slots 0-13 % faster than 4 on the Zen 5 host on
-          // three of four shapes, docs/sparsity.md).
-          constexpr std::size_t NG = B == 4 && vec_regs<Arch> == 16 && W == 8 ? 3 : 2;
-          constexpr std::size_t U = lanes ? 6 : NG * (W / B);
-          float* dummy = bsr_scratch(U * B * B, 2);
-          std::memset(dummy, 0, U * B * B * sizeof(float));
-          for_row_groups<U>(p, pb, pe, [&](std::size_t i, std::size_t q, std::size_t n) {
-            std::size_t off[U];
-            float* dvs[U];
-            for (std::size_t u = 0; u < U; ++u) {
-              const std::uint32_t s = p.row_slots[q + std::min(u, n - 1)];
-              off[u] = std::size_t(p.col[s]) * strip;
-              dvs[u] = u < n ? dv + (q + u) * B * B : dummy + u * B * B;
-            }
-#if defined(__AVX512F__)
-            if constexpr (lanes) {
-              const float* xs = Xs + i * strip;
-              // The kernel of exactly n (<= U) slots.
-              const auto run = [&]<std::size_t N>() {
-                if constexpr (B == 4)
-                  wgrad_b4_rows4<N>(xs, dYs, off, mv, dvs);
-                else
-                  wgrad_block_lanes<B, N>(xs, dYs, off, mv, dvs);
-                return true;
-              };
-              [&]<std::size_t... I>(std::index_sequence<I...>) {
-                (void)((n == I + 1 && run.template operator()<I + 1>()) || ...);
-              }
-              (std::make_index_sequence<U>{});
-            } else
-#endif
-              wgrad_group<B, NG, Arch>(Xs + i * strip, dYs, off, mv, dvs);
-          });
-        }
+        wgrad_chunk_slots<B, Arch>(p, Xs, dYs, mv, dv);
       }
     }
     if constexpr (B != 1) {
