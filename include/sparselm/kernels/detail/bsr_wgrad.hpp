@@ -299,16 +299,10 @@ void for_row_groups(const sparse::block_pattern& p, std::size_t pb, std::size_t 
   }
 }
 
-// Whether B = 4, 8 use the AVX-512 kernels (block lanes, four rows), and the rows a chunk of the
-// strips must be a multiple of (zero rows pad it).
-template <class Arch>
-#if defined(__AVX512F__)
-inline constexpr bool wgrad_lanes = arch_is_avx512<Arch>;
-#else
-inline constexpr bool wgrad_lanes = false;
-#endif
+// The rows a chunk of the strips must be a multiple of (zero rows pad it): B = 4's AVX-512 kernel
+// takes four at a time.
 template <std::size_t B, class Arch>
-inline constexpr std::size_t wgrad_rows_step = (wgrad_lanes<Arch> && B == 4) ? 4 : 1;
+inline constexpr std::size_t wgrad_rows_step = (arch_is_avx512<Arch> && B == 4) ? 4 : 1;
 
 // One chunk of the weight gradient for B > 1: dv (slot q of row_slots at dv + q*B*B) += the
 // products of every active block over the chunk's strips Xs and dYs of `mv` rows (strip_stride<B>(mv)
@@ -317,7 +311,7 @@ template <std::size_t B, class Arch>
 void wgrad_chunk_slots(const sparse::block_pattern& p, const float* Xs, const float* dYs, std::size_t mv, float* dv) {
   static_assert(B > 1);
   constexpr std::size_t W = simd_width<float, Arch>;
-  constexpr bool lanes = wgrad_lanes<Arch>;
+  constexpr bool lanes = arch_is_avx512<Arch>;  // block lanes (B = 8), four rows (B = 4)
   const std::size_t strip = strip_stride<B>(mv);
   if constexpr (B % W == 0) {
     for (std::size_t q = 0; q < p.nnz(); ++q) {
