@@ -7,7 +7,7 @@
 // pattern updater (sparse/update.hpp) can change it between steps. nnz is fixed for the run.
 //
 //   forward:  y = x·W + b                 bsr_matmul     (only active blocks are multiplied)
-//   backward: dx = dy·Wᵀ                  bsr_backward (both products, one pass where B allows),
+//   backward: dx = dy·Wᵀ                  bsr_backward (both products, one pass for B > 1),
 //             dvalues += xᵀ·dy at active blocks only    or bsr_weight_grad alone without dx
 //             pooled |xᵀ·dy| per block, all blocks      dense_grad_pooled — only when the step
 //             context asks for it (RigL update steps), into state().pooled
