@@ -205,9 +205,13 @@ inline void tile_bf16_n(const std::uint32_t* P, std::size_t n, const std::uint32
       for (std::size_t v = 0; v < NB; ++v) wv[v] = (__m512bh)_mm512_loadu_si512(w + p * B + v * 16);
 #pragma GCC unroll 32
       for (std::size_t r = 0; r < MR; ++r) {
-        const __m512bh x = (__m512bh)_mm512_set1_epi32(int(a[p * MR + r]));
+        if constexpr (NB == 1) {
+          acc[r][0] = dpbf16_bcst(acc[r][0], wv[0], a + p * MR + r);
+        } else {
+          const __m512bh x = (__m512bh)_mm512_set1_epi32(int(a[p * MR + r]));
 #pragma GCC unroll 4
-        for (std::size_t v = 0; v < NB; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], wv[v], x);
+          for (std::size_t v = 0; v < NB; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], wv[v], x);
+        }
       }
     }
   }

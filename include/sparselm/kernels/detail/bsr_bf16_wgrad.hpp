@@ -78,7 +78,7 @@ inline void wgrad_bf16_block16(const std::uint32_t* xs, const std::uint32_t* ds,
   for (std::size_t q = 0; q < np; ++q, xs += 16, ds += 16) {
     const __m512bh d = (__m512bh)_mm512_loadu_si512(ds);
 #pragma GCC unroll 16
-    for (std::size_t a = 0; a < 16; ++a) acc[a] = _mm512_dpbf16_ps(acc[a], d, (__m512bh)_mm512_set1_epi32(int(xs[a])));
+    for (std::size_t a = 0; a < 16; ++a) acc[a] = dpbf16_bcst(acc[a], d, xs + a);
   }
 #pragma GCC unroll 16
   for (std::size_t a = 0; a < 16; ++a) _mm512_storeu_ps(dv + a * 16, acc[a]);

@@ -49,6 +49,20 @@ inline __m256i gemm_bf16_load16(const S* p, std::size_t n) noexcept {
   }
 }
 
+// acc += the pair products of w and the word at x broadcast to all 16 lanes. GCC does not fold
+// _mm512_set1_epi32(*x) into vdpbf16ps's broadcast memory operand (it emits a vpbroadcastd before
+// every vdpbf16ps); the embedded-broadcast form is one instruction, like the fp32 kernels' FMAs
+// with a {1to16} operand. Where one broadcast word feeds several vdpbf16ps, broadcast it once
+// instead.
+inline __m512 dpbf16_bcst(__m512 acc, __m512bh w, const std::uint32_t* x) noexcept {
+#if defined(__GNUC__) && !defined(__clang__)
+  __asm__("vdpbf16ps {%2%{1to16%}, %1, %0|%0, %1, %2%{1to16%}}" : "+v"(acc) : "v"(w), "m"(*x));
+  return acc;
+#else
+  return _mm512_dpbf16_ps(acc, w, (__m512bh)_mm512_set1_epi32(int(*x)));
+#endif
+}
+
 // 16 words (lo[j], hi[j]) from two vectors of 16 bf16 values.
 inline __m512i gemm_bf16_pairs(__m256i lo, __m256i hi) noexcept {
   return _mm512_or_si512(_mm512_cvtepu16_epi32(lo), _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
