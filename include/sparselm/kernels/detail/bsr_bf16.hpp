@@ -272,16 +272,15 @@ inline void tile_bf16_m(const std::uint32_t* P, std::size_t n, const std::uint32
 template <std::size_t B, class Arch>
 inline constexpr std::size_t bf16_panel_rows = bsr_tiling<B, Arch>::lanes_n ? 28 : bsr_tiling<B, Arch>::MR;
 
-// One panel of a bf16 product: rows [0, mv) of C (at C) x output block columns [j0, j1) = beta*C +
-// bf16(A rows [0, mv)) · S [+ bias]. P: K/2 x MR words of scratch; Ct (lanes-M tiles only): 128 x MR
-// floats of scratch.
-template <std::size_t B, class Arch, class SA>
-void product_bf16_panel(const SA* A, std::size_t lda, std::size_t mv, std::size_t K, std::size_t j0, std::size_t j1,
-                        const bsr_lists& L, const packed_blocks_bf16& pb, float beta, float* C, std::size_t ldc,
-                        const float* bias, std::uint32_t* P, float* Ct) {
+// One panel of a bf16 product with its panel P already packed (K/2 x MR words, pack_panel_bf16's
+// layout): rows [0, mv) of C (at C) x output block columns [j0, j1) = beta*C + P · S [+ bias]; Ct
+// (lanes-M tiles only): 128 x MR floats of scratch.
+template <std::size_t B, class Arch>
+void product_bf16_packed(const std::uint32_t* P, std::size_t mv, std::size_t j0, std::size_t j1, const bsr_lists& L,
+                         const packed_blocks_bf16& pb, float beta, float* C, std::size_t ldc, const float* bias,
+                         float* Ct) {
   using T = bsr_tiling<B, Arch>;
   constexpr std::size_t MR = bf16_panel_rows<B, Arch>;
-  pack_panel_bf16<MR>(A, lda, mv, K, P);
   if constexpr (T::lanes_n) {
     for (std::size_t j = j0; j < j1; ++j) {
       const std::size_t t0 = L.ptr[j];
@@ -299,6 +298,17 @@ void product_bf16_panel(const SA* A, std::size_t lda, std::size_t mv, std::size_
       unpack_transpose<Arch>(Ct, MR, mv, (je - jc) * B, C + jc * B, ldc, beta, bias ? bias + jc * B : nullptr);
     }
   }
+}
+
+// One panel of a bf16 product: rows [0, mv) of C (at C) x output block columns [j0, j1) = beta*C +
+// bf16(A rows [0, mv)) · S [+ bias]. P: K/2 x MR words of scratch; Ct (lanes-M tiles only): 128 x MR
+// floats of scratch.
+template <std::size_t B, class Arch, class SA>
+void product_bf16_panel(const SA* A, std::size_t lda, std::size_t mv, std::size_t K, std::size_t j0, std::size_t j1,
+                        const bsr_lists& L, const packed_blocks_bf16& pb, float beta, float* C, std::size_t ldc,
+                        const float* bias, std::uint32_t* P, float* Ct) {
+  pack_panel_bf16<bf16_panel_rows<B, Arch>>(A, lda, mv, K, P);
+  product_bf16_packed<B, Arch>(P, mv, j0, j1, L, pb, beta, C, ldc, bias, Ct);
 }
 
 // C (M x N, N = n_out_blocks*B) = beta*C + bf16(A) (M x K) · bf16(S) [+ bias], S from the lists and

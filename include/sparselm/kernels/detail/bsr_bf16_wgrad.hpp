@@ -15,9 +15,10 @@
 // panels; per chunk the weight gradient packs its strips of X and dY and runs, then the data
 // gradient packs and multiplies each panel of the chunk's dY rows — read from memory by the strip
 // packing just before, so from L2 — as bsr_product_bf16 does. dY comes from memory once; its two
-// packed forms differ (pairs along M for the weight gradient, along K for the data gradient), so it
-// is still packed twice. dX is bitwise the data gradient's of bsr_product_bf16 (the same panels and
-// tiles); dvalues agrees with bsr_wgrad_bf16's to rounding (other chunks).
+// packed forms differ (pairs along M for the weight gradient, along K for the data gradient): for
+// B = 16 the data gradient's panels are rearranged from the strips' bf16 words (panel_from_strips16),
+// for B = 4 and 8 packed again from dY. dX is bitwise the data gradient's of bsr_product_bf16 (the
+// same panels and tiles); dvalues agrees with bsr_wgrad_bf16's to rounding (other chunks).
 
 #include <algorithm>
 #include <cstddef>
@@ -68,6 +69,55 @@ inline void pack_strips_bf16(const S* src, std::size_t lds, std::size_t rows, st
   }
   if (padded > np)
     for (std::size_t b = 0; b < cols / B; ++b) std::memset(dst + b * ss + np * B, 0, (padded - np) * B * 4);
+}
+
+// The data gradient's panel (pack_panel_bf16's layout: P[p*MR + r] = (dY(2q0 + r, 2p),
+// dY(2q0 + r, 2p+1)), K/2 pairs, zero rows from 2*nq on) from the B = 16 strips of the same rows
+// (strip word (q, a) = (dY(2q, a), dY(2q+1, a)), strip stride ss), without reading or rounding dY
+// again: the bf16 values are the same, so the panel is too. Per strip vector of a pair of rows q,
+// one vpermw turns its 16 words into 8 qwords (row 2q's pair word, row 2q+1's) for the block's 8
+// k-pairs; groups of 8 such vectors are transposed as 8 x 8 qwords into the panel rows. P needs 16
+// words of slack after K/2 x MR (a part group's full-vector store runs over).
+template <std::size_t MR>
+inline void panel_from_strips16(const std::uint32_t* strips, std::size_t ss, std::size_t q0, std::size_t nq,
+                                std::size_t K, std::uint32_t* P) {
+  static_assert(MR % 2 == 0 && MR <= 32);
+  constexpr std::size_t QR = MR / 2, NG = (QR + 7) / 8;  // pairs of rows, groups of 8 of them
+  alignas(64) static constexpr std::int16_t perm[32] = {0,  2,  1,  3,  4,  6,  5,  7,  8,  10, 9,  11, 12, 14, 13, 15,
+                                                        16, 18, 17, 19, 20, 22, 21, 23, 24, 26, 25, 27, 28, 30, 29, 31};
+  const __m512i idx = _mm512_load_si512(perm);
+  for (std::size_t b = 0; b < K / 16; ++b) {
+    const std::uint32_t* sb = strips + b * ss;
+    // The last group first: its stores run over into the next panel row's first group, which is
+    // stored after it (that of row 8b + 8 with block column b + 1).
+    for (std::size_t g = NG; g-- > 0;) {
+      __m512i t[8];
+      for (std::size_t j = 0; j < 8; ++j) {
+        const std::size_t q = q0 + g * 8 + j;
+        t[j] = g * 8 + j < QR && q < nq ? _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(sb + q * 16))
+                                        : _mm512_setzero_si512();
+      }
+      __m512i a[8], c[8];
+      for (std::size_t j = 0; j < 8; j += 2) {
+        a[j] = _mm512_unpacklo_epi64(t[j], t[j + 1]);
+        a[j + 1] = _mm512_unpackhi_epi64(t[j], t[j + 1]);
+      }
+      // c[0..3] from qword pairs (0,1), (2,3); c[4..7] from (4,5), (6,7): 128-bit lanes regrouped.
+      for (std::size_t h = 0; h < 2; ++h) {
+        c[4 * h + 0] = _mm512_shuffle_i64x2(a[4 * h], a[4 * h + 2], 0x88);
+        c[4 * h + 1] = _mm512_shuffle_i64x2(a[4 * h], a[4 * h + 2], 0xDD);
+        c[4 * h + 2] = _mm512_shuffle_i64x2(a[4 * h + 1], a[4 * h + 3], 0x88);
+        c[4 * h + 3] = _mm512_shuffle_i64x2(a[4 * h + 1], a[4 * h + 3], 0xDD);
+      }
+      // Pair i of the block: qword i of every t, from c[(i%2)*2 + (i/2)%2] (lo or hi half).
+      static constexpr std::size_t src[8] = {0, 2, 1, 3, 0, 2, 1, 3};
+      for (std::size_t i = 0; i < 8; ++i) {
+        const __m512i u = i < 4 ? _mm512_shuffle_i64x2(c[src[i]], c[4 + src[i]], 0x88)
+                                : _mm512_shuffle_i64x2(c[src[i]], c[4 + src[i]], 0xDD);
+        _mm512_storeu_si512(P + (8 * b + i) * MR + g * 16, u);
+      }
+    }
+  }
 }
 
 // dv (16 x 16, += ) = strip(X)ᵀ · strip(dY) over np pairs of rows.
@@ -259,7 +309,7 @@ void bsr_backward_bf16(const SX* X, std::size_t ldx, const float* dY, std::size_
     auto* Xs = reinterpret_cast<std::uint32_t*>(bsr_scratch(strip_stride<B>(npmax) * (in / B), 0));
     auto* dYs = reinterpret_cast<std::uint32_t*>(bsr_scratch(strip_stride<B>(npmax) * (out / B), 1));
     // The data gradient's panel and (lanes-M tiles) output chunk: buffers apart from the strips'.
-    auto* P = reinterpret_cast<std::uint32_t*>(bsr_scratch(out / 2 * MR, 5));
+    auto* P = reinterpret_cast<std::uint32_t*>(bsr_scratch(out / 2 * MR + 16, 5));
     float* Ct = bsr_tiling<B, Arch>::lanes_n ? nullptr : bsr_scratch(128 * MR, 6);
     for (std::size_t m0 = mb; m0 < me; m0 += mc) {
       const std::size_t rows = std::min(mc, me - m0);
@@ -267,9 +317,16 @@ void bsr_backward_bf16(const SX* X, std::size_t ldx, const float* dY, std::size_
       pack_strips_bf16<B>(X + m0 * ldx, ldx, rows, in, Xs, np);
       pack_strips_bf16<B>(dY + m0 * ldd, ldd, rows, out, dYs, np);
       wgrad_bf16_chunk<B, U>(Xs, dYs, np, strip, p, dv, dummy);
-      for (std::size_t r0 = 0; r0 < rows; r0 += MR)
-        product_bf16_panel<B, Arch>(dY + (m0 + r0) * ldd, ldd, std::min(MR, rows - r0), out, 0, p.rows_b, L, pb, beta,
-                                    dX + (m0 + r0) * lddx, lddx, nullptr, P, Ct);
+      for (std::size_t r0 = 0; r0 < rows; r0 += MR) {
+        const std::size_t mv = std::min(MR, rows - r0);
+        if constexpr (B == 16) {
+          panel_from_strips16<MR>(dYs, strip, r0 / 2, (rows + 1) / 2, out, P);
+          product_bf16_packed<B, Arch>(P, mv, 0, p.rows_b, L, pb, beta, dX + (m0 + r0) * lddx, lddx, nullptr, Ct);
+        } else {
+          product_bf16_panel<B, Arch>(dY + (m0 + r0) * ldd, ldd, mv, out, 0, p.rows_b, L, pb, beta,
+                                      dX + (m0 + r0) * lddx, lddx, nullptr, P, Ct);
+        }
+      }
     }
     team_barrier(T);
     add_thread_partials(partial, nnz, B * B, p.row_slots.data(), dvalues, t, T);
