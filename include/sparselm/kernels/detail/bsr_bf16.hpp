@@ -182,37 +182,27 @@ inline void pack_panel_bf16(const S* A, std::size_t lda, std::size_t rows, std::
 
 // ---- native path: micro-kernels -------------------------------------------------------------------
 
-// C rows [0, MR) x B columns (at C) = beta*C + panel · (sum over the n blocks) [+ bias]; rows >=
-// mvalid are computed but not stored. Block t (words V + t*B*B/2) multiplies the panel's pairs
-// kb[t]*B/2 .. +B/2 (B/2*MR words at P + kb[t]*B/2*MR).
+// C rows [0, MR) x 16 columns (at C) = beta*C + panel · (sum over the n blocks) [+ bias]; rows >=
+// mvalid are computed but not stored. Block t (words V + t*128) multiplies the panel's pairs
+// kb[t]*8 .. +8 (8*MR words at P + kb[t]*8*MR). Lanes-N tiles are B = 16's only (a block row is one
+// vector), so the tile is written for it.
 template <std::size_t B, std::size_t MR>
 inline void tile_bf16_n(const std::uint32_t* P, std::size_t n, const std::uint32_t* kb, const std::uint32_t* V,
                         float* C, std::size_t ldc, std::size_t mvalid, float beta, const float* bias) {
-  constexpr std::size_t KP = B / 2, NB = B / 16;
-  __m512 acc[MR][NB];
+  static_assert(B == 16, "bf16 lanes-N tiles hold one block row per vector");
+  constexpr std::size_t KP = B / 2;
+  __m512 acc[MR];
 #pragma GCC unroll 32
-  for (std::size_t r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-    for (std::size_t v = 0; v < NB; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (std::size_t r = 0; r < MR; ++r) acc[r] = _mm512_setzero_ps();
   for (std::size_t t = 0; t < n; ++t) {
     const std::uint32_t* a = P + std::size_t(kb[t]) * KP * MR;
     const std::uint32_t* w = V + t * KP * B;
     const std::uint32_t* an = P + std::size_t(kb[t + 1 < n ? t + 1 : t]) * KP * MR;
     for (std::size_t p = 0; p < KP; ++p) {
       prefetch_span<MR>(reinterpret_cast<const float*>(an + p * MR));
-      __m512bh wv[NB];
-#pragma GCC unroll 4
-      for (std::size_t v = 0; v < NB; ++v) wv[v] = (__m512bh)_mm512_loadu_si512(w + p * B + v * 16);
+      const __m512bh wv = (__m512bh)_mm512_loadu_si512(w + p * B);
 #pragma GCC unroll 32
-      for (std::size_t r = 0; r < MR; ++r) {
-        if constexpr (NB == 1) {
-          acc[r][0] = dpbf16_bcst(acc[r][0], wv[0], a + p * MR + r);
-        } else {
-          const __m512bh x = (__m512bh)_mm512_set1_epi32(int(a[p * MR + r]));
-#pragma GCC unroll 4
-          for (std::size_t v = 0; v < NB; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], wv[v], x);
-        }
-      }
+      for (std::size_t r = 0; r < MR; ++r) acc[r] = dpbf16_bcst(acc[r], wv, a + p * MR + r);
     }
   }
   const __m512 vbeta = _mm512_set1_ps(beta);
@@ -220,13 +210,10 @@ inline void tile_bf16_n(const std::uint32_t* P, std::size_t n, const std::uint32
   for (std::size_t r = 0; r < MR; ++r) {
     if (r >= mvalid) break;
     float* c = C + r * ldc;
-#pragma GCC unroll 4
-    for (std::size_t v = 0; v < NB; ++v) {
-      __m512 o = acc[r][v];
-      if (bias) o = _mm512_add_ps(o, _mm512_loadu_ps(bias + v * 16));
-      if (beta != 0.0f) o = _mm512_fmadd_ps(vbeta, _mm512_loadu_ps(c + v * 16), o);
-      _mm512_storeu_ps(c + v * 16, o);
-    }
+    __m512 o = acc[r];
+    if (bias) o = _mm512_add_ps(o, _mm512_loadu_ps(bias));
+    if (beta != 0.0f) o = _mm512_fmadd_ps(vbeta, _mm512_loadu_ps(c), o);
+    _mm512_storeu_ps(c, o);
   }
 }
 

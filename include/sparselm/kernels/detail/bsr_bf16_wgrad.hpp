@@ -13,12 +13,12 @@
 //
 // One pass (bsr_backward_bf16): threads take panel-aligned row ranges, walked in chunks of whole
 // panels; per chunk the weight gradient packs its strips of X and dY and runs, then the data
-// gradient packs and multiplies each panel of the chunk's dY rows — read from memory by the strip
-// packing just before, so from L2 — as bsr_product_bf16 does. dY comes from memory once; its two
-// packed forms differ (pairs along M for the weight gradient, along K for the data gradient): for
-// B = 16 the data gradient's panels are rearranged from the strips' bf16 words (panel_from_strips16),
-// for B = 4 and 8 packed again from dY. dX is bitwise the data gradient's of bsr_product_bf16 (the
-// same panels and tiles); dvalues agrees with bsr_wgrad_bf16's to rounding (other chunks).
+// gradient multiplies each panel of the chunk's dY rows as bsr_product_bf16 does. dY is read from
+// memory and rounded once: its two packed forms differ (pairs along M for the weight gradient,
+// along K for the data gradient), and the data gradient's panels are rearranged from the strips'
+// bf16 words (panel_from_strips16, panel_from_strips_small). dX is bitwise the data gradient's of
+// bsr_product_bf16 (the same panels and tiles); dvalues agrees with bsr_wgrad_bf16's to rounding
+// (other chunks).
 
 #include <algorithm>
 #include <cstddef>
@@ -115,6 +115,62 @@ inline void panel_from_strips16(const std::uint32_t* strips, std::size_t ss, std
         const __m512i u = i < 4 ? _mm512_shuffle_i64x2(c[src[i]], c[4 + src[i]], 0x88)
                                 : _mm512_shuffle_i64x2(c[src[i]], c[4 + src[i]], 0xDD);
         _mm512_storeu_si512(P + (8 * b + i) * MR + g * 16, u);
+      }
+    }
+  }
+}
+
+// The same for B = 8 and 4 (strip word (q, a), a < B): one strip vector holds the B words of 16/B
+// pairs of rows, and one vpermt2w picks, from two such vectors, the pair words of panel rows 2q and
+// 2q+1 for 32/B pairs of rows: for B = 4 all 8 of a group for one k-pair, for B = 8 4 of them for
+// two k-pairs, whose halves a vshufi64x2 joins. MR is a multiple of 16 (whole groups of 8 pairs of
+// rows); pairs of rows from nq on are zero.
+template <std::size_t B, std::size_t MR>
+inline void panel_from_strips_small(const std::uint32_t* strips, std::size_t ss, std::size_t q0, std::size_t nq,
+                                    std::size_t K, std::uint32_t* P) {
+  static_assert((B == 4 || B == 8) && MR % 16 == 0);
+  constexpr std::size_t QV = 16 / B, NV = 8 / QV, KPB = B / 2;  // pairs per vector, vectors per group, k-pairs
+  // Word tables, per k-pair e of a vpermt2w's output: its qword j holds pair of rows j of the two
+  // vectors (j < 2*QV; B = 8: qwords 4..7 are the next k-pair's), as (row 2q's pair word, row
+  // 2q+1's); word h of dword a of a pair of rows q is row 2q+h's value of column a.
+  struct tables {
+    alignas(64) std::int16_t w[2][32];
+  };
+  static constexpr tables tab = [] {
+    tables t{};
+    for (std::size_t e = 0; e < 2; ++e)
+      for (std::size_t k = 0; k < 8; ++k) {
+        const std::size_t q = B == 4 ? k : k % 4, pair = B == 4 ? e : 2 * e + k / 4;
+        const std::size_t base = (q / QV) * 32 + (q % QV) * B * 2 + pair * 4;  // word of (q, column 2*pair)
+        const std::size_t words[4] = {base, base + 2, base + 1, base + 3};
+        for (std::size_t h = 0; h < 4; ++h) t.w[e][4 * k + h] = std::int16_t(words[h]);
+      }
+    return t;
+  }();
+  const __m512i i0 = _mm512_load_si512(tab.w[0]), i1 = _mm512_load_si512(tab.w[1]);
+  constexpr std::size_t NG = MR / 16;
+  for (std::size_t b = 0; b < K / B; ++b) {
+    const std::uint32_t* sb = strips + b * ss;
+    std::uint32_t* pb = P + b * KPB * MR;
+    for (std::size_t g = 0; g < NG; ++g) {
+      __m512i v[NV];
+      for (std::size_t j = 0; j < NV; ++j) {
+        const std::size_t q = q0 + g * 8 + j * QV, have = nq > q ? std::min(QV, nq - q) : 0;
+        v[j] = have == QV ? _mm512_loadu_si512(sb + q * B)
+               : have > 0 ? _mm512_maskz_loadu_epi32(__mmask16((1u << (have * B)) - 1), sb + q * B)
+                          : _mm512_setzero_si512();
+      }
+      if constexpr (B == 4) {
+        _mm512_storeu_si512(pb + g * 16, _mm512_permutex2var_epi16(v[0], i0, v[1]));
+        _mm512_storeu_si512(pb + MR + g * 16, _mm512_permutex2var_epi16(v[0], i1, v[1]));
+      } else {
+        // Pairs of rows 0-3 (v0, v1) and 4-7 (v2, v3), k-pairs (0, 1) and (2, 3).
+        const __m512i a0 = _mm512_permutex2var_epi16(v[0], i0, v[1]), a1 = _mm512_permutex2var_epi16(v[0], i1, v[1]);
+        const __m512i c0 = _mm512_permutex2var_epi16(v[2], i0, v[3]), c1 = _mm512_permutex2var_epi16(v[2], i1, v[3]);
+        _mm512_storeu_si512(pb + g * 16, _mm512_shuffle_i64x2(a0, c0, 0x44));
+        _mm512_storeu_si512(pb + MR + g * 16, _mm512_shuffle_i64x2(a0, c0, 0xEE));
+        _mm512_storeu_si512(pb + 2 * MR + g * 16, _mm512_shuffle_i64x2(a1, c1, 0x44));
+        _mm512_storeu_si512(pb + 3 * MR + g * 16, _mm512_shuffle_i64x2(a1, c1, 0xEE));
       }
     }
   }
@@ -319,13 +375,11 @@ void bsr_backward_bf16(const SX* X, std::size_t ldx, const float* dY, std::size_
       wgrad_bf16_chunk<B, U>(Xs, dYs, np, strip, p, dv, dummy);
       for (std::size_t r0 = 0; r0 < rows; r0 += MR) {
         const std::size_t mv = std::min(MR, rows - r0);
-        if constexpr (B == 16) {
+        if constexpr (B == 16)
           panel_from_strips16<MR>(dYs, strip, r0 / 2, (rows + 1) / 2, out, P);
-          product_bf16_packed<B, Arch>(P, mv, 0, p.rows_b, L, pb, beta, dX + (m0 + r0) * lddx, lddx, nullptr, Ct);
-        } else {
-          product_bf16_panel<B, Arch>(dY + (m0 + r0) * ldd, ldd, mv, out, 0, p.rows_b, L, pb, beta,
-                                      dX + (m0 + r0) * lddx, lddx, nullptr, P, Ct);
-        }
+        else
+          panel_from_strips_small<B, MR>(dYs, strip, r0 / 2, (rows + 1) / 2, out, P);
+        product_bf16_packed<B, Arch>(P, mv, 0, p.rows_b, L, pb, beta, dX + (m0 + r0) * lddx, lddx, nullptr, Ct);
       }
     }
     team_barrier(T);
