@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "bsr_reference.hpp"
@@ -297,6 +298,83 @@ TEST_CASE_TEMPLATE("bsr kernels are deterministic and callable inside a parallel
     CHECK(r.dv == one.dv);
     CHECK(r.dX2 == one.dX2);
     CHECK(r.dv2 == one.dv2);
+  }
+}
+
+// The B = 1 weight gradient keeps its slot order with the pattern (block_pattern::derived) and
+// must follow every change: other chunk lengths (SIMD paths), a copy changed and finalized, the
+// pattern itself changed in place, a pattern never finalized, several threads building it at once.
+TEST_CASE("the B = 1 weight gradient's kept slot order follows the pattern") {
+  for (const auto& [rows_b, cols_b] : {std::pair<std::size_t, std::size_t>{40, 56}, {56, 40}}) {
+    INFO("in = ", rows_b, ", out = ", cols_b);
+    auto p = make_pattern(1, rows_b, cols_b, rows_b * cols_b / 5, 21);
+    const std::size_t M = 150;
+    const auto X = random_vec(M * rows_b, 22), dY = random_vec(M * cols_b, 23);
+    auto check = [&](const sparse::block_pattern& q, auto arch, const char* what) {
+      using Arch = decltype(arch);
+      std::vector<float> dv(q.nnz(), 0.0f), dvr(q.nnz(), 0.0f);
+      kernels::bsr_weight_grad<1, Arch>({X.data(), M, rows_b}, {dY.data(), M, cols_b}, q, dv.data());
+      test::ref_weight_grad(X.data(), rows_b, dY.data(), cols_b, M, q, dvr.data());
+      check_close(dv.data(), 0, dvr.data(), 0, 1, dv.size(), 2e-6 * double(M + 8), what);
+    };
+    check(p, native_arch{}, "first call");
+    check(p, portable_arch{}, "another chunk length");
+    check(p, native_arch{}, "back to the first");
+    REQUIRE(p.derived != nullptr);
+    // A copy shares the kept order; changed and finalized, it gets its own, and p keeps p's.
+    auto q = p;
+    CHECK(q.derived == p.derived);
+    std::vector<std::uint8_t> used(rows_b * cols_b, 0);
+    for (std::size_t s = 0; s < q.nnz(); ++s) used[q.row[s] * cols_b + q.col[s]] = 1;
+    std::size_t moved = 0;
+    for (std::size_t cell = 0; cell < used.size() && moved < q.nnz() / 2; ++cell)
+      if (!used[cell]) {  // slot 2*moved moves to a free cell
+        q.row[2 * moved] = std::uint32_t(cell / cols_b);
+        q.col[2 * moved] = std::uint32_t(cell % cols_b);
+        ++moved;
+      }
+    REQUIRE(moved > 0);
+    q.finalize("moved");
+    CHECK(q.derived != p.derived);
+    check(q, native_arch{}, "the changed copy");
+    check(p, native_arch{}, "the original after the copy changed");
+    // p itself changed in place (as a pattern update does), then finalized.
+    p = q;
+    p.row.swap(p.col);
+    std::swap(p.rows_b, p.cols_b);  // the transposed grid: other stream side and tiles
+    p.finalize("transposed");
+    {
+      std::vector<float> dv(p.nnz(), 0.0f), dvr(p.nnz(), 0.0f);
+      kernels::bsr_weight_grad<1>({dY.data(), M, cols_b}, {X.data(), M, rows_b}, p, dv.data());
+      test::ref_weight_grad(dY.data(), cols_b, X.data(), rows_b, M, p, dvr.data());
+      check_close(dv.data(), 0, dvr.data(), 0, 1, dv.size(), 2e-6 * double(M + 8), "changed in place");
+    }
+    // Never finalized (orderings filled by hand): built for the call, nothing kept.
+    sparse::block_pattern h;
+    h.block = 1;
+    h.rows_b = q.rows_b;
+    h.cols_b = q.cols_b;
+    h.row = q.row;
+    h.col = q.col;
+    h.row_ptr = q.row_ptr;
+    h.row_slots = q.row_slots;
+    h.col_ptr = q.col_ptr;
+    h.col_slots = q.col_slots;
+    check(h, native_arch{}, "not finalized");
+    CHECK(h.derived == nullptr);
+    // Two threads inside a parallel region build a fresh pattern's order at once.
+    auto f = q;
+    f.finalize("fresh");
+    std::vector<std::vector<float>> dvs(2, std::vector<float>(f.nnz(), 0.0f));
+#if defined(_OPENMP)
+#pragma omp parallel for num_threads(2)
+#endif
+    for (int t = 0; t < 2; ++t)
+      kernels::bsr_weight_grad<1>({X.data(), M, rows_b}, {dY.data(), M, cols_b}, f, dvs[std::size_t(t)].data());
+    CHECK(dvs[0] == dvs[1]);
+    std::vector<float> dvr(f.nnz(), 0.0f);
+    test::ref_weight_grad(X.data(), rows_b, dY.data(), cols_b, M, f, dvr.data());
+    check_close(dvs[0].data(), 0, dvr.data(), 0, 1, dvr.size(), 2e-6 * double(M + 8), "built by two threads");
   }
 }
 

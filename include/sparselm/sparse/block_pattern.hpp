@@ -11,12 +11,39 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <typeindex>
 #include <vector>
 
 #include "sparselm/core/error.hpp"
 
 namespace sparselm::sparse {
+
+// What a kernel derives from a pattern and reuses while the pattern does not change (the B = 1
+// weight gradient's slot order): one structure, built on first use for a type and a key (what it
+// depends on besides the pattern, e.g. a chunk length), rebuilt when asked for another. Safe to
+// use from several threads at once.
+class pattern_derived {
+ public:
+  template <class T, class Make>
+  std::shared_ptr<const T> get(std::size_t key, Make&& make) {
+    std::lock_guard<std::mutex> lock(m_);
+    if (!data_ || type_ != std::type_index(typeid(T)) || key_ != key) {
+      data_ = std::make_shared<const T>(make());
+      type_ = std::type_index(typeid(T));
+      key_ = key;
+    }
+    return std::static_pointer_cast<const T>(data_);
+  }
+
+ private:
+  std::mutex m_;
+  std::shared_ptr<const void> data_;
+  std::type_index type_ = std::type_index(typeid(void));
+  std::size_t key_ = 0;
+};
 
 struct block_pattern {
   std::size_t block = 0;   // B
@@ -29,6 +56,10 @@ struct block_pattern {
   // increasing block column.
   std::vector<std::uint32_t> col_ptr, col_slots;
   std::vector<std::uint32_t> row_ptr, row_slots;
+
+  // Kernels' derived structures, replaced (empty) by every finalize(). Copies share them: they hold
+  // the same blocks until one of them is changed and finalized again. Null before finalize().
+  std::shared_ptr<pattern_derived> derived;
 
   std::size_t nnz() const noexcept { return row.size(); }
   std::size_t in() const noexcept { return rows_b * block; }
@@ -68,6 +99,7 @@ struct block_pattern {
           row_slots[rfill++] = s;
           col_slots[cfill[j]++] = s;
         }
+    derived = std::make_shared<pattern_derived>();
   }
 };
 

@@ -28,9 +28,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <utility>
 #include <vector>
 
+#include "sparselm/kernels/detail/bsr_runs.hpp"
 #include "sparselm/kernels/detail/bsr_util.hpp"
 #include "sparselm/sparse/block_pattern.hpp"
 
@@ -368,68 +370,25 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
   const std::size_t nnz = p.nnz(), in = p.in(), out = p.out();
   if (M == 0 || nnz == 0) return;
   const int nt = int(std::min<std::size_t>(std::size_t(team_size()), std::max<std::size_t>(1, M / 64)));
-  // B == 1: each slot is a dot product of an X column and a dY column over a chunk of L = NV*W rows
-  // (both transposed, lanes along M). The smaller side "streams": the slots are walked in tiles of
-  // TJ indices of the larger side (TJ rows of L floats, ~24 KiB, stay in L1), and within a tile in
-  // runs of one stream-side index (its row is loaded once per run, from L2, into registers).
-  // Per position of that order: the slot and its tile-side row; per run: its stream-side row and
-  // first position. Built once per call, shared by the threads and all chunks.
-  // Tried and not kept: transposing each tile of the larger side just before use (an L1 buffer
-  // instead of the whole chunk) with software prefetch of the next tile and chunk (no faster, the
-  // tile prefetch slower); chunks of 64 or 256 rows (NV = 4 / 16); 16 KiB tiles.
+  // B == 1: dot products over chunks of L = NV*W rows, the slots walked in the order of
+  // bsr_runs.hpp (kept with the pattern until it changes). Tried and not kept: transposing each
+  // tile of the larger side just before use (an L1 buffer instead of the whole chunk) with software
+  // prefetch of the next tile and chunk (no faster, the tile prefetch slower); chunks of 64 or 256
+  // rows (NV = 4 / 16); 16 KiB tiles.
   constexpr std::size_t NV = 8, L = NV * W;
+  [[maybe_unused]] std::shared_ptr<const wgrad_runs_order> runs;
   [[maybe_unused]] bool stream_rows = true;
   [[maybe_unused]] const std::uint32_t *order = nullptr, *trow = nullptr, *run_row = nullptr, *run_ptr = nullptr;
   [[maybe_unused]] std::size_t nruns = 0;
   [[maybe_unused]] float* sums1 = nullptr;
   if constexpr (B == 1) {
-    stream_rows = in <= out;
-    const std::size_t TJ = std::max<std::size_t>(1, (24u * 1024u) / (sizeof(float) * L));
-    const std::size_t S = stream_rows ? p.rows_b : p.cols_b, T = stream_rows ? p.cols_b : p.rows_b;
-    const std::uint32_t* ptr = stream_rows ? p.row_ptr.data() : p.col_ptr.data();
-    const std::uint32_t* list = stream_rows ? p.row_slots.data() : p.col_slots.data();
-    const std::uint32_t* tile_of = stream_rows ? p.col.data() : p.row.data();
-    thread_local std::vector<std::uint32_t> ord, rrow, rptr, cursor, key, run_len, by_len, len_start;
-    ord.resize(std::max(ord.size(), 2 * nnz));
-    rrow.clear();
-    rptr.clear();
-    cursor.assign(ptr, ptr + S);
-    // The tile-side index of every slot in list order, gathered once: the scans below then read
-    // it sequentially instead of gathering from the pattern's slot arrays for every tile.
-    key.resize(nnz);
-    for (std::size_t e = 0; e < nnz; ++e) key[e] = tile_of[list[e]];
-    run_len.resize(S);
-    by_len.resize(S);
-    std::size_t pos = 0;
-    for (std::size_t t0 = 0; t0 < T; t0 += TJ) {
-      // Within a tile the runs go longest first (a counting sort: a run has at most TJ slots), so
-      // the run loop's trip count changes rarely and its exit branch is mostly predicted.
-      len_start.assign(TJ + 2, 0);
-      for (std::size_t s = 0; s < S; ++s) {
-        std::uint32_t e = cursor[s];
-        while (e < ptr[s + 1] && key[e] < t0 + TJ) ++e;
-        run_len[s] = e - cursor[s];
-        ++len_start[TJ + 1 - run_len[s]];
-      }
-      for (std::size_t n = 1; n <= TJ + 1; ++n) len_start[n] += len_start[n - 1];
-      for (std::size_t s = 0; s < S; ++s) by_len[len_start[TJ - run_len[s]]++] = std::uint32_t(s);
-      for (std::size_t s : by_len) {
-        if (run_len[s] == 0) break;  // the empty runs come last
-        rrow.push_back(std::uint32_t(s));
-        rptr.push_back(std::uint32_t(pos));
-        for (std::uint32_t e = cursor[s]; e < cursor[s] + run_len[s]; ++e, ++pos) {
-          ord[pos] = list[e];
-          ord[nnz + pos] = key[e];
-        }
-        cursor[s] += run_len[s];
-      }
-    }
-    nruns = rrow.size();
-    rptr.push_back(std::uint32_t(nnz));
-    order = ord.data();
-    trow = ord.data() + nnz;
-    run_row = rrow.data();
-    run_ptr = rptr.data();
+    runs = wgrad_runs_order_for(p, L);
+    stream_rows = runs->stream_rows;
+    order = runs->order.data();
+    trow = runs->order.data() + nnz;
+    run_row = runs->run_row.data();
+    run_ptr = runs->run_ptr.data();
+    nruns = runs->runs();
     sums1 = bsr_scratch(std::size_t(nt) * (nnz + W), 3);
   }
   // B > 1: every thread accumulates its rows into its own partial gradient, in row_slots order so
