@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <typeindex>
+#include <typeinfo>
 #include <vector>
 
 #include "sparselm/core/error.hpp"
