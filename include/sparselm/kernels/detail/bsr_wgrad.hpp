@@ -377,18 +377,9 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
   // rows (NV = 4 / 16); 16 KiB tiles.
   constexpr std::size_t NV = 8, L = NV * W;
   [[maybe_unused]] std::shared_ptr<const wgrad_runs_order> runs;
-  [[maybe_unused]] bool stream_rows = true;
-  [[maybe_unused]] const std::uint32_t *order = nullptr, *trow = nullptr, *run_row = nullptr, *run_ptr = nullptr;
-  [[maybe_unused]] std::size_t nruns = 0;
   [[maybe_unused]] float* sums1 = nullptr;
   if constexpr (B == 1) {
     runs = wgrad_runs_order_for(p, L);
-    stream_rows = runs->stream_rows;
-    order = runs->order.data();
-    trow = runs->order.data() + nnz;
-    run_row = runs->run_row.data();
-    run_ptr = runs->run_ptr.data();
-    nruns = runs->runs();
     sums1 = bsr_scratch(std::size_t(nt) * (nnz + W), 3);
   }
   // B > 1: every thread accumulates its rows into its own partial gradient, in row_slots order so
@@ -407,18 +398,20 @@ void bsr_wgrad(const float* X, std::size_t ldx, const float* dY, std::size_t ldd
       std::memset(mysums, 0, (nnz + W) * sizeof(float));
       float* Xt = bsr_scratch(in * L, 0);
       float* dYt = bsr_scratch(out * L, 1);
+      const wgrad_runs_order& R = *runs;
       for (std::size_t m0 = mb; m0 < me; m0 += L) {
         const std::size_t mv = std::min(L, me - m0);  // a short last chunk is zero-padded to L rows
         pack_transpose<Arch>(X + m0 * ldx, ldx, mv, L, in, Xt, L);
         pack_transpose<Arch>(dY + m0 * ldd, ldd, mv, L, out, dYt, L);
-        wgrad_runs<Arch, NV>(stream_rows ? Xt : dYt, stream_rows ? dYt : Xt, run_row, run_ptr, nruns, trow, mysums);
+        wgrad_runs<Arch, NV>(R.stream_rows ? Xt : dYt, R.stream_rows ? dYt : Xt, R.run_row.data(), R.run_ptr.data(),
+                             R.runs(), R.order.data() + nnz, mysums);
       }
       team_barrier(T);
       const auto [qb, qe] = share(nnz);
       for (std::size_t q = qb; q < qe; ++q) {
         float g = 0.0f;
         for (int u = 0; u < T; ++u) g += sums1[std::size_t(u) * (nnz + W) + q];
-        dvalues[order[q]] += g;
+        dvalues[R.order[q]] += g;
       }
       return;
     } else {
