@@ -64,6 +64,40 @@ inline std::size_t strip_stride(std::size_t rows) noexcept {
 // several KiB apart, which the hardware prefetchers do not follow: measured a third of the weight
 // gradient's time on the Zen 3 host, with the chunk coming from memory.)
 // Rows from `rows` up to `padded` (>= rows) are zero; the stride is strip_stride<B>(padded).
+#if defined(__AVX512F__)
+// B = 4 or 8: 8 rows x 16 columns (16/B block columns) in registers, each strip's 8-row piece (8*B
+// floats, contiguous) rearranged with 128-bit lane shuffles: 8 full loads and 8 full stores where
+// the copy per row and strip makes 8*16/B loads and stores of B floats.
+template <std::size_t B>
+inline void strips_rows8_avx512(const float* src, std::size_t lds, float* dst, std::size_t ss) {
+  static_assert(B == 4 || B == 8);
+  __m512 v[8];
+#pragma GCC unroll 8
+  for (std::size_t r = 0; r < 8; ++r) v[r] = _mm512_loadu_ps(src + r * lds);
+  if constexpr (B == 4) {
+    // Rows 4h..4h+3: lane k of row r is its block k; strip k gets [row 0's, ..., row 3's].
+#pragma GCC unroll 2
+    for (std::size_t h = 0; h < 2; ++h) {
+      const __m512* a = v + 4 * h;
+      const __m512 t0 = _mm512_shuffle_f32x4(a[0], a[1], 0x44), t1 = _mm512_shuffle_f32x4(a[0], a[1], 0xEE);
+      const __m512 t2 = _mm512_shuffle_f32x4(a[2], a[3], 0x44), t3 = _mm512_shuffle_f32x4(a[2], a[3], 0xEE);
+      float* d = dst + 16 * h;
+      _mm512_storeu_ps(d, _mm512_shuffle_f32x4(t0, t2, 0x88));
+      _mm512_storeu_ps(d + ss, _mm512_shuffle_f32x4(t0, t2, 0xDD));
+      _mm512_storeu_ps(d + 2 * ss, _mm512_shuffle_f32x4(t1, t3, 0x88));
+      _mm512_storeu_ps(d + 3 * ss, _mm512_shuffle_f32x4(t1, t3, 0xDD));
+    }
+  } else {
+    // Rows 2j, 2j+1: the low half of a row is its block 0, the high half its block 1.
+#pragma GCC unroll 4
+    for (std::size_t j = 0; j < 4; ++j) {
+      _mm512_storeu_ps(dst + 16 * j, _mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], 0x44));
+      _mm512_storeu_ps(dst + ss + 16 * j, _mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], 0xEE));
+    }
+  }
+}
+#endif
+
 template <std::size_t B>
 inline void pack_strips(const float* src, std::size_t lds, std::size_t rows, std::size_t cols, float* dst,
                         std::size_t padded) {
@@ -71,7 +105,15 @@ inline void pack_strips(const float* src, std::size_t lds, std::size_t rows, std
   const std::size_t nb = cols / B, ss = strip_stride<B>(padded);
   for (std::size_t r0 = 0; r0 < rows; r0 += RG) {
     const std::size_t r1 = std::min(rows, r0 + RG);
-    for (std::size_t b = 0; b < nb; ++b)
+    std::size_t b0 = 0;  // block columns before b0 are done
+#if defined(__AVX512F__)
+    if constexpr (B == 4 || B == 8) {
+      if (r1 - r0 == RG)
+        for (; (b0 + 16 / B) * B <= cols; b0 += 16 / B)
+          strips_rows8_avx512<B>(src + r0 * lds + b0 * B, lds, dst + b0 * ss + r0 * B, ss);
+    }
+#endif
+    for (std::size_t b = b0; b < nb; ++b)
       for (std::size_t r = r0; r < r1; ++r) std::memcpy(dst + b * ss + r * B, src + r * lds + b * B, B * sizeof(float));
   }
   if (padded > rows)
