@@ -58,12 +58,6 @@ inline std::size_t strip_stride(std::size_t rows) noexcept {
   return rows * B + 16;
 }
 
-// dst[(c/B)*strip_stride + r*B + c%B] = src[r*lds + c]: the strips of B columns, each rows x B
-// contiguous. Groups of 8 rows: 8 sequential read streams, and 8 rows written contiguously per
-// strip. (Walking each strip down all rows touches a new page at almost every row when rows are
-// several KiB apart, which the hardware prefetchers do not follow: measured a third of the weight
-// gradient's time on the Zen 3 host, with the chunk coming from memory.)
-// Rows from `rows` up to `padded` (>= rows) are zero; the stride is strip_stride<B>(padded).
 #if defined(__AVX512F__)
 // B = 4 or 8: 8 rows x 16 columns (16/B block columns) in registers, each strip's 8-row piece (8*B
 // floats, contiguous) rearranged with 128-bit lane shuffles: 8 full loads and 8 full stores where
@@ -98,6 +92,13 @@ inline void strips_rows8_avx512(const float* src, std::size_t lds, float* dst, s
 }
 #endif
 
+// dst[(c/B)*strip_stride + r*B + c%B] = src[r*lds + c]: the strips of B columns, each rows x B
+// contiguous. Groups of 8 rows: 8 sequential read streams, and 8 rows written contiguously per
+// strip. (Walking each strip down all rows touches a new page at almost every row when rows are
+// several KiB apart, which the hardware prefetchers do not follow: measured a third of the weight
+// gradient's time on the Zen 3 host, with the chunk coming from memory.) B = 4 and 8 on AVX-512
+// take whole groups of 8 rows x 16 columns in registers (strips_rows8_avx512).
+// Rows from `rows` up to `padded` (>= rows) are zero; the stride is strip_stride<B>(padded).
 template <std::size_t B>
 inline void pack_strips(const float* src, std::size_t lds, std::size_t rows, std::size_t cols, float* dst,
                         std::size_t padded) {
