@@ -20,6 +20,8 @@
 // step with the separate backward products, and fp32 time / bf16 time. --bf16-x (implies --bf16)
 // gives the bf16 forward and weight gradient X as bf16 values, as the block_sparse<B> layers do
 // when they keep their input in bf16 (docs/precision.md).
+//
+// All operands are 64-byte aligned, as the library's tensors are (see `fbuf` below).
 
 #include <cblas.h>
 
@@ -38,6 +40,7 @@
 #include "common/peak.hpp"
 #include "common/random_pattern.hpp"
 #include "sparselm/core/simd.hpp"
+#include "sparselm/core/tensor.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/kernels/bsr.hpp"
 #include "sparselm/kernels/bsr_bf16.hpp"
@@ -50,6 +53,11 @@ namespace {
 
 using namespace sparselm;
 using clock_type = std::chrono::steady_clock;
+// Operands 64-byte aligned, as the library's tensors are (arenas, scratch buffers): with
+// std::vector's 16-byte alignment every 16-float row segment a tile stores straddles two cache
+// lines, which cost the stores of Y and dX up to a fifth on the Zen 5 host (docs/sparsity.md).
+using fbuf = std::vector<float, aligned_allocator<float>>;
+using hbuf = std::vector<bf16, aligned_allocator<bf16>>;
 
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
@@ -138,10 +146,9 @@ struct sparse_times {
 // Bf16: the bf16 kernels (kernels/bsr_bf16.hpp) on the same operands; with X16, X as its bf16
 // values in the forward and the weight gradient (what a layer keeping its input in bf16 runs).
 template <std::size_t B, bool Bf16 = false>
-sparse_times time_sparse(const sparse::block_pattern& p, const std::vector<float>& X, const std::vector<float>& dY,
-                         std::vector<float>& Y, std::vector<float>& dX, const std::vector<float>& values,
-                         std::vector<float>& dvalues, const std::vector<float>& bias, std::size_t M, int reps,
-                         const std::vector<bf16>* X16 = nullptr) {
+sparse_times time_sparse(const sparse::block_pattern& p, const fbuf& X, const fbuf& dY, fbuf& Y, fbuf& dX,
+                         const fbuf& values, fbuf& dvalues, const fbuf& bias, std::size_t M, int reps,
+                         const hbuf* X16 = nullptr) {
   const std::size_t in = p.in(), out = p.out();
   const_matrix_view<float> x{X.data(), M, in}, dy{dY.data(), M, out};
   const const_matrix_view<bf16> x16{X16 ? X16->data() : nullptr, M, in};
@@ -194,10 +201,9 @@ sparse_times time_sparse(const sparse::block_pattern& p, const std::vector<float
   return t;
 }
 
-sparse_times time_sparse_b(bool use_bf16, std::size_t B, const sparse::block_pattern& p, const std::vector<float>& X,
-                           const std::vector<float>& dY, std::vector<float>& Y, std::vector<float>& dX,
-                           const std::vector<float>& values, std::vector<float>& dvalues, const std::vector<float>& bias,
-                           std::size_t M, int reps, const std::vector<bf16>* X16 = nullptr) {
+sparse_times time_sparse_b(bool use_bf16, std::size_t B, const sparse::block_pattern& p, const fbuf& X, const fbuf& dY,
+                           fbuf& Y, fbuf& dX, const fbuf& values, fbuf& dvalues, const fbuf& bias, std::size_t M,
+                           int reps, const hbuf* X16 = nullptr) {
   switch (B) {
     case 1: return time_sparse<1>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
     case 4:
@@ -220,8 +226,8 @@ std::string ratio_cells(double fp32, double bf16) {
   return c;
 }
 
-void time_pooled(std::size_t B, const std::vector<float>& X, const std::vector<float>& dY, std::size_t M,
-                 std::size_t in, std::size_t out, std::vector<float>& res) {
+void time_pooled(std::size_t B, const fbuf& X, const fbuf& dY, std::size_t M, std::size_t in, std::size_t out,
+                 fbuf& res) {
   const const_matrix_view<float> x{X.data(), M, in}, dy{dY.data(), M, out};
   const matrix_view<float> r{res.data(), in / B, out / B};
   switch (B) {
@@ -240,7 +246,7 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   auto rand_vec = [&](std::size_t n) {
-    std::vector<float> v(n);
+    fbuf v(n);
     for (auto& x : v) x = u(rng);
     return v;
   };
@@ -260,10 +266,10 @@ int main(int argc, char** argv) {
     std::vector<std::string> dense_rows, bf16_rows;
     for (const auto& sh : o.shapes) {
       const auto X = rand_vec(M * sh.in), dY = rand_vec(M * sh.out), bias = rand_vec(sh.out);
-      std::vector<float> Y(M * sh.out), dX(M * sh.in);
+      fbuf Y(M * sh.out), dX(M * sh.in);
       // Dense step: Y = X·W (NN), dX = dY·Wᵀ (NT), dW += Xᵀ·dY (TN).
       auto Wd = rand_vec(sh.in * sh.out);
-      std::vector<float> dWd(sh.in * sh.out);
+      fbuf dWd(sh.in * sh.out);
       using kernels::trans;
       auto g_nn = [&] {
         kernels::gemm(trans::n, trans::n, 1.0f, {X.data(), M, sh.in}, {Wd.data(), sh.in, sh.out}, 0.0f,
@@ -306,12 +312,12 @@ int main(int argc, char** argv) {
       dense_rows.push_back(std::string(row) + "\n");
       for (std::size_t B : o.blocks) {
         if (sh.in % B || sh.out % B) continue;
-        std::vector<float> pooled((sh.in / B) * (sh.out / B));
+        fbuf pooled((sh.in / B) * (sh.out / B));
         const double t_pool = median_time(o.reps, [&] { time_pooled(B, X, dY, M, sh.in, sh.out, pooled); });
         for (double s : o.sparsity) {
           const auto p = bench::random_pattern(B, sh.in, sh.out, s, 7);
           const auto values = rand_vec(p.nnz() * B * B);
-          std::vector<float> dvalues(p.nnz() * B * B);
+          fbuf dvalues(p.nnz() * B * B);
           const auto t = time_sparse_b(false, B, p, X, dY, Y, dX, values, dvalues, bias, M, o.reps);
           const double flops = 3.0 * 2.0 * double(M) * double(p.nnz() * B * B);
           const double gf = flops / t.step * 1e-9;
@@ -322,7 +328,7 @@ int main(int argc, char** argv) {
           std::printf(" %.0f | %.0f | %.1f |\n", gf, 100.0 * gf / peak, t_pool * 1e3);
           std::fflush(stdout);
           if (o.bf16 && B != 1) {
-            std::vector<bf16> X16;
+            hbuf X16;
             if (o.bf16_x) {
               X16.resize(X.size());
               for (std::size_t i = 0; i < X.size(); ++i) X16[i] = bf16(X[i]);
