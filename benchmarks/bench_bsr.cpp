@@ -6,12 +6,15 @@
 //
 // Prints per thread count a markdown table: median times (ms) of the forward, the two backward
 // products run separately (bsr_matmul_t, bsr_weight_grad) and together (bsr_backward, what the
-// block_sparse<B> layers run: one pass for B = 16 on AVX-512, 8 and 16 on AVX2), the sparse step
+// block_sparse<B> layers run: one pass over the rows for every B > 1), the sparse step
 // (forward + bsr_backward) and the step with the separate products; the dense step with our own
 // kernels::gemm (the baseline, measured in the same run) and with OpenBLAS (cblas_sgemm, a second
 // reference; --no-blas skips it); speed-ups against both; "effective GFLOP/s" = sparse FLOPs /
 // sparse time, also as a share of the machine's FMA peak (a register-only probe); and the time of
-// dense_grad_pooled (sum pooling, the RigL score, run on pattern-update steps only). Then a table
+// dense_grad_pooled (sum pooling, the RigL score, run on pattern-update steps only); "step GB/s" =
+// the bytes the sparse step has to move (X read twice, Y, dY and dX once, the blocks) / its time,
+// and that as a share of a copy-bandwidth probe (common/bandwidth.hpp) on an array the size of the
+// larger activation, same thread count: how close the step is to the memory's limit. Then a table
 // of the dense baselines, per GEMM.
 //
 // --bf16 adds per thread count a table of the bf16 block-sparse kernels (kernels/bsr_bf16.hpp, best
@@ -37,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bandwidth.hpp"
 #include "common/peak.hpp"
 #include "common/random_pattern.hpp"
 #include "sparselm/core/simd.hpp"
@@ -260,9 +264,9 @@ int main(int argc, char** argv) {
     std::printf(
         "| in x out | sparsity | B | fwd ms | bwd-data ms | bwd-w ms | bwd ms | sparse step ms | "
         "separate step ms | gemm step ms | speed-up vs gemm |%s effective GFLOP/s | %% of peak | "
-        "dense_grad_pooled ms |\n",
+        "dense_grad_pooled ms | step GB/s | %% of copy |\n",
         o.blas ? " OpenBLAS step ms | speed-up vs OpenBLAS |" : "");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|%s---|---|---|\n", o.blas ? "---|---|" : "");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|%s---|---|---|---|---|\n", o.blas ? "---|---|" : "");
     std::vector<std::string> dense_rows, bf16_rows;
     for (const auto& sh : o.shapes) {
       const auto X = rand_vec(M * sh.in), dY = rand_vec(M * sh.out), bias = rand_vec(sh.out);
@@ -325,7 +329,13 @@ int main(int argc, char** argv) {
                       s, B, t.fwd * 1e3, t.bwd_data * 1e3, t.bwd_weights * 1e3, t.bwd * 1e3, t.step * 1e3,
                       t.step_separate * 1e3, t_gemm * 1e3, t_gemm / t.step);
           if (o.blas) std::printf(" %.2f | %.2f |", t_blas * 1e3, t_blas / t.step);
-          std::printf(" %.0f | %.0f | %.1f |\n", gf, 100.0 * gf / peak, t_pool * 1e3);
+          // The bytes the step has to move: the forward reads X and writes Y, the one-pass backward
+          // reads X and dY and writes dX; the blocks are read twice, dvalues read and written.
+          const double bytes =
+              sizeof(float) * (double(M) * double(3 * sh.in + 2 * sh.out) + 4.0 * double(p.nnz() * B * B));
+          const double gbs = bytes / t.step * 1e-9, copy = bench::copy_gbs(M * std::max(sh.in, sh.out), T);
+          std::printf(" %.0f | %.0f | %.1f | %.1f | %.0f %% |\n", gf, 100.0 * gf / peak, t_pool * 1e3, gbs,
+                      100.0 * gbs / copy);
           std::fflush(stdout);
           if (o.bf16 && B != 1) {
             hbuf X16;

@@ -26,12 +26,12 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
-#include <map>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/bandwidth.hpp"
 #include "sparselm/core/simd.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/kernels/gelu.hpp"
@@ -60,43 +60,9 @@ struct buf {
   std::span<float> span() const { return {p, n}; }
 };
 
-// dst = src over n floats, chunks per thread; SIMD loads/stores (no streaming stores).
-void copy_floats(const float* __restrict src, float* __restrict dst, std::size_t n) {
-  using F = simd<float>;
-  constexpr std::size_t W = F::size;
-  parallel_chunks(n, [&](int, std::size_t b, std::size_t e) {
-    std::size_t i = b;
-    for (; i + 4 * W <= e; i += 4 * W) {
-      F a0 = F::load_unaligned(src + i), a1 = F::load_unaligned(src + i + W);
-      F a2 = F::load_unaligned(src + i + 2 * W), a3 = F::load_unaligned(src + i + 3 * W);
-      a0.store_unaligned(dst + i);
-      a1.store_unaligned(dst + i + W);
-      a2.store_unaligned(dst + i + 2 * W);
-      a3.store_unaligned(dst + i + 3 * W);
-    }
-    std::copy(src + i, src + e, dst + i);  // the tail
-  }, 16384);
-}
-
-// Median copy bandwidth (GB/s, read + write bytes) of an n-float array with `threads` threads.
-double copy_gbs(std::size_t n, int threads) {
-  static std::map<std::pair<std::size_t, int>, double> cache;
-  const auto key = std::make_pair(n, threads);
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
-  set_num_threads(threads);
-  buf src(n, 11), dst(n, 12);
-  const int reps = std::max(3, int(2e8 / double(8 * n)));  // ~0.2 GB per repetition
-  std::vector<double> r;
-  copy_floats(src.p, dst.p, n);  // warm-up (threads, page faults)
-  for (int k = 0; k < 9; ++k) {
-    auto t0 = clk::now();
-    for (int i = 0; i < reps; ++i) copy_floats(i % 2 ? dst.p : src.p, i % 2 ? src.p : dst.p, n);
-    const double s = std::chrono::duration<double>(clk::now() - t0).count();
-    r.push_back(8.0 * double(n) * reps / s * 1e-9);
-  }
-  std::sort(r.begin(), r.end());
-  return cache[key] = r[r.size() / 2];
-}
+// The copy probe: common/bandwidth.hpp.
+using bench::copy_floats;
+using bench::copy_gbs;
 
 // Times `body` per iteration (manual time) and sets GB/s, copy_GB/s, of_copy.
 template <class Body>
