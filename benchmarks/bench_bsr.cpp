@@ -13,8 +13,9 @@
 // sparse time, also as a share of the machine's FMA peak (a register-only probe); and the time of
 // dense_grad_pooled (sum pooling, the RigL score, run on pattern-update steps only); "step GB/s" =
 // the bytes the sparse step has to move (X read twice, Y, dY and dX once, the blocks) / its time,
-// and that as a share of a copy-bandwidth probe (common/bandwidth.hpp) on an array the size of the
-// larger activation, same thread count: how close the step is to the memory's limit. Then a table
+// beside a copy-bandwidth probe (common/bandwidth.hpp: src -> dst, each M x (in + out) floats, so
+// the probe streams as many bytes as X, Y, dY and dX together; same thread count) and as a share
+// of it: how much of the memory's rate the step uses on average. Then a table
 // of the dense baselines, per GEMM.
 //
 // --bf16 adds per thread count a table of the bf16 block-sparse kernels (kernels/bsr_bf16.hpp, best
@@ -264,9 +265,9 @@ int main(int argc, char** argv) {
     std::printf(
         "| in x out | sparsity | B | fwd ms | bwd-data ms | bwd-w ms | bwd ms | sparse step ms | "
         "separate step ms | gemm step ms | speed-up vs gemm |%s effective GFLOP/s | %% of peak | "
-        "dense_grad_pooled ms | step GB/s | %% of copy |\n",
+        "dense_grad_pooled ms | step GB/s | copy GB/s | %% of copy |\n",
         o.blas ? " OpenBLAS step ms | speed-up vs OpenBLAS |" : "");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|%s---|---|---|---|---|\n", o.blas ? "---|---|" : "");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|%s---|---|---|---|---|---|\n", o.blas ? "---|---|" : "");
     std::vector<std::string> dense_rows, bf16_rows;
     for (const auto& sh : o.shapes) {
       const auto X = rand_vec(M * sh.in), dY = rand_vec(M * sh.out), bias = rand_vec(sh.out);
@@ -333,8 +334,8 @@ int main(int argc, char** argv) {
           // reads X and dY and writes dX; the blocks are read twice, dvalues read and written.
           const double bytes =
               sizeof(float) * (double(M) * double(3 * sh.in + 2 * sh.out) + 4.0 * double(p.nnz() * B * B));
-          const double gbs = bytes / t.step * 1e-9, copy = bench::copy_gbs(M * std::max(sh.in, sh.out), T);
-          std::printf(" %.0f | %.0f | %.1f | %.1f | %.0f %% |\n", gf, 100.0 * gf / peak, t_pool * 1e3, gbs,
+          const double gbs = bytes / t.step * 1e-9, copy = bench::copy_gbs(M * (sh.in + sh.out), T);
+          std::printf(" %.0f | %.0f | %.1f | %.1f | %.0f | %.0f %% |\n", gf, 100.0 * gf / peak, t_pool * 1e3, gbs, copy,
                       100.0 * gbs / copy);
           std::fflush(stdout);
           if (o.bf16 && B != 1) {
