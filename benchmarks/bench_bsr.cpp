@@ -315,6 +315,8 @@ int main(int argc, char** argv) {
         std::snprintf(row + n, sizeof row - std::size_t(n), " %.2f | %.0f | %.0f %% |", t_blas * 1e3,
                       dflops / t_blas * 1e-9, 100.0 * dflops / t_blas * 1e-9 / peak);
       dense_rows.push_back(std::string(row) + "\n");
+      // The copy probe on as many bytes as X, Y, dY and dX (once per shape and thread count).
+      const double copy = bench::copy_gbs(M * (sh.in + sh.out), T);
       for (std::size_t B : o.blocks) {
         if (sh.in % B || sh.out % B) continue;
         fbuf pooled((sh.in / B) * (sh.out / B));
@@ -334,7 +336,7 @@ int main(int argc, char** argv) {
           // reads X and dY and writes dX; the blocks are read twice, dvalues read and written.
           const double bytes =
               sizeof(float) * (double(M) * double(3 * sh.in + 2 * sh.out) + 4.0 * double(p.nnz() * B * B));
-          const double gbs = bytes / t.step * 1e-9, copy = bench::copy_gbs(M * (sh.in + sh.out), T);
+          const double gbs = bytes / t.step * 1e-9;
           std::printf(" %.0f | %.0f | %.1f | %.1f | %.0f | %.0f %% |\n", gf, 100.0 * gf / peak, t_pool * 1e3, gbs, copy,
                       100.0 * gbs / copy);
           std::fflush(stdout);

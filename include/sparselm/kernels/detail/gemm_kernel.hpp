@@ -71,7 +71,7 @@ template <class Arch, std::size_t MR, std::size_t NV>
   for (std::size_t r = 0; r < MR; ++r) {
     const float* cr = c + std::min(r, mr - 1) * ldc;
 #pragma GCC unroll 4
-    for (std::size_t l = 0; l < lines; ++l) SPARSELM_GEMM_PREFETCH((cr + l * line));
+    for (std::size_t l = 0; l < lines; ++l) SPARSELM_GEMM_PREFETCH(cr + l * line);
   }
 #pragma GCC unroll 16
   for (std::size_t r = 0; r < MR; ++r)
