@@ -136,10 +136,11 @@ void check_all_products() {
   // A deep K: several row blocks of the blocked lanes-N driver (rows per block shrink with K), a
   // partial last block and panel, column groups balanced by blocks per column.
   check_products<B, Arch>({203, 1024 / B, 48 / B}, (1024 / B) * (48 / B) / 5, layout::random, 12);
-  // Depths on both sides of the lanes-N driver's panel layout switch (row-major up to K = 2304,
-  // k-major beyond): the forward at K = 2320, the data gradient at out = 2320.
-  check_products<B, Arch>({40, 2320 / B, 32 / B}, (2320 / B) * (32 / B) / 6, layout::random, 15);
-  check_products<B, Arch>({40, 32 / B, 2320 / B}, (2320 / B) * (32 / B) / 6, layout::random, 16);
+  // Depths on both sides of the lanes-N driver's panel layout switch (row-major up to K = 3072,
+  // k-major beyond): the forward at K = 3072 and 3088, the data gradient at out = 3088.
+  check_products<B, Arch>({40, 3072 / B, 32 / B}, (3072 / B) * (32 / B) / 6, layout::random, 14);
+  check_products<B, Arch>({40, 3088 / B, 32 / B}, (3088 / B) * (32 / B) / 6, layout::random, 15);
+  check_products<B, Arch>({40, 32 / B, 3088 / B}, (3088 / B) * (32 / B) / 6, layout::random, 16);
   // Long block rows: the weight gradient's groups of slots of one block row (6 for B = 4 on
   // AVX-512, with kernels of 1 to 5 slots for a row's end) full and with every tail; row counts
   // that are not multiples of 4 (B = 4 on AVX-512 steps 4 rows, zero-padded).

@@ -49,10 +49,11 @@ struct bsr_tiling {
   // from L1; the panels hold each block row of A as MR x B (row-major), which needs no transpose.
   static constexpr bool row_blocks = lanes_n && !arch_is_avx512<Arch>;
   // Lanes-N panels on AVX-512 up to this depth hold each block row of A as MR x B (row-major, a
-  // plain copy), deeper ones k-major (K x MR, transposed while packed). Measured on a Zen 5 with one
-  // thread at M = 1024 (docs/sparsity.md): row-major 3-10 % faster at K = 768-2304, 1-4 % slower at
-  // 3072.
-  static constexpr std::size_t row_major_max_depth = 2304;
+  // plain copy), deeper ones k-major (K x MR, transposed while packed). Measured on a Zen 5
+  // (docs/sparsity.md): row-major 3-10 % faster at K = 768-2304; at 3072 1-4 % slower while the
+  // packing read A block row by block row, 2-3 % faster on one thread (equal on two) since it reads
+  // row by row; equal at 6400.
+  static constexpr std::size_t row_major_max_depth = 3072;
 };
 
 // Rows of A per row block of the blocked driver: MC x K floats take about 160 KiB (L2), 1 to 16
