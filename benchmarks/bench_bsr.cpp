@@ -3,6 +3,7 @@
 //
 //   build/benchmarks/bench_bsr [--threads 2,1] [--sparsity 0.9,0.8] [--blocks 16,8,4,1] [--reps 5]
 //                              [--shapes 768x768,768x3072,3072x768,768x2304] [--m 4096] [--no-blas] [--bf16] [--bf16-x]
+//                              [--paired]
 //
 // Prints per thread count a markdown table: median times (ms) of the forward, the two backward
 // products run separately (bsr_matmul_t, bsr_weight_grad) and together (bsr_backward, what the
@@ -24,6 +25,12 @@
 // step with the separate backward products, and fp32 time / bf16 time. --bf16-x (implies --bf16)
 // gives the bf16 forward and weight gradient X as bf16 values, as the block_sparse<B> layers do
 // when they keep their input in bf16 (docs/precision.md).
+//
+// --paired adds a last column, "paired speed-up": the sparse step and our GEMM step timed in turn,
+// call after call (--reps pairs after one warm-up pair), and the median of the per-pair ratios
+// gemm / sparse. Each ratio then compares two calls a few milliseconds apart, so the drift of a
+// shared host over the seconds between the separately timed medians (up to a fifth on the Zen 5
+// host's VM) does not enter it; "speed-up vs gemm" stays the ratio of the two medians.
 //
 // All operands are 64-byte aligned, as the library's tensors are (see `fbuf` below).
 
@@ -81,6 +88,23 @@ double median_time(int reps, const std::function<void()>& f) {
   return t[t.size() / 2];
 }
 
+// Median over `reps` pairs (after one warm-up pair) of time(b) / time(a), a and b called in turn.
+double paired_ratio(int reps, const std::function<void()>& a, const std::function<void()>& b) {
+  a();
+  b();
+  std::vector<double> r;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = clock_type::now();
+    a();
+    const double ta = seconds_since(t0);
+    t0 = clock_type::now();
+    b();
+    r.push_back(seconds_since(t0) / ta);
+  }
+  std::sort(r.begin(), r.end());
+  return r[r.size() / 2];
+}
+
 struct shape {
   std::size_t in, out;
 };
@@ -95,6 +119,7 @@ struct options {
   bool blas = true;
   bool bf16 = false;
   bool bf16_x = false;
+  bool paired = false;
 };
 
 template <class T>
@@ -135,9 +160,13 @@ options parse(int argc, char** argv) {
     else if (k == "--no-blas") o.blas = false;
     else if (k == "--bf16") o.bf16 = true;
     else if (k == "--bf16-x") o.bf16 = o.bf16_x = true;
+    else if (k == "--paired")
+      o.paired = true;
     else {
-      std::fprintf(stderr, "usage: bench_bsr [--threads 2,1] [--sparsity 0.9,0.8] [--blocks 16,8,4,1] [--reps 5]\n"
-                           "                 [--shapes 768x768,...] [--m 4096] [--no-blas] [--bf16] [--bf16-x]\n");
+      std::fprintf(stderr,
+                   "usage: bench_bsr [--threads 2,1] [--sparsity 0.9,0.8] [--blocks 16,8,4,1] [--reps 5]\n"
+                   "                 [--shapes 768x768,...] [--m 4096] [--no-blas] [--bf16] [--bf16-x]\n"
+                   "                 [--paired]\n");
       std::exit(2);
     }
   }
@@ -224,6 +253,34 @@ sparse_times time_sparse_b(bool use_bf16, std::size_t B, const sparse::block_pat
   }
 }
 
+// The fp32 sparse step the layers run (bsr_matmul + bsr_backward), as timed in time_sparse.
+template <std::size_t B>
+void sparse_step(const sparse::block_pattern& p, const fbuf& X, const fbuf& dY, fbuf& Y, fbuf& dX, const fbuf& values,
+                 fbuf& dvalues, const fbuf& bias, std::size_t M) {
+  const std::size_t in = p.in(), out = p.out();
+  kernels::bsr_matmul<B>({X.data(), M, in}, p, values.data(), 0.0f, {Y.data(), M, out}, bias.data());
+  kernels::bsr_backward<B>({X.data(), M, in}, {dY.data(), M, out}, p, values.data(), 0.0f, {dX.data(), M, in},
+                           dvalues.data());
+}
+
+void sparse_step_b(std::size_t B, const sparse::block_pattern& p, const fbuf& X, const fbuf& dY, fbuf& Y, fbuf& dX,
+                   const fbuf& values, fbuf& dvalues, const fbuf& bias, std::size_t M) {
+  switch (B) {
+    case 1:
+      sparse_step<1>(p, X, dY, Y, dX, values, dvalues, bias, M);
+      break;
+    case 4:
+      sparse_step<4>(p, X, dY, Y, dX, values, dvalues, bias, M);
+      break;
+    case 8:
+      sparse_step<8>(p, X, dY, Y, dX, values, dvalues, bias, M);
+      break;
+    default:
+      sparse_step<16>(p, X, dY, Y, dX, values, dvalues, bias, M);
+      break;
+  }
+}
+
 // "| fp32 | bf16 | ratio |" cells of one kernel.
 std::string ratio_cells(double fp32, double bf16) {
   char c[96];
@@ -265,9 +322,10 @@ int main(int argc, char** argv) {
     std::printf(
         "| in x out | sparsity | B | fwd ms | bwd-data ms | bwd-w ms | bwd ms | sparse step ms | "
         "separate step ms | gemm step ms | speed-up vs gemm |%s effective GFLOP/s | %% of peak | "
-        "dense_grad_pooled ms | step GB/s | copy GB/s | %% of copy |\n",
-        o.blas ? " OpenBLAS step ms | speed-up vs OpenBLAS |" : "");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|%s---|---|---|---|---|---|\n", o.blas ? "---|---|" : "");
+        "dense_grad_pooled ms | step GB/s | copy GB/s | %% of copy |%s\n",
+        o.blas ? " OpenBLAS step ms | speed-up vs OpenBLAS |" : "", o.paired ? " paired speed-up |" : "");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|%s---|---|---|---|---|---|%s\n", o.blas ? "---|---|" : "",
+                o.paired ? "---|" : "");
     std::vector<std::string> dense_rows, bf16_rows;
     for (const auto& sh : o.shapes) {
       const auto X = rand_vec(M * sh.in), dY = rand_vec(M * sh.out), bias = rand_vec(sh.out);
@@ -290,11 +348,12 @@ int main(int argc, char** argv) {
       };
       const double t_nn = median_time(o.reps, g_nn), t_nt = median_time(o.reps, g_nt),
                    t_tn = median_time(o.reps, g_tn);
-      const double t_gemm = median_time(o.reps, [&] {
+      const auto g_step = [&] {
         g_nn();
         g_nt();
         g_tn();
-      });
+      };
+      const double t_gemm = median_time(o.reps, g_step);
       const int in = int(sh.in), out = int(sh.out), m = int(M);
       double t_blas = 0;
       if (o.blas)
@@ -337,8 +396,13 @@ int main(int argc, char** argv) {
           const double bytes =
               sizeof(float) * (double(M) * double(3 * sh.in + 2 * sh.out) + 4.0 * double(p.nnz() * B * B));
           const double gbs = bytes / t.step * 1e-9;
-          std::printf(" %.0f | %.0f | %.1f | %.1f | %.0f | %.0f %% |\n", gf, 100.0 * gf / peak, t_pool * 1e3, gbs, copy,
+          std::printf(" %.0f | %.0f | %.1f | %.1f | %.0f | %.0f %% |", gf, 100.0 * gf / peak, t_pool * 1e3, gbs, copy,
                       100.0 * gbs / copy);
+          if (o.paired)
+            std::printf(" %.2f |",
+                        paired_ratio(
+                            o.reps, [&] { sparse_step_b(B, p, X, dY, Y, dX, values, dvalues, bias, M); }, g_step));
+          std::printf("\n");
           std::fflush(stdout);
           if (o.bf16 && B != 1) {
             hbuf X16;
