@@ -175,14 +175,16 @@ options parse(int argc, char** argv) {
 
 struct sparse_times {
   double fwd, bwd_data, bwd_weights, bwd, step, step_separate;
+  double paired = 0;  // with a GEMM step to pair with: median of gemm / sparse step (--paired)
 };
 
 // Bf16: the bf16 kernels (kernels/bsr_bf16.hpp) on the same operands; with X16, X as its bf16
 // values in the forward and the weight gradient (what a layer keeping its input in bf16 runs).
+// With gemm_step, also the paired speed-up of the step against it (paired_ratio).
 template <std::size_t B, bool Bf16 = false>
 sparse_times time_sparse(const sparse::block_pattern& p, const fbuf& X, const fbuf& dY, fbuf& Y, fbuf& dX,
                          const fbuf& values, fbuf& dvalues, const fbuf& bias, std::size_t M, int reps,
-                         const hbuf* X16 = nullptr) {
+                         const hbuf* X16 = nullptr, const std::function<void()>* gemm_step = nullptr) {
   const std::size_t in = p.in(), out = p.out();
   const_matrix_view<float> x{X.data(), M, in}, dy{dY.data(), M, out};
   const const_matrix_view<bf16> x16{X16 ? X16->data() : nullptr, M, in};
@@ -218,66 +220,41 @@ sparse_times time_sparse(const sparse::block_pattern& p, const fbuf& X, const fb
       kernels::bsr_backward<B>(x, dy, p, values.data(), 0.0f, dx, dvalues.data());
     }
   };
+  const auto step = [&] {
+    fwd();
+    bwd();
+  };
   sparse_times t{};
   t.fwd = median_time(reps, fwd);
   t.bwd_data = median_time(reps, bwd_d);
   t.bwd_weights = median_time(reps, bwd_w);
   t.bwd = median_time(reps, bwd);
-  t.step = median_time(reps, [&] {
-    fwd();
-    bwd();
-  });
+  t.step = median_time(reps, step);
   t.step_separate = median_time(reps, [&] {
     fwd();
     bwd_d();
     bwd_w();
   });
+  if (gemm_step) t.paired = paired_ratio(reps, step, *gemm_step);
   return t;
 }
 
 sparse_times time_sparse_b(bool use_bf16, std::size_t B, const sparse::block_pattern& p, const fbuf& X, const fbuf& dY,
                            fbuf& Y, fbuf& dX, const fbuf& values, fbuf& dvalues, const fbuf& bias, std::size_t M,
-                           int reps, const hbuf* X16 = nullptr) {
-  switch (B) {
-    case 1: return time_sparse<1>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
-    case 4:
-      return use_bf16 ? time_sparse<4, true>(p, X, dY, Y, dX, values, dvalues, bias, M, reps, X16)
-                      : time_sparse<4>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
-    case 8:
-      return use_bf16 ? time_sparse<8, true>(p, X, dY, Y, dX, values, dvalues, bias, M, reps, X16)
-                      : time_sparse<8>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
-    case 16:
-      return use_bf16 ? time_sparse<16, true>(p, X, dY, Y, dX, values, dvalues, bias, M, reps, X16)
-                      : time_sparse<16>(p, X, dY, Y, dX, values, dvalues, bias, M, reps);
-    default: std::fprintf(stderr, "bench_bsr: block size %zu is not one of 1, 4, 8, 16\n", B); std::exit(2);
-  }
-}
-
-// The fp32 sparse step the layers run (bsr_matmul + bsr_backward), as timed in time_sparse.
-template <std::size_t B>
-void sparse_step(const sparse::block_pattern& p, const fbuf& X, const fbuf& dY, fbuf& Y, fbuf& dX, const fbuf& values,
-                 fbuf& dvalues, const fbuf& bias, std::size_t M) {
-  const std::size_t in = p.in(), out = p.out();
-  kernels::bsr_matmul<B>({X.data(), M, in}, p, values.data(), 0.0f, {Y.data(), M, out}, bias.data());
-  kernels::bsr_backward<B>({X.data(), M, in}, {dY.data(), M, out}, p, values.data(), 0.0f, {dX.data(), M, in},
-                           dvalues.data());
-}
-
-void sparse_step_b(std::size_t B, const sparse::block_pattern& p, const fbuf& X, const fbuf& dY, fbuf& Y, fbuf& dX,
-                   const fbuf& values, fbuf& dvalues, const fbuf& bias, std::size_t M) {
+                           int reps, const hbuf* X16 = nullptr, const std::function<void()>* gemm_step = nullptr) {
   switch (B) {
     case 1:
-      sparse_step<1>(p, X, dY, Y, dX, values, dvalues, bias, M);
-      break;
+      return time_sparse<1>(p, X, dY, Y, dX, values, dvalues, bias, M, reps, nullptr, gemm_step);
     case 4:
-      sparse_step<4>(p, X, dY, Y, dX, values, dvalues, bias, M);
-      break;
+      return use_bf16 ? time_sparse<4, true>(p, X, dY, Y, dX, values, dvalues, bias, M, reps, X16, gemm_step)
+                      : time_sparse<4>(p, X, dY, Y, dX, values, dvalues, bias, M, reps, X16, gemm_step);
     case 8:
-      sparse_step<8>(p, X, dY, Y, dX, values, dvalues, bias, M);
-      break;
-    default:
-      sparse_step<16>(p, X, dY, Y, dX, values, dvalues, bias, M);
-      break;
+      return use_bf16 ? time_sparse<8, true>(p, X, dY, Y, dX, values, dvalues, bias, M, reps, X16, gemm_step)
+                      : time_sparse<8>(p, X, dY, Y, dX, values, dvalues, bias, M, reps, X16, gemm_step);
+    case 16:
+      return use_bf16 ? time_sparse<16, true>(p, X, dY, Y, dX, values, dvalues, bias, M, reps, X16, gemm_step)
+                      : time_sparse<16>(p, X, dY, Y, dX, values, dvalues, bias, M, reps, X16, gemm_step);
+    default: std::fprintf(stderr, "bench_bsr: block size %zu is not one of 1, 4, 8, 16\n", B); std::exit(2);
   }
 }
 
@@ -348,7 +325,7 @@ int main(int argc, char** argv) {
       };
       const double t_nn = median_time(o.reps, g_nn), t_nt = median_time(o.reps, g_nt),
                    t_tn = median_time(o.reps, g_tn);
-      const auto g_step = [&] {
+      const std::function<void()> g_step = [&] {
         g_nn();
         g_nt();
         g_tn();
@@ -384,7 +361,8 @@ int main(int argc, char** argv) {
           const auto p = bench::random_pattern(B, sh.in, sh.out, s, 7);
           const auto values = rand_vec(p.nnz() * B * B);
           fbuf dvalues(p.nnz() * B * B);
-          const auto t = time_sparse_b(false, B, p, X, dY, Y, dX, values, dvalues, bias, M, o.reps);
+          const auto t = time_sparse_b(false, B, p, X, dY, Y, dX, values, dvalues, bias, M, o.reps, nullptr,
+                                       o.paired ? &g_step : nullptr);
           const double flops = 3.0 * 2.0 * double(M) * double(p.nnz() * B * B);
           const double gf = flops / t.step * 1e-9;
           std::printf("| %zux%zu | %.2f | %zu | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |", sh.in, sh.out,
@@ -398,10 +376,7 @@ int main(int argc, char** argv) {
           const double gbs = bytes / t.step * 1e-9;
           std::printf(" %.0f | %.0f | %.1f | %.1f | %.0f | %.0f %% |", gf, 100.0 * gf / peak, t_pool * 1e3, gbs, copy,
                       100.0 * gbs / copy);
-          if (o.paired)
-            std::printf(" %.2f |",
-                        paired_ratio(
-                            o.reps, [&] { sparse_step_b(B, p, X, dY, Y, dX, values, dvalues, bias, M); }, g_step));
+          if (o.paired) std::printf(" %.2f |", t.paired);
           std::printf("\n");
           std::fflush(stdout);
           if (o.bf16 && B != 1) {
