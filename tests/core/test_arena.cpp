@@ -12,6 +12,10 @@
 #include "sparselm/core/arena.hpp"
 #include "sparselm/core/tensor.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 
 TEST_CASE("arena layout aligns every tensor and finds names") {
@@ -135,3 +139,5 @@ TEST_CASE("arena release zeroes a range and gives its whole pages back") {
     CHECK(q.all().size() == p.all().size());
   }
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -8,6 +8,10 @@
 #include "sparselm/core/dtype.hpp"
 #include "sparselm/core/rng.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 
 namespace {
@@ -119,3 +123,5 @@ TEST_CASE("dtype names and sizes") {
   CHECK(dtype_size(dtype::f32) == 4);
   CHECK(dtype_size(dtype::bf16) == 2);
 }
+
+}  // namespace SPARSELM_UNITY_ID

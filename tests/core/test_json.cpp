@@ -9,6 +9,10 @@
 
 #include "sparselm/core/json.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 
 namespace {
@@ -131,3 +135,5 @@ TEST_CASE("apply_override sets nested keys and names a path through a non-object
   CHECK(error_of([&] { apply_override(j, "steps.x=1"); }) == "override 'steps.x=1': 'steps' is not an object");
   CHECK(error_of([&] { apply_override(j, "novalue"); }) == "override 'novalue': expected key.path=value");
 }
+
+}  // namespace SPARSELM_UNITY_ID

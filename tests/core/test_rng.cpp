@@ -6,6 +6,10 @@
 #include "sparselm/core/rng.hpp"
 #include "sparselm/core/threads.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 
 TEST_CASE("philox4x32-10 matches the Random123 known-answer vectors") {
@@ -61,3 +65,5 @@ TEST_CASE("counter rng: moments of uniform and normal") {
 TEST_CASE("set_num_threads rejects non-positive counts") {
   CHECK_THROWS_AS(set_num_threads(0), error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -14,6 +14,10 @@
 
 #include "sparselm/data/bert_examples.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace sparselm::data;
 
@@ -342,3 +346,5 @@ TEST_CASE("bert example files: round trip through the loader, and damaged files 
   CHECK_THROWS_WITH_AS(bert_example_file{dir / "absent.bex"}, doctest::Contains("absent.bex: cannot open"), error);
   CHECK_THROWS_WITH_AS(bert_example_file{dir}, doctest::Contains("not a regular file"), error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

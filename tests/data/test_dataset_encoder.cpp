@@ -11,6 +11,10 @@
 #include "sparselm/data/dataset_encoder.hpp"
 #include "sparselm/data/lm_batches.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace sparselm::data;
 namespace fs = std::filesystem;
@@ -233,3 +237,5 @@ TEST_CASE("encode_dataset: bad options and inputs are reported clearly") {
   fs::create_directories(emptydir);
   CHECK_THROWS_WITH_AS(collect_text_files({emptydir}), doctest::Contains("has no *.txt or *.raw files"), sparselm::error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -9,6 +9,10 @@
 #include "sparselm/core/rng.hpp"
 #include "sparselm/data/gpt2_bpe.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace sparselm::data;
 namespace fs = std::filesystem;
@@ -271,3 +275,5 @@ TEST_CASE("gpt2 bpe: malformed files are rejected naming the file and the line o
   CHECK(err([] { gpt2_bpe::from_files("/nonexistent/encoder.json", "/nonexistent/vocab.bpe"); })
             .find("/nonexistent/encoder.json: cannot open") != std::string::npos);
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -11,6 +11,10 @@
 #include "data_test_paths.hpp"
 #include "sparselm/data/lm_batches.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace sparselm::data;
 namespace fs = std::filesystem;
@@ -227,3 +231,5 @@ TEST_CASE("lm eval pass and lm_data: every validation window once, in order, las
   CHECK_FALSE(only.has_validation());
   CHECK_THROWS_AS(only.validation(), sparselm::error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -12,6 +12,10 @@
 #include "sparselm/data/squad_eval.hpp"
 #include "sparselm/data/squad_features.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm::data;
 using sparselm::json;
 
@@ -317,3 +321,5 @@ TEST_CASE("squad features on the committed train set: every answer lands on its 
   CHECK(f.size() == ex.size());
   CHECK(std::count(found.begin(), found.end(), 1) == std::ptrdiff_t(ex.size()));
 }
+
+}  // namespace SPARSELM_UNITY_ID

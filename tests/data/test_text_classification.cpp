@@ -7,6 +7,10 @@
 #include "../common/scratch.hpp"
 #include "sparselm/data/text_classification.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm::data;
 
 using sparselm::test::error_of;
@@ -108,3 +112,5 @@ TEST_CASE("read_labelled_jsonl: string and number labels, errors naming the line
   CHECK(error_of([&] { read_labelled_jsonl(dir / "missing.jsonl", names, false); }).find("cannot open") !=
         std::string::npos);
 }
+
+}  // namespace SPARSELM_UNITY_ID

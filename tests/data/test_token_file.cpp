@@ -9,13 +9,17 @@
 #include "data_test_paths.hpp"
 #include "sparselm/data/token_file.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace sparselm::data;
 namespace fs = std::filesystem;
 
 namespace {
 
-fs::path tmp_path(const std::string& name) { return test::tmp_path("data_token_file", name); }
+fs::path tmp_path(const std::string& name) { return sparselm::data::test::tmp_path("data_token_file", name); }
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -201,3 +205,5 @@ TEST_CASE("token file: truncated, foreign, wrong-version, out-of-range and empty
 
   CHECK(error_of(tmp_path("does_not_exist.tok")).find("does_not_exist.tok: cannot open token file") != std::string::npos);
 }
+
+}  // namespace SPARSELM_UNITY_ID

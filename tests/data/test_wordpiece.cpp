@@ -15,6 +15,10 @@
 #include "sparselm/core/rng.hpp"
 #include "sparselm/data/wordpiece.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using data::wordpiece;
 
@@ -209,3 +213,5 @@ TEST_CASE("wordpiece: the same ids as the independent Python implementation") {
   CHECK(n > (same_unicode ? 5000 : 2000));
   CHECK(differ == 0);
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -8,6 +8,10 @@
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/models/sparse_lm.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 
 namespace {
@@ -92,3 +96,5 @@ TEST_CASE("xtensor: bad arrays are errors") {
   big(0, 1) = 61;
   CHECK_THROWS_WITH_AS(xt_logits(m, big), doctest::Contains("61"), error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

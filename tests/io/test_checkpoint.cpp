@@ -21,6 +21,10 @@
 #include "sparselm/train/lm_training.hpp"
 #include "sparselm/train/trainer.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 namespace fs = std::filesystem;
 
@@ -542,3 +546,5 @@ TEST_CASE("checkpoint: an independent PyTorch GPT-2 loading our files gives our 
   REQUIRE(std::system(cmd2.c_str()) == 0);
   CHECK(json::parse(slurp(d / "out2.json"))["loss"].get<double>() == doctest::Approx(dense.evaluate(b).mean_loss()).epsilon(1e-5));
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -23,6 +23,10 @@
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/sparse/sparsity.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 namespace fs = std::filesystem;
 
@@ -378,3 +382,5 @@ TEST_CASE("HF configs: every key transformers writes is accepted; keys that chan
   refuses_gpt("add_cross_attention", true, "field 'add_cross_attention' must be false");
   refuses_gpt("n_ctx", 32, "field 'n_ctx' (32) differs from 'n_positions'");
 }
+
+}  // namespace SPARSELM_UNITY_ID

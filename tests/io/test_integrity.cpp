@@ -20,6 +20,10 @@
 #include "sparselm/io/run_dir.hpp"
 #include "sparselm/io/safetensors.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 namespace fs = std::filesystem;
 
@@ -206,3 +210,5 @@ TEST_CASE("a number too large for a double is a parse error naming the file (fou
   file += header + "abcd";
   CHECK(has(error_of([&] { io::safetensors_file f(span(file), "x.safetensors"); }), "x.safetensors: header"));
 }
+
+}  // namespace SPARSELM_UNITY_ID

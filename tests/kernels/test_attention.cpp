@@ -12,6 +12,10 @@
 // kernel's scratch calls (int slot literals) in programs that use both.
 #include "sparselm/kernels/bsr.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace sparselm::test;
 using kernels::attention_mask;
@@ -260,3 +264,5 @@ TEST_CASE("attention: argument errors name the kernel and the shapes") {
                                                   attention_mask::padding, 0.5f, bad, {}),
                        doctest::Contains("length 3"), sparselm::error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

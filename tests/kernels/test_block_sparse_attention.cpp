@@ -15,6 +15,10 @@
 #include "sparselm/kernels/block_sparse_attention.hpp"
 #include "sparselm/testing/gradcheck.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace sparselm::test;
 using kernels::block_causal_options;
@@ -414,3 +418,5 @@ TEST_CASE("block_sparse_decode_attention: new rows over a KV cache equal the ful
       worst = std::max(worst, double(std::fabs(att[i * HD + k] - out[(past + i) * HD + k])));
   CHECK(worst > 1e-3);
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -21,6 +21,10 @@
 #include "sparselm/kernels/bsr_bf16.hpp"
 #include "sparselm/sparse/block_pattern.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using kernels::bsr_bf16_path;
 
@@ -400,3 +404,5 @@ TEST_CASE("bf16 block-sparse products check their arguments") {
   };
   CHECK_THROWS_WITH(narrow_native(), doctest::Contains("AVX512-BF16"));
 }
+
+}  // namespace SPARSELM_UNITY_ID

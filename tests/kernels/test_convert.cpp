@@ -12,6 +12,10 @@
 #include "sparselm/kernels/convert.hpp"
 #include "sparselm/kernels/gelu.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace sparselm::test;
 
@@ -98,3 +102,5 @@ TEST_CASE_TEMPLATE("gelu in bf16: forward rounds the float GELU, backward evalua
     for (std::size_t i = 0; i < n; ++i) REQUIRE(acc[i] == doctest::Approx(2.0f + dx[i]).epsilon(1e-6));
   }
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -8,6 +8,10 @@
 #include "pointwise_reference.hpp"
 #include "sparselm/kernels/cross_entropy.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace sparselm::test;
 using namespace sparselm::testing;
@@ -143,3 +147,5 @@ TEST_CASE("cross_entropy rejects bad targets and shapes") {
   CHECK_THROWS_WITH_AS(kernels::cross_entropy({x.data(), 2, 5}, t, {}, -100, 1.0f, true, l),
                        "cross_entropy: losses has 1 entries for logits (2x5)", sparselm::error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

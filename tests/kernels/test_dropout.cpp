@@ -9,6 +9,10 @@
 #include "sparselm/kernels/detail/philox.hpp"
 #include "sparselm/kernels/dropout.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace sparselm::test;
 using namespace sparselm::testing;
@@ -101,3 +105,5 @@ TEST_CASE("dropout rejects bad arguments") {
   CHECK_THROWS_WITH_AS(kernels::dropout_forward(a, a, -0.1f, rng, 0),
                        "dropout_forward: probability p = -0.1 is outside [0, 1]", sparselm::error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -7,6 +7,10 @@
 #include "pointwise_reference.hpp"
 #include "sparselm/kernels/embedding.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace sparselm::test;
 using namespace sparselm::testing;
@@ -116,3 +120,5 @@ TEST_CASE("embedding rejects bad ids and shapes") {
   CHECK_THROWS_WITH_AS(kernels::embedding_backward(ids, {out.data(), 4, 3}, 0, {wte.data(), 5, 3}, {wpe.data(), 4, 3}),
                        "embedding_backward: sequence length T must be >= 1 with position embeddings", sparselm::error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -8,6 +8,10 @@
 #include "pointwise_reference.hpp"
 #include "sparselm/kernels/gelu.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace sparselm::test;
 using namespace sparselm::testing;
@@ -122,3 +126,5 @@ TEST_CASE("gelu rejects mismatched sizes") {
   CHECK_THROWS_WITH_AS(kernels::gelu_backward<gelu_kind::erf>(x, d, y), "gelu_backward: sizes differ: x 5, dy 5, dx 4",
                        sparselm::error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

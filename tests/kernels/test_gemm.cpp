@@ -14,6 +14,10 @@
 #include "sparselm/core/threads.hpp"
 #include "sparselm/kernels/gemm.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using kernels::trans;
 
@@ -247,3 +251,5 @@ TEST_CASE("gemm argument errors name the shapes") {
           kernels::gemm(trans::n, trans(2), 1.0f, {a.data(), 2, 2}, {b.data(), 2, 2}, 0.0f, {c.data(), 2, 2});
         }).find("gemm: unsupported transpose code 2 for B") != std::string::npos);
 }
+
+}  // namespace SPARSELM_UNITY_ID

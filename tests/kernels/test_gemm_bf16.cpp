@@ -21,6 +21,10 @@
 #include "sparselm/core/threads.hpp"
 #include "sparselm/kernels/gemm_bf16.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using kernels::gemm_bf16_path;
 using kernels::trans;
@@ -412,3 +416,5 @@ TEST_CASE("gemm_f16: operands beyond the half range become infinity; gemm_as dis
     CHECK(via == direct);
   }
 }
+
+}  // namespace SPARSELM_UNITY_ID

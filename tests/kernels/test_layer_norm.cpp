@@ -7,6 +7,10 @@
 #include "pointwise_reference.hpp"
 #include "sparselm/kernels/layer_norm.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace sparselm::test;
 using namespace sparselm::testing;
@@ -133,3 +137,5 @@ TEST_CASE("layer_norm rejects bad shapes with precise messages") {
   CHECK_THROWS_WITH_AS(kernels::layer_norm_forward(xv, g, g, {y.data(), 3, 4}, m, r, -1.0f),
                        "layer_norm_forward: eps must be >= 0, got -1", sparselm::error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

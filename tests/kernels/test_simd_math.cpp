@@ -13,6 +13,10 @@
 #include "pointwise_reference.hpp"
 #include "sparselm/kernels/detail/simd_math.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 
 namespace {
@@ -72,3 +76,5 @@ TEST_CASE_TEMPLATE("detail::exp underflows to 0, overflows to inf and keeps NaN"
   CHECK(std::isnan(y[14]));
   CHECK(std::isnan(y[15]));
 }
+
+}  // namespace SPARSELM_UNITY_ID

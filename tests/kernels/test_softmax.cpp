@@ -7,6 +7,10 @@
 #include "pointwise_reference.hpp"
 #include "sparselm/kernels/softmax.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace sparselm::test;
 using namespace sparselm::testing;
@@ -101,3 +105,5 @@ TEST_CASE("softmax rejects bad shapes") {
                        "softmax_forward: x: leading dimension 3 is smaller than the column count in (2x4, ld 3)",
                        sparselm::error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

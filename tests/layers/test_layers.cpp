@@ -14,6 +14,10 @@
 #include "sparselm/layers/lm_head.hpp"
 #include "sparselm/layers/visit.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using sparselm::testing::check_layer;
 using sparselm::testing::layer_check_options;
@@ -305,3 +309,5 @@ TEST_CASE("layers: bad sizes and shapes are errors naming the layer") {
   CHECK_THROWS_WITH_AS(l.forward(s, const_matrix_view<float>(x.data(), 4, 5), matrix_view<float>(y.data(), 4, 2), c),
                        doctest::Contains("proj.weight"), sparselm::error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -13,6 +13,10 @@
 #include "sparselm/sparse/update.hpp"
 #include "sparselm/train/trainer.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using sparselm::testing::check_layer;
 using sparselm::testing::layer_case;
@@ -237,3 +241,5 @@ TEST_CASE("sparse GPT: whole-model gradients by finite differences; RigL updates
   for (auto& w : m.sparse_weights()) CHECK(w.pattern->nnz() == w.values.size() / 16);
   CHECK(last < 0.5 * first);
 }
+
+}  // namespace SPARSELM_UNITY_ID

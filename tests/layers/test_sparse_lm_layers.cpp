@@ -9,6 +9,10 @@
 #include "sparselm/layers/factorised_embedding.hpp"
 #include "sparselm/layers/sinusoidal_positions.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using sparselm::testing::check_layer;
 using sparselm::testing::layer_case;
@@ -191,3 +195,5 @@ TEST_CASE("factorised_embedding: bad sizes and shapes are errors naming the laye
   ids[1] = 11;
   CHECK_THROWS_AS(emb.forward(s, ids, matrix_view<float>(y.data(), 4, 12), c), error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -12,6 +12,10 @@
 #include "sparselm/testing/layer_check.hpp"
 #include "sparselm/train/trainer.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 
 namespace {
@@ -125,3 +129,5 @@ TEST_CASE("bert: a few LAMB steps fit a small batch") {
   CHECK(m.evaluate(b).accuracy() == 1.0);
   CHECK(m.evaluate(b).aux_accuracy() == 1.0);
 }
+
+}  // namespace SPARSELM_UNITY_ID

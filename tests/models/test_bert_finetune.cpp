@@ -27,6 +27,10 @@
 #include "sparselm/train/finetune_job.hpp"
 #include "sparselm/train/trainer.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 
 namespace {
@@ -469,3 +473,5 @@ TEST_CASE("finetune_job with pattern updates: on schedule, from the loaded patte
     if (const auto j = json::parse(line); j.contains("sparsity_update")) ++logged;
   CHECK(logged == 2);
 }
+
+}  // namespace SPARSELM_UNITY_ID

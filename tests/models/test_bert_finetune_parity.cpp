@@ -17,6 +17,10 @@
 #include "sparselm/optim/adam.hpp"
 #include "sparselm/train/trainer.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 
 namespace {
@@ -109,3 +113,5 @@ TEST_CASE("bert_classifier and bert_qa match PyTorch: losses, gradients, AdamW (
     check_grads(m, r["span"]["grads"]);
   }
 }
+
+}  // namespace SPARSELM_UNITY_ID

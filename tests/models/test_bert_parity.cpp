@@ -17,6 +17,10 @@
 #include "sparselm/optim/lamb.hpp"
 #include "sparselm/train/trainer.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 
 namespace {
@@ -84,3 +88,5 @@ TEST_CASE("bert matches PyTorch: MLM and NSP losses, gradients, 10 LAMB steps") 
   const double fin = m.evaluate(batches[tr["steps"].get<std::size_t>() % 2]).mean_loss();
   CHECK(fin == doctest::Approx(r["final_loss"].get<double>()).epsilon(1e-4));
 }
+
+}  // namespace SPARSELM_UNITY_ID

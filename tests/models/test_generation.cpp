@@ -12,6 +12,10 @@
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/models/sparse_lm.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 
 namespace {
@@ -450,3 +454,5 @@ TEST_CASE("generation: bad input is an error naming the culprit") {
                        doctest::Contains("capacity 16"), sparselm::error);
   CHECK_THROWS_WITH_AS(decoder<gpt<>>(m, 1, 17), doctest::Contains("capacity 17 exceeds the model's 16 positions"), sparselm::error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

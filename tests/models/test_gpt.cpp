@@ -10,6 +10,10 @@
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/train/trainer.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 
 namespace {
@@ -153,3 +157,5 @@ TEST_CASE("trainer: AdamW steps fit a fixed batch; accumulation of two halves eq
   CHECK(ms.grad_norm == doctest::Approx(2 * ma.grad_norm).epsilon(1e-5));
   CHECK_THROWS_AS(ta.train_step(std::span<const token_batch>(halves).subspan(0, 1)), sparselm::error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

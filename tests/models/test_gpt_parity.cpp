@@ -18,6 +18,10 @@
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/train/trainer.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 
 namespace {
@@ -89,3 +93,5 @@ TEST_CASE("gpt matches PyTorch: logits, loss, gradients, 10 AdamW steps") {
   const double fin = m.evaluate(batches[tr["steps"].get<std::size_t>() % 2]).mean_loss();
   CHECK(fin == doctest::Approx(r["final_loss"].get<double>()).epsilon(1e-4));
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -28,6 +28,10 @@
 #include "sparselm/models/sparse_lm.hpp"
 #include "sparselm/train/trainer.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using pipeline::direction;
 using pipeline::order;
@@ -482,3 +486,5 @@ TEST_CASE("evaluation over ranks: a plan that does not match the link, and per-p
   CHECK(m.evaluate(mb[0], ctx).count == 0);  // a valid call: stage 0 of 2 sends its activations on
   CHECK(link.sent == 1);
 }
+
+}  // namespace SPARSELM_UNITY_ID

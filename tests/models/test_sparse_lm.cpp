@@ -16,6 +16,10 @@
 #include "sparselm/train/run_config.hpp"
 #include "sparselm/train/trainer.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 
 namespace {
@@ -302,3 +306,5 @@ TEST_CASE("sparse_lm: Adam (eps 1e-2), per-tensor clipping, S1 schedule and dyna
   for (auto& w : m.sparse_weights()) CHECK(w.pattern->nnz() * 16 == w.values.size());
   CHECK(last < 0.5 * first);
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -12,6 +12,10 @@
 #include "sparselm/models/lm_loss.hpp"
 #include "sparselm/train/trainer.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 
 namespace {
@@ -180,3 +184,5 @@ TEST_CASE("gpt: the loss option scores like the naive reference and the trainer 
   bad["loss"] = 3;
   CHECK_THROWS_WITH_AS(gpt_config::from_json(bad, "cfg"), doctest::Contains("field 'loss' must be an object"), error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -12,6 +12,10 @@
 #include "sparselm/optim/loss_scaling.hpp"
 #include "test_helpers.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace optim_test;
 using doctest::Approx;
@@ -284,3 +288,5 @@ TEST_CASE("gradient accumulation: Sum and Avg, scaled before or after") {
     CHECK_THROWS_WITH_AS(optim::grad_accumulation{b.j}, doctest::Contains(b.message), error);
   }
 }
+
+}  // namespace SPARSELM_UNITY_ID

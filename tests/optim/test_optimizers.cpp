@@ -15,6 +15,10 @@
 #include "sparselm/optim/sgd.hpp"
 #include "test_helpers.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace optim_test;
 using nlohmann::json;
@@ -804,3 +808,5 @@ TEST_CASE("partition_tensors: contiguous, covering, balanced by padded size") {
   CHECK_THROWS_WITH_AS(optim::partition_tensors(even, 0), doctest::Contains("parts must be in [1, 1048576], got 0"),
                        error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -10,6 +10,10 @@
 
 #include "sparselm/optim/schedules.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using doctest::Approx;
 using nlohmann::json;
@@ -165,3 +169,5 @@ TEST_CASE("schedule configs: every error names the schedule and the field") {
   CHECK_THROWS_WITH_AS(optim::bert_power_schedule(1.0f, 0), doctest::Contains("'cooldown_steps' must be >= 1"), error);
   CHECK_THROWS_WITH_AS(optim::linear_schedule(-1.0f, 10), doctest::Contains("'max_lr' must be >= 0"), error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

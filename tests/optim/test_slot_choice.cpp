@@ -18,6 +18,10 @@
 #include "sparselm/optim/slot_choice.hpp"
 #include "test_helpers.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using nlohmann::json;
 using optim_test::bitwise_equal;
@@ -213,3 +217,5 @@ TEST_CASE("slot_choice: a bad 'slots' value is an error naming the field") {
   CHECK(opt(json{{"slots", "fp16"}}).slot_dtype() == dtype::f16);
   CHECK(opt(json{{"slots", "bfloat16"}}).slot_dtype() == dtype::bf16);
 }
+
+}  // namespace SPARSELM_UNITY_ID

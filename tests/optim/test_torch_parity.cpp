@@ -15,6 +15,10 @@
 #include "sparselm/optim/sgd.hpp"
 #include "test_helpers.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace optim_test;
 using nlohmann::json;
@@ -124,3 +128,5 @@ TEST_CASE("optimisers match PyTorch (rel err <= 1e-5 after 5 steps)") {
     }
   }
 }
+
+}  // namespace SPARSELM_UNITY_ID

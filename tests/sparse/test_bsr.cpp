@@ -20,6 +20,10 @@
 #include "sparselm/sparse/block_sparse.hpp"
 #include "sparselm/sparse/sparsity.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using kernels::block_pooling;
 
@@ -425,3 +429,5 @@ TEST_CASE("bsr kernels reject bad shapes and patterns with messages") {
   CHECK_THROWS_WITH_AS(kernels::bsr_matmul<4>({X.data(), 5, 8}, p, v.data(), 0.0f, {Y.data(), 5, 12}),
                        Contains("is not finalized"), sparselm::error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -9,6 +9,10 @@
 #include "sparselm/core/threads.hpp"
 #include "sparselm/sparse/init.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace sparselm::sparse;
 using doctest::Contains;
@@ -158,3 +162,5 @@ TEST_CASE("init_values: a block's values depend on its position, not its slot") 
   std::vector<float> wrong(7);
   CHECK_THROWS_WITH_AS(init_values("h.2.mlp.c_fc", p, wrong, rng, 1), Contains("h.2.mlp.c_fc: 7 values"), error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -14,6 +14,10 @@
 #include "sparselm/sparse/magnitude.hpp"
 #include "sparselm/sparse/pattern_io.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 
 TEST_CASE("magnitude_pattern keeps the blocks of largest L2 norm, ties to the lower grid position") {
@@ -134,3 +138,5 @@ TEST_CASE("prune_model: a pruned model computes the dense model with the dropped
   const std::string e2 = test::error_of([&] { sparse::prune_model(two_labels, sparse); });
   CHECK_MESSAGE(e2.find("classifier.") != std::string::npos, e2);
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -6,6 +6,10 @@
 #include "sparselm/sparse/init.hpp"
 #include "sparselm/sparse/pattern_io.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace sparselm::sparse;
 using doctest::Contains;
@@ -84,3 +88,5 @@ TEST_CASE("explored map round trip and bad values") {
   CHECK_THROWS_WITH_AS(explored_from_i32("h.0.attn.c_proj", 3, 5, buf), Contains("14 values for a 3x5 block grid"),
                        error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

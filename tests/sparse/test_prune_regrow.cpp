@@ -16,6 +16,10 @@
 #include "sparselm/sparse/prune_regrow.hpp"
 #include "sparselm/sparse/update.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace sparselm::sparse;
 using doctest::Contains;
@@ -378,3 +382,5 @@ TEST_CASE("update driver is all-or-nothing and names the weight") {
   std::vector<sparse_weight> twice{{"a", &pa, va, 0}, {"a", &pa, va, 0}};
   CHECK_THROWS_WITH_AS(up.update(10, twice), Contains("a: weight listed twice"), error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

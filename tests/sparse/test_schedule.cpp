@@ -9,6 +9,10 @@
 #include "sparselm/sparse/schedule.hpp"
 #include "sparselm/sparse/update.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using namespace sparselm::sparse;
 using doctest::Approx;
@@ -170,3 +174,5 @@ TEST_CASE("sparse learning-rate scale exp(1.969 s^2 + 0.2905 s)") {
   CHECK(sparse_lr_scale(0.5) == Approx(std::exp(0.49225 + 0.14525)));
   CHECK_THROWS_AS(sparse_lr_scale(1.0), error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -34,6 +34,10 @@
 #include "sparselm/train/replica_checks.hpp"
 #include "sparselm/train/trainer.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using test::thread_replicas;
 
@@ -509,3 +513,5 @@ TEST_CASE("replica checks: a rank with another config, other data or other examp
   CHECK(refused.find("prog: '" + out.string() + "' is not empty (it holds 'metrics.jsonl'") == 0);
   fs::remove_all(dir);
 }
+
+}  // namespace SPARSELM_UNITY_ID

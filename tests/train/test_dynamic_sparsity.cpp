@@ -8,6 +8,10 @@
 #include "sparselm/train/dynamic_sparsity.hpp"
 #include "sparselm/train/trainer.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 
 namespace {
@@ -53,3 +57,5 @@ TEST_CASE("a resumed run updates at the same steps as an uninterrupted one") {
   CHECK(update_steps(21, 5, 8) == v{10, 15, 20});
   CHECK(update_steps(21, 5, 10) == v{15, 20});  // resumed just after an update
 }
+
+}  // namespace SPARSELM_UNITY_ID

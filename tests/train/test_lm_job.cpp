@@ -17,6 +17,10 @@
 #include "sparselm/train/lm_job.hpp"
 #include "sparselm/train/run_config.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 namespace fs = std::filesystem;
 
@@ -212,3 +216,5 @@ TEST_CASE("lm_job: resume without checkpoints, bad data files") {
   // none of the failed runs wrote checkpoints
   CHECK_FALSE(fs::exists(d / "out" / "checkpoints" / "latest"));
 }
+
+}  // namespace SPARSELM_UNITY_ID

@@ -15,6 +15,10 @@
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/train/trainer.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 
 namespace {
@@ -174,3 +178,5 @@ TEST_CASE("loss scaling: the trainer config reads loss_scaling and refuses bad v
   CHECK_THROWS_WITH_AS(trainer_options::from_json({{"loss_scaling", {{"type", "sometimes"}}}}),
                        doctest::Contains("'type'"), error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

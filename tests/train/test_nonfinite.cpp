@@ -12,6 +12,10 @@
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/train/trainer.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 
 namespace {
@@ -78,3 +82,5 @@ TEST_CASE("trainer: on_nonfinite = skip counts steps without updates, then stops
   CHECK_THROWS_WITH_AS(trainer_options::from_json({{"on_nonfinite", "ignore"}}), doctest::Contains("on_nonfinite"),
                        sparselm::error);
 }
+
+}  // namespace SPARSELM_UNITY_ID

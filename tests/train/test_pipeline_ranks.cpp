@@ -18,6 +18,10 @@
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/train/trainer.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 using test::thread_replicas;
 
@@ -379,3 +383,5 @@ TEST_CASE("replica check: a rank whose parameters differ is named with the rank 
   for (const auto& e : stage)
     CHECK(e.find("the parameters of rank 3 (CRC-32C 000000ce) differ from rank 1's (000000cd)") != std::string::npos);
 }
+
+}  // namespace SPARSELM_UNITY_ID

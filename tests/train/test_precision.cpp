@@ -21,6 +21,10 @@
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/train/trainer.hpp"
 
+// Each test file is its own namespace: the area's files are compiled as one unity translation unit
+// (tests/CMakeLists.txt), and their helpers must not meet.
+namespace SPARSELM_UNITY_ID {
+
 using namespace sparselm;
 
 namespace {
@@ -502,3 +506,5 @@ TEST_CASE("precision: a training state saved under one precision resumes under a
   io::load_training_state(dir / "fp16.safetensors", h2);
   CHECK(h2.scaler().state() == h.scaler().state());
 }
+
+}  // namespace SPARSELM_UNITY_ID
