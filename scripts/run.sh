@@ -15,8 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 build=${BUILD_DIR:-build}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPARSELM_BUILD_EXAMPLES=ON -DSPARSELM_BUILD_TESTS=OFF \
-  -DSPARSELM_BUILD_BENCHMARKS=OFF > /dev/null
+# the build directory test.sh also uses, configured the same way; only the main job's programs are built
+BUILD_DIR="$build" ./scripts/configure.sh > /dev/null
 cmake --build "$build" -j "$(nproc)" --target encode_dataset gpt_train generate
 
 exec env BUILD_DIR="$build" ./scripts/main_job.sh

@@ -18,7 +18,7 @@ for a in "$@"; do
 done
 
 pkgs=(
-  g++ make cmake pkg-config git ca-certificates
+  g++ make cmake ninja-build pkg-config git ca-certificates
   libxtensor-dev libxsimd-dev xtl-dev
   doctest-dev nlohmann-json3-dev libcli11-dev
   libbenchmark-dev libopenblas-dev

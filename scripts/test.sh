@@ -6,8 +6,7 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh --test
 build=${BUILD_DIR:-build}
 jobs=${JOBS:-$(nproc)}
-# explicit ON: the same build directory may have been configured by run.sh with tests off
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPARSELM_BUILD_TESTS=ON -DSPARSELM_BUILD_EXAMPLES=ON \
-  -DSPARSELM_BUILD_BENCHMARKS=ON
+# the build directory run.sh also uses, configured the same way (nothing is rebuilt for nothing)
+BUILD_DIR="$build" ./scripts/configure.sh
 cmake --build "$build" -j "$jobs"
 ctest --test-dir "$build" --output-on-failure -j "$jobs"

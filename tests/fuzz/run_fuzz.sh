@@ -8,6 +8,8 @@
 #   --timeout S   seconds one input may take before it counts as a hang (default 10; the fuzzers run
 #                 at nice 19, so beside other jobs on few cores a longer limit avoids false hangs)
 #   --seeds       regenerate the committed seed corpora (tests/fuzz/corpus/<target>/) first
+#   --build-only  build the harnesses and stop (the ctest fixture fuzz.build)
+#   --no-build    run harnesses built before (the ctest cases fuzz.<target>, after fuzz.build)
 #   target        safetensors token_header run_config gpt2_files gpt2_encoder pattern training_state
 #                 squad email_text
 #                 (default: all)
@@ -17,7 +19,7 @@
 # target reports its executions. Exit status 0 only when every target ran clean.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-build=$here/../../build-fuzz runs="" seconds=60 timeout=10 seeds=0 targets=()
+build=$here/../../build-fuzz runs="" seconds=60 timeout=10 seeds=0 build_step=1 run_step=1 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
@@ -25,7 +27,9 @@ while [ $# -gt 0 ]; do
     --seconds) seconds=$2; shift 2 ;;
     --timeout) timeout=$2; shift 2 ;;
     --seeds) seeds=1; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --build-only) run_step=0; shift ;;
+    --no-build) build_step=0; shift ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
@@ -33,17 +37,21 @@ done
 command -v clang++ > /dev/null || { echo "run_fuzz.sh: clang++ not found (scripts/setup.sh --test installs it)"; exit 2; }
 
 mkdir -p "$build"
-exec 9> "$build/.build.lock"   # parallel ctest cases: one configure + build at a time
-flock 9
-# configured every time: a build directory from before a harness was added learns of it
-CXX=clang++ cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$build/configure.log"
-nice -n 19 cmake --build "$build" -j2 --target $(printf 'fuzz_%s ' "${targets[@]}") make_seeds > "$build/build.log" \
-  || { tail -30 "$build/build.log"; exit 1; }
-if [ "$seeds" = 1 ]; then "$build/make_seeds" "$here/corpus"; fi
-flock -u 9
+if [ "$build_step" = 1 ]; then
+  exec 9> "$build/.build.lock"   # parallel callers: one configure + build at a time
+  flock 9
+  # configured every time: a build directory from before a harness was added learns of it
+  CXX=clang++ cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$build/configure.log"
+  nice -n 19 cmake --build "$build" -j2 --target $(printf 'fuzz_%s ' "${targets[@]}") make_seeds > "$build/build.log" \
+    || { tail -30 "$build/build.log"; exit 1; }
+  if [ "$seeds" = 1 ]; then "$build/make_seeds" "$here/corpus"; fi
+  flock -u 9
+fi
+[ "$run_step" = 1 ] || exit 0
 
 status=0
 for t in "${targets[@]}"; do
+  [ -x "$build/fuzz_$t" ] || { echo "fuzz_$t: not built in $build (run without --no-build)"; status=1; continue; }
   mkdir -p "$build/corpus/$t" "$build/findings/$t"
   limit=(-max_total_time="$seconds")
   [ -n "$runs" ] && limit=(-runs="$runs")

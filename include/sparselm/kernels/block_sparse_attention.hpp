@@ -372,3 +372,25 @@ inline void block_sparse_decode_attention(const_matrix_view<float> qkv, const fl
 }
 
 }  // namespace sparselm::kernels
+
+// Block-sparse attention, qkv in fp32 or bf16, for the compiled ISA.
+// Precompiled instances (docs/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
+// (src/kernels_attention.cpp), declared extern where that library is linked.
+#if defined(SPARSELM_INSTANTIATE_ATTENTION) || defined(SPARSELM_PRECOMPILED_KERNELS)
+#ifdef SPARSELM_INSTANTIATE_ATTENTION
+#define SPARSELM_INSTANCE template
+#else
+#define SPARSELM_INSTANCE extern template
+#endif
+namespace sparselm::kernels {
+SPARSELM_INSTANCE decltype(detail::block_sparse_attention_forward_t<native_arch, float>)
+    detail::block_sparse_attention_forward_t<native_arch, float>;
+SPARSELM_INSTANCE decltype(detail::block_sparse_attention_forward_t<native_arch, bf16>)
+    detail::block_sparse_attention_forward_t<native_arch, bf16>;
+SPARSELM_INSTANCE decltype(detail::block_sparse_attention_backward_t<native_arch, float>)
+    detail::block_sparse_attention_backward_t<native_arch, float>;
+SPARSELM_INSTANCE decltype(detail::block_sparse_attention_backward_t<native_arch, bf16>)
+    detail::block_sparse_attention_backward_t<native_arch, bf16>;
+}  // namespace sparselm::kernels
+#undef SPARSELM_INSTANCE
+#endif

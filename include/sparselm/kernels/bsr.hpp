@@ -160,3 +160,28 @@ void dense_grad_pooled(const_matrix_view<float> X, const_matrix_view<float> dY, 
 }
 
 }  // namespace sparselm::kernels
+
+// The fp32 block-sparse products for every block size, for the compiled ISA.
+// Precompiled instances (docs/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
+// (src/kernels_bsr.cpp), declared extern where that library is linked.
+#if defined(SPARSELM_INSTANTIATE_BSR) || defined(SPARSELM_PRECOMPILED_KERNELS)
+#ifdef SPARSELM_INSTANTIATE_BSR
+#define SPARSELM_INSTANCE template
+#else
+#define SPARSELM_INSTANCE extern template
+#endif
+namespace sparselm::kernels {
+#define SPARSELM_BSR_INSTANCES(B)                                                       \
+  SPARSELM_INSTANCE decltype(bsr_matmul<B, native_arch>) bsr_matmul<B, native_arch>;           \
+  SPARSELM_INSTANCE decltype(bsr_matmul_t<B, native_arch>) bsr_matmul_t<B, native_arch>;       \
+  SPARSELM_INSTANCE decltype(bsr_weight_grad<B, native_arch>) bsr_weight_grad<B, native_arch>; \
+  SPARSELM_INSTANCE decltype(bsr_backward<B, native_arch>) bsr_backward<B, native_arch>;       \
+  SPARSELM_INSTANCE decltype(dense_grad_pooled<B, native_arch>) dense_grad_pooled<B, native_arch>;
+SPARSELM_BSR_INSTANCES(1)
+SPARSELM_BSR_INSTANCES(4)
+SPARSELM_BSR_INSTANCES(8)
+SPARSELM_BSR_INSTANCES(16)
+#undef SPARSELM_BSR_INSTANCES
+}  // namespace sparselm::kernels
+#undef SPARSELM_INSTANCE
+#endif

@@ -285,3 +285,37 @@ void bsr_backward_bf16(const_matrix_view<TX> X, const_matrix_view<float> dY, con
 }
 
 }  // namespace sparselm::kernels
+
+// The bf16 block-sparse products for every block size, X in fp32 or bf16, for the compiled ISA.
+// Precompiled instances (docs/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
+// (src/kernels_bsr_bf16.cpp), declared extern where that library is linked.
+#if defined(SPARSELM_INSTANTIATE_BSR_BF16) || defined(SPARSELM_PRECOMPILED_KERNELS)
+#ifdef SPARSELM_INSTANTIATE_BSR_BF16
+#define SPARSELM_INSTANCE template
+#else
+#define SPARSELM_INSTANCE extern template
+#endif
+namespace sparselm::kernels {
+using bsr_matmul_bf16_x = void(const_matrix_view<float>, const sparse::block_pattern&, const float*, float,
+                               matrix_view<float>, const float*, bsr_bf16_path);
+using bsr_matmul_bf16_xb = void(const_matrix_view<bf16>, const sparse::block_pattern&, const float*, float,
+                                matrix_view<float>, const float*, bsr_bf16_path);
+using bsr_weight_grad_bf16_x = void(const_matrix_view<float>, const_matrix_view<float>, const sparse::block_pattern&,
+                                    float*, bsr_bf16_path);
+using bsr_weight_grad_bf16_xb = void(const_matrix_view<bf16>, const_matrix_view<float>, const sparse::block_pattern&,
+                                     float*, bsr_bf16_path);
+#define SPARSELM_BSR_BF16_INSTANCES(B)                                                                      \
+  SPARSELM_INSTANCE bsr_matmul_bf16_x bsr_matmul_bf16<B, native_arch>;                                      \
+  SPARSELM_INSTANCE bsr_matmul_bf16_xb bsr_matmul_bf16<B, native_arch>;                                     \
+  SPARSELM_INSTANCE decltype(bsr_matmul_t_bf16<B, native_arch>) bsr_matmul_t_bf16<B, native_arch>;          \
+  SPARSELM_INSTANCE bsr_weight_grad_bf16_x bsr_weight_grad_bf16<B, native_arch>;                            \
+  SPARSELM_INSTANCE bsr_weight_grad_bf16_xb bsr_weight_grad_bf16<B, native_arch>;                           \
+  SPARSELM_INSTANCE decltype(bsr_backward_bf16<B, native_arch, float>) bsr_backward_bf16<B, native_arch, float>; \
+  SPARSELM_INSTANCE decltype(bsr_backward_bf16<B, native_arch, bf16>) bsr_backward_bf16<B, native_arch, bf16>;
+SPARSELM_BSR_BF16_INSTANCES(4)
+SPARSELM_BSR_BF16_INSTANCES(8)
+SPARSELM_BSR_BF16_INSTANCES(16)
+#undef SPARSELM_BSR_BF16_INSTANCES
+}  // namespace sparselm::kernels
+#undef SPARSELM_INSTANCE
+#endif

@@ -176,3 +176,18 @@ cross_entropy_stats cross_entropy(matrix_view<float> logits, std::span<const std
 }
 
 }  // namespace sparselm::kernels
+
+// The fused softmax cross-entropy for the compiled ISA.
+// Precompiled instances (docs/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
+// (src/kernels_pointwise.cpp), declared extern where that library is linked.
+#if defined(SPARSELM_INSTANTIATE_POINTWISE) || defined(SPARSELM_PRECOMPILED_KERNELS)
+#ifdef SPARSELM_INSTANTIATE_POINTWISE
+#define SPARSELM_INSTANCE template
+#else
+#define SPARSELM_INSTANCE extern template
+#endif
+namespace sparselm::kernels {
+SPARSELM_INSTANCE decltype(cross_entropy<native_arch>) cross_entropy<native_arch>;
+}  // namespace sparselm::kernels
+#undef SPARSELM_INSTANCE
+#endif

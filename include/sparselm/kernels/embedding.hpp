@@ -104,3 +104,19 @@ void embedding_backward(std::span<const std::int32_t> ids, const_matrix_view<flo
 }
 
 }  // namespace sparselm::kernels
+
+// The embedding gather and scatter-add for the compiled ISA.
+// Precompiled instances (docs/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
+// (src/kernels_pointwise.cpp), declared extern where that library is linked.
+#if defined(SPARSELM_INSTANTIATE_POINTWISE) || defined(SPARSELM_PRECOMPILED_KERNELS)
+#ifdef SPARSELM_INSTANTIATE_POINTWISE
+#define SPARSELM_INSTANCE template
+#else
+#define SPARSELM_INSTANCE extern template
+#endif
+namespace sparselm::kernels {
+SPARSELM_INSTANCE decltype(embedding_forward<native_arch>) embedding_forward<native_arch>;
+SPARSELM_INSTANCE decltype(embedding_backward<native_arch>) embedding_backward<native_arch>;
+}  // namespace sparselm::kernels
+#undef SPARSELM_INSTANCE
+#endif

@@ -247,3 +247,22 @@ inline std::string describe_compute(dtype d) {
 }
 
 }  // namespace sparselm::kernels
+
+// The bf16 / f16 GEMMs for the compiled ISA, every operand pairing.
+// Precompiled instances (docs/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
+// (src/kernels_gemm.cpp), declared extern where that library is linked.
+#if defined(SPARSELM_INSTANTIATE_GEMM) || defined(SPARSELM_PRECOMPILED_KERNELS)
+#ifdef SPARSELM_INSTANTIATE_GEMM
+#define SPARSELM_INSTANCE template
+#else
+#define SPARSELM_INSTANCE extern template
+#endif
+namespace sparselm::kernels {
+SPARSELM_INSTANCE decltype(gemm_bf16<float, float, native_arch>) gemm_bf16<float, float, native_arch>;
+SPARSELM_INSTANCE decltype(gemm_bf16<float, bf16, native_arch>) gemm_bf16<float, bf16, native_arch>;
+SPARSELM_INSTANCE decltype(gemm_bf16<bf16, float, native_arch>) gemm_bf16<bf16, float, native_arch>;
+SPARSELM_INSTANCE decltype(gemm_bf16<bf16, bf16, native_arch>) gemm_bf16<bf16, bf16, native_arch>;
+SPARSELM_INSTANCE decltype(gemm_f16<native_arch>) gemm_f16<native_arch>;
+}  // namespace sparselm::kernels
+#undef SPARSELM_INSTANCE
+#endif

@@ -156,3 +156,19 @@ void layer_norm_backward(const_matrix_view<float> dy, const_matrix_view<float> x
 }
 
 }  // namespace sparselm::kernels
+
+// Layer norm for the compiled ISA.
+// Precompiled instances (docs/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
+// (src/kernels_pointwise.cpp), declared extern where that library is linked.
+#if defined(SPARSELM_INSTANTIATE_POINTWISE) || defined(SPARSELM_PRECOMPILED_KERNELS)
+#ifdef SPARSELM_INSTANTIATE_POINTWISE
+#define SPARSELM_INSTANCE template
+#else
+#define SPARSELM_INSTANCE extern template
+#endif
+namespace sparselm::kernels {
+SPARSELM_INSTANCE decltype(layer_norm_forward<native_arch>) layer_norm_forward<native_arch>;
+SPARSELM_INSTANCE decltype(layer_norm_backward<native_arch>) layer_norm_backward<native_arch>;
+}  // namespace sparselm::kernels
+#undef SPARSELM_INSTANCE
+#endif
