@@ -1,10 +1,12 @@
 #pragma once
-// An optimiser whose slot storage type (float, bf16 or half) is chosen at run time: the run
-// config's "optimizer": {"type": "adam", "slots": "bf16"} (S1's slots type). One trainer type
-// serves the three storage types (the programs would otherwise compile three trainers per
-// optimiser); inside is Opt<float>, Opt<bf16> or Opt<half>, which does the work.
+// Optimisers chosen at run time. optimizer_choice<Opts...> holds one of Opts (the run config's
+// "optimizer": {"type": "lamb", ...}) with its slots in float, bf16 or half ("slots", S1's slots
+// type); slot_choice<Opt> = optimizer_choice<Opt> chooses the storage type only. One trainer type
+// serves every choice (the programs would otherwise compile a trainer per optimiser and storage
+// type); inside is Opt<float>, Opt<bf16> or Opt<half>, which does the work.
 //
 //   optim::slot_choice<optim::adam> opt(nlohmann::json{{"type", "adam"}, {"slots", "bf16"}});
+//   optim::optimizer_choice<optim::adamw, optim::lamb> any(nlohmann::json{{"type", "lamb"}});
 //   opt.attach(layout);
 //   opt.step(params, grads, lr);          // Opt<bf16>::step
 //
@@ -19,7 +21,9 @@
 // ones widened), except between half and the others: half slots hold sqrt(v) under the name
 // "sqrt_v" (optim/lanes.hpp), and io/checkpoint.hpp refuses that resume naming both types.
 
+#include <array>
 #include <cstddef>
+#include <optional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -62,37 +66,65 @@ dtype slot_storage_of(const O& o) noexcept {
     return dtype_of<typename O::slot_type>();
 }
 
-template <template <class> class Opt>
-struct slot_choice_config {
-  using inner_type = typename Opt<float>::config_type;
-  static constexpr std::string_view name = Opt<float>::name;
+// The config of an optimizer_choice: which of its optimisers ("type"; the first when there is one
+// only or the field is absent), the slot storage type ("slots", default float) and that optimiser's
+// own config (the JSON without "slots").
+template <template <class> class... Opts>
+struct optimizer_choice_config {
+  static constexpr std::size_t families = sizeof...(Opts);
+  std::size_t family = 0;  // index into Opts
   dtype slots = dtype::f32;
-  inner_type inner;
+  std::variant<typename Opts<float>::config_type...> inner;
 
-  slot_choice_config() = default;
-  slot_choice_config(dtype s, inner_type c) : slots(s), inner(std::move(c)) {}
-  // The optimiser's own fields, plus "slots" (default float).
-  explicit slot_choice_config(const nlohmann::json& j) {
+  optimizer_choice_config() = default;
+  explicit optimizer_choice_config(const nlohmann::json& j) {
     nlohmann::json rest = j;
+    if constexpr (families > 1) {
+      const std::string type = j.is_object() && j.contains("type") && j["type"].is_string()
+                                   ? j["type"].get<std::string>()
+                                   : std::string(names()[0]);
+      family = families;
+      for (std::size_t i = 0; i < families; ++i)
+        if (names()[i] == type) family = i;
+      if (family == families) {
+        std::string all;
+        for (auto n : names()) all += (all.empty() ? "" : ", ") + std::string(n);
+        fail("optimizer type '", type, "' is not one of: ", all);
+      }
+    }
     if (j.is_object() && j.contains("slots")) {
-      slots = parse_slot_dtype(j["slots"], std::string(name) + " config");
+      slots = parse_slot_dtype(j["slots"], std::string(names()[family]) + " config");
       rest.erase("slots");
     }
-    inner = inner_type(rest);
+    make_inner(rest, std::make_index_sequence<families>{});
+  }
+  static constexpr std::array<std::string_view, families> names() { return {Opts<float>::name...}; }
+
+ private:
+  template <std::size_t... I>
+  void make_inner(const nlohmann::json& rest, std::index_sequence<I...>) {
+    ((family == I ? (void)inner.template emplace<I>(rest) : (void)0), ...);
   }
 };
 
-template <template <class> class Opt>
-class slot_choice {
+// An optimiser chosen at run time among Opts, each with its slots in float, bf16 or half: one
+// trainer type serves them all (a program compiles one trainer instead of one per optimiser and
+// storage type). slot_choice<Opt> is the choice of storage type for one optimiser.
+template <template <class> class... Opts>
+class optimizer_choice {
  public:
-  using config_type = slot_choice_config<Opt>;
+  using config_type = optimizer_choice_config<Opts...>;
   using slot_type = float;  // what state() and restore() exchange
-  static constexpr std::string_view name = Opt<float>::name;
+  // The static name: the optimiser's when there is one, else "optimizer_choice" (type_name() says
+  // which was chosen).
+  static constexpr std::string_view name = sizeof...(Opts) == 1 ? config_type::names()[0] : "optimizer_choice";
 
-  explicit slot_choice(const config_type& c = config_type{}) : cfg_(c), opt_(make(c)) {}
-  explicit slot_choice(const nlohmann::json& j) : slot_choice(config_type(j)) {}
+  explicit optimizer_choice(const config_type& c = config_type{}) : cfg_(c), opt_(make(c)) {}
+  explicit optimizer_choice(const nlohmann::json& j) : optimizer_choice(config_type(j)) {}
 
   const config_type& config() const noexcept { return cfg_; }
+  // The chosen optimiser's name ("adamw", "lamb", ...).
+  std::string_view type_name() const noexcept { return config_type::names()[cfg_.family]; }
   // The storage type of the slots.
   dtype slot_dtype() const noexcept { return cfg_.slots; }
 
@@ -183,7 +215,7 @@ class slot_choice {
         optimizer_state<S> s;
         s.step = st.step;
         for (const auto& n : st.slots) {
-          SPARSELM_CHECK(n.slots != nullptr, name, ": restore: slot '", n.name, "' has no arena");
+          SPARSELM_CHECK(n.slots != nullptr, type_name(), ": restore: slot '", n.name, "' has no arena");
           rounded.emplace_back(n.slots->layout_ptr());
           const auto src = n.slots->all();
           detail::float_to_slots<S>(src.data(), rounded.back().all().data(), src.size());
@@ -217,15 +249,15 @@ class slot_choice {
         for (const auto& f : full.slots) {
           bool known = false;
           for (const auto& s : own.slots) known = known || s.name == f.name;
-          SPARSELM_CHECK(known, name, ": export_owned: unexpected slot '", f.name, "'");
+          SPARSELM_CHECK(known, type_name(), ": export_owned: unexpected slot '", f.name, "'");
         }
         const std::size_t first = o.owned_elements().first;
         for (const auto& s : own.slots) {
           arena<float>* dst = nullptr;
           for (const auto& f : full.slots)
             if (f.name == s.name) dst = f.slots;
-          SPARSELM_CHECK(dst != nullptr, name, ": export_owned: the state has no slot '", s.name, "'");
-          SPARSELM_CHECK(dst->layout_ptr() != nullptr && dst->layout().same_as(o.layout()), name,
+          SPARSELM_CHECK(dst != nullptr, type_name(), ": export_owned: the state has no slot '", s.name, "'");
+          SPARSELM_CHECK(dst->layout_ptr() != nullptr && dst->layout().same_as(o.layout()), type_name(),
                          ": export_owned: slot '", s.name, "' does not follow the attached parameter layout");
           const auto src = std::as_const(*s.slots).all();
           detail::slots_to_float<S>(src.data(), dst->all().data() + first, src.size());
@@ -236,21 +268,35 @@ class slot_choice {
   }
 
  private:
-  using variant_type = std::variant<Opt<float>, Opt<bf16>, Opt<half>>;
+  using variant_type = std::variant<Opts<float>..., Opts<bf16>..., Opts<half>...>;
+  static constexpr std::size_t N = sizeof...(Opts);
+  // Alternative (slots, family): float ones first, then bf16, then half.
   static variant_type make(const config_type& c) {
-    switch (c.slots) {
-      case dtype::bf16:
-        return variant_type(std::in_place_index<1>, c.inner);
-      case dtype::f16:
-        return variant_type(std::in_place_index<2>, c.inner);
-      default:
-        return variant_type(std::in_place_index<0>, c.inner);
-    }
+    const std::size_t row = c.slots == dtype::bf16 ? 1 : c.slots == dtype::f16 ? 2 : 0;
+    return make_at(row * N + c.family, c, std::make_index_sequence<3 * N>{});
+  }
+  template <std::size_t... I>
+  static variant_type make_at(std::size_t index, const config_type& c, std::index_sequence<I...>) {
+    std::optional<variant_type> v;
+    ((index == I ? (void)v.emplace(std::in_place_index<I>, std::get<I % N>(c.inner)) : (void)0), ...);
+    return std::move(*v);
   }
 
   config_type cfg_;
   variant_type opt_;
   std::vector<arena<float>> views_;  // float copies of 16-bit slots handed out by state()
 };
+
+template <template <class> class Opt>
+using slot_choice = optimizer_choice<Opt>;
+
+// An optimiser's name: the chosen one's for an optimizer_choice, else its static name.
+template <class O>
+std::string_view name_of(const O& o) noexcept {
+  if constexpr (requires { o.type_name(); })
+    return o.type_name();
+  else
+    return O::name;
+}
 
 }  // namespace sparselm::optim

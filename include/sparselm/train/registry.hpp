@@ -7,10 +7,10 @@
 //
 //   registry::with_sparsity(block, [&]<class S>() { ... gpt<float, S> ... });
 //   registry::with_recompute("blocks", [&]<class R>() { ... });
-//   registry::with_optimizer(cfg["optimizer"], [&]<class Opt>(Opt opt) { ... });
+//   registry::with_optimizer(cfg["optimizer"], [&]<class Opt>(Opt opt) { ... });   // Opt: any_optimizer
 //   registry::with_model(config_json, "ckpt/config.json", [&]<class Model>(const auto& spec) { ... });
 //
-// Adding a choice is one line: a new optimiser is its header plus one entry in `optimizers`, a new
+// Adding a choice is one line: a new optimiser is its header plus one entry in `any_optimizer`, a new
 // model family one entry in `model_families` (with its checkpoint reader below).
 
 #include <cstddef>
@@ -44,9 +44,9 @@ struct type_list {};
 // Weight sparsity, keyed by block size (0: dense).
 using sparsities = type_list<dense, block_sparse<1>, block_sparse<4>, block_sparse<8>, block_sparse<16>>;
 using recomputes = type_list<recompute::none, recompute::blocks>;
-// Slot storage (float, bf16, half) is a run-time choice inside each ("optimizer.slots").
-using optimizers = type_list<optim::slot_choice<optim::adamw>, optim::slot_choice<optim::adam>,
-                             optim::slot_choice<optim::sgd>, optim::slot_choice<optim::lamb>>;
+// The optimiser ("optimizer.type") and its slot storage (float, bf16, half: "optimizer.slots") are
+// run-time choices inside one type: a program compiles one trainer for all of them.
+using any_optimizer = optim::optimizer_choice<optim::adamw, optim::adam, optim::sgd, optim::lamb>;
 
 template <kernels::gelu_kind K>
 struct activation {
@@ -162,11 +162,19 @@ template <class F>
 decltype(auto) with_recompute(std::string_view name, F&& f, const std::string& what = "recompute policy") {
   return choose<recomputes>(what, name, f);
 }
-// f.template operator()<Opt>(Opt(cfg)) for the optimiser named by cfg["type"] (default adamw).
+// f.template operator()<any_optimizer>(the optimiser cfg describes: cfg["type"], default adamw);
+// an unknown type is an error "<what> '<type>' is not one of: adamw, adam, sgd, lamb".
 template <class F>
 decltype(auto) with_optimizer(const json& cfg, F&& f, const std::string& what = "optimizer type") {
-  const std::string type = cfg.value("type", "adamw");
-  return choose<optimizers>(what, std::string_view(type), [&]<class O>() { return f.template operator()<O>(O(cfg)); });
+  const std::string type = cfg.is_object() ? cfg.value("type", "adamw") : "adamw";
+  bool known = false;
+  for (auto n : any_optimizer::config_type::names()) known = known || n == type;
+  if (!known) {
+    std::string all;
+    for (auto n : any_optimizer::config_type::names()) all += (all.empty() ? "" : ", ") + std::string(n);
+    fail(what, " '", type, "' is not one of: ", all);
+  }
+  return f.template operator()<any_optimizer>(any_optimizer(cfg));
 }
 
 // The model a config.json describes ("model_type": gpt2 when absent): f.template operator()<Model>(spec)

@@ -469,7 +469,7 @@ class trainer {
       opt_.attach(model_.layout(), parts[g.rank()]);
       shards_.assign(*model_.layout(), parts);
     } else {
-      fail("trainer: shard_optimizer: the optimiser '", optimizer_type::name, "' cannot shard its state");
+      fail("trainer: shard_optimizer: the optimiser '", optim::name_of(opt_), "' cannot shard its state");
     }
   }
 
