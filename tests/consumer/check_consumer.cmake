@@ -23,7 +23,10 @@ endfunction()
 
 if(MODE STREQUAL "find_package")
   run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/lib-build -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix
-      -DSPARSELM_BUILD_TESTS=OFF -DSPARSELM_BUILD_EXAMPLES=OFF -DSPARSELM_BUILD_BENCHMARKS=OFF ${compiler_args})
+      -DCMAKE_BUILD_TYPE=Release -DSPARSELM_BUILD_TESTS=OFF -DSPARSELM_BUILD_EXAMPLES=OFF
+      -DSPARSELM_BUILD_BENCHMARKS=OFF ${compiler_args})
+  # the install holds the precompiled kernels library (sparselm::kernels), so it is built first
+  run(${CMAKE_COMMAND} --build ${WORK_DIR}/lib-build -j 2)
   run(${CMAKE_COMMAND} --install ${WORK_DIR}/lib-build)
   run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer/app -B ${WORK_DIR}/app-build
       -DCONSUMER_MODE=find_package -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix ${compiler_args})
