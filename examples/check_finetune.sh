@@ -59,9 +59,10 @@ echo "step-000006" > "$work/cls-resumed/checkpoints/latest"
 "$classify" "${cls[@]}" --out "$work/cls-resumed" --steps 12 --checkpoint-every 6 --resume > /dev/null \
   2> "$work/cls-resumed.log"
 # gradient accumulation: 2 micro-batches of 4 train what one batch of 8 does (dropout off)
-"$classify" "${cls[@]}" --out "$work/cls-b8" --steps 3 --dropout 0 > /dev/null 2> "$work/cls-b8.log"
-"$classify" "${cls[@]}" --out "$work/cls-acc" --steps 3 --dropout 0 --batch-size 4 --accumulation 2 > /dev/null \
-  2> "$work/cls-acc.log"
+acc=(--train "$work/train.jsonl" --test "$work/test.jsonl" --init-from "$work/pre" --max-seq 64 --lr 2e-4 --threads 2
+     --log-every 1 --steps 3 --dropout 0)
+"$classify" "${acc[@]}" --batch-size 8 --out "$work/cls-b8" > /dev/null 2> "$work/cls-b8.log"
+"$classify" "${acc[@]}" --batch-size 4 --accumulation 2 --out "$work/cls-acc" > /dev/null 2> "$work/cls-acc.log"
 if "$classify" --train "$work/train.jsonl" --test "$work/bad.jsonl" --out "$work/cls-bad" --steps 1 \
   > /dev/null 2> "$work/bad.log"; then
   echo "FAIL: a test label unseen in training was accepted"; exit 1
