@@ -44,7 +44,10 @@ struct classify_task {
   std::size_t seq = 128;
   std::vector<std::vector<std::int32_t>> ids;  // [CLS] .. [SEP], unpadded
   std::vector<std::int32_t> labels;
-  std::vector<std::int32_t> b_ids, b_types, b_lengths, b_labels;
+  struct arrays {
+    std::vector<std::int32_t> ids, types, lengths, labels;
+  };
+  std::vector<arrays> slots;  // a batch's arrays, one set per micro-batch of a step
 
   classify_task(const data::wordpiece& wp, const std::vector<data::labelled_text>& texts, std::size_t max_seq)
       : seq(max_seq) {
@@ -69,7 +72,12 @@ struct classify_task {
     }
     return c;
   }
-  bert_classify_batch batch(std::span<const std::size_t> pick, bool with_labels = true) {
+  // Micro-batch k of a training step (valid until the next call with that k), and a batch to predict.
+  bert_classify_batch batch(std::span<const std::size_t> pick, std::size_t k = 0) { return fill(pick, k, true); }
+  bert_classify_batch unlabelled(std::span<const std::size_t> pick) { return fill(pick, 0, false); }
+  bert_classify_batch fill(std::span<const std::size_t> pick, std::size_t k, bool with_labels) {
+    if (k >= slots.size()) slots.resize(k + 1);
+    auto& [b_ids, b_types, b_lengths, b_labels] = slots[k];
     const std::size_t B = pick.size();
     b_ids.assign(B * seq, 0);
     b_types.assign(B * seq, 0);
@@ -216,7 +224,7 @@ int main(int argc, char** argv) {
       for (std::size_t at = 0; at < test.size(); at += B) {
         pick.clear();
         for (std::size_t i = at; i < std::min(at + B, test.size()); ++i) pick.push_back(i);
-        model.predict(test.batch(pick, false), matrix_view<float>{logits.data(), pick.size(), K});
+        model.predict(test.unlabelled(pick), matrix_view<float>{logits.data(), pick.size(), K});
         for (std::size_t i = 0; i < pick.size(); ++i) {
           const float* row = logits.data() + i * K;
           pred[pick[i]] = std::int32_t(std::max_element(row, row + K) - row);

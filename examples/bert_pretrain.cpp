@@ -63,8 +63,12 @@ int main(int argc, char** argv) {
     app.add_option("--steps", o.steps, "Optimiser steps in total")
         ->check(CLI::Range(1ul, 1ul << 40))
         ->capture_default_str();
-    app.add_option("--batch-size", o.batch_size, "Sequences per step")
+    app.add_option("--batch-size", o.batch_size, "Sequences per micro-batch (per rank under mpirun)")
         ->check(CLI::Range(1ul, 1ul << 20))
+        ->capture_default_str();
+    std::size_t accumulation = 1;
+    app.add_option("--accumulation", accumulation, "Micro-batches per optimiser step (gradient accumulation)")
+        ->check(CLI::Range(1ul, limits::accumulation))
         ->capture_default_str();
     app.add_option("--lr", lr, "Peak learning rate of the up_down schedule")
         ->check(CLI::Range(0.0, 10.0))
@@ -133,6 +137,7 @@ int main(int argc, char** argv) {
                 {"valid", o.valid.string()},
                 {"steps", o.steps},
                 {"batch_size", o.batch_size},
+                {"accumulation", accumulation},
                 {"lr", lr},
                 {"warmup_frac", warmup_frac},
                 {"weight_decay", weight_decay},
@@ -161,6 +166,7 @@ int main(int argc, char** argv) {
       to.dropout_seed = o.seed + 1;
       to.precision = sparselm::precision::parse(precision, "--precision");
       to.shard_optimizer = shard_optimizer;
+      to.accumulation.steps = accumulation;
       if (loss_scaling == "dynamic")
         to.loss_scaling = optim::loss_scale_config(json{{"type", "dynamic"}});
       else if (loss_scaling != "none")

@@ -45,7 +45,10 @@ struct span_task {
   using batch_type = bert_span_batch;
   const std::vector<data::squad_feature>* features = nullptr;
   std::size_t seq = 0;
-  std::vector<std::int32_t> ids, types, lengths, starts, ends;
+  struct arrays {
+    std::vector<std::int32_t> ids, types, lengths, starts, ends;
+  };
+  std::vector<arrays> slots;  // a batch's arrays, one set per micro-batch of a step
 
   std::size_t size() const { return features->size(); }
   // CRC-32C of every feature's ids, segments and targets (data parallelism: equal on every rank).
@@ -59,7 +62,12 @@ struct span_task {
     }
     return c;
   }
-  bert_span_batch batch(std::span<const std::size_t> pick, bool with_labels = true) {
+  // Micro-batch k of a training step (valid until the next call with that k), and a batch to predict.
+  bert_span_batch batch(std::span<const std::size_t> pick, std::size_t k = 0) { return fill(pick, k, true); }
+  bert_span_batch unlabelled(std::span<const std::size_t> pick) { return fill(pick, 0, false); }
+  bert_span_batch fill(std::span<const std::size_t> pick, std::size_t k, bool with_labels) {
+    if (k >= slots.size()) slots.resize(k + 1);
+    auto& [ids, types, lengths, starts, ends] = slots[k];
     const std::size_t B = pick.size();
     ids.resize(B * seq);
     types.resize(B * seq);
@@ -150,7 +158,7 @@ int main(int argc, char** argv) {
     const auto train_examples = data::squad_examples(train_set);
     const auto train_features = data::squad_features(train_examples, wp, fo, /*training=*/true);
     SPARSELM_CHECK(!train_features.empty(), train_path.string(), ": no training question");
-    span_task task{&train_features, fo.max_seq, {}, {}, {}, {}, {}};
+    span_task task{&train_features, fo.max_seq, {}};
     cli.resolve_steps(app, task.size(), replicas.group().size());
     if (rank0)
       std::fprintf(stderr, "bert_squad: %zu questions -> %zu training features, %zu steps\n", train_examples.size(),
@@ -183,7 +191,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s: skipped: %s\n", predict_path.string().c_str(), m.c_str());
       const auto dev_examples = data::squad_examples(dev);
       const auto dev_features = data::squad_features(dev_examples, wp, fo, /*training=*/false);
-      span_task ev{&dev_features, fo.max_seq, {}, {}, {}, {}, {}};
+      span_task ev{&dev_features, fo.max_seq, {}};
       const std::size_t B = cli.job.batch_size, T = fo.max_seq;
       std::vector<std::vector<float>> starts(dev_features.size()), ends(dev_features.size());
       std::vector<float> out(B * T * 2);
@@ -191,7 +199,7 @@ int main(int argc, char** argv) {
       for (std::size_t at = 0; at < dev_features.size(); at += B) {
         pick.clear();
         for (std::size_t i = at; i < std::min(at + B, dev_features.size()); ++i) pick.push_back(i);
-        model.predict(ev.batch(pick, false), matrix_view<float>{out.data(), pick.size() * T, 2});
+        model.predict(ev.unlabelled(pick), matrix_view<float>{out.data(), pick.size() * T, 2});
         for (std::size_t i = 0; i < pick.size(); ++i) {
           auto& s = starts[pick[i]];
           auto& e = ends[pick[i]];

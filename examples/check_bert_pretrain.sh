@@ -6,7 +6,8 @@
 #   3. phase 2 (sequence 128) starts from phase 1's weights;
 #   4. a dynamic block-sparse run logs its pattern updates;
 #   5. a fresh run in a used --out is refused without touching it; --overwrite (with dynamic loss
-#      scaling) starts it again.
+#      scaling) starts it again;
+#   6. gradient accumulation: 5 steps of 2 micro-batches reach phase 1's data position of step 10.
 #   check_bert_pretrain.sh BERT_DATA BERT_PRETRAIN SOURCE_DIR WORK_DIR
 set -euo pipefail
 data=$1 train=$2 src=$3 work=$4
@@ -31,6 +32,10 @@ echo "step-000010" > "$work/resumed/checkpoints/latest"
 grep -q "model weights from $work/phase1/checkpoints/step-000020" "$work/phase2.log" ||
   { echo "FAIL: phase 2 did not start from phase 1: $(cat "$work/phase2.log")"; exit 1; }
 
+# gradient accumulation: a step of 2 micro-batches of 8 draws 16 examples (5 steps: phase 1's 10)
+"$train" "${common[@]}" --train "$work/p1.bex" --out "$work/acc" --steps 5 --accumulation 2 --eval-every 0 \
+  > "$work/acc.json" 2> "$work/acc.log"
+
 "$train" "${common[@]}" --train "$work/p1.bex" --out "$work/sparse" --steps 12 --block 16 --sparsity 0.75 \
   --update-period 5 --eval-every 0 > "$work/sparse.json" 2> "$work/sparse.log"
 
@@ -48,8 +53,14 @@ grep -q '"loss_scale":65536' "$work/phase2/metrics.jsonl" ||
   { echo "FAIL: no loss_scale in the overwritten run's metrics"; exit 1; }
 
 /usr/bin/python3 - "$work" <<'PY'
-import json, sys
+import json, struct, sys
 w = sys.argv[1]
+def data_position(ckpt):
+    b = open(f"{w}/{ckpt}/training_state.safetensors", "rb").read()
+    meta = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])["__metadata__"]
+    return json.loads(meta["sparselm.training_state"])["run"]["data"]
+acc, ref = data_position("acc/checkpoints/step-000005"), data_position("phase1/checkpoints/step-000010")
+assert acc == ref, f"FAIL: 5 steps of 2 x 8 examples reached {acc}, 10 steps of 8 {ref}"
 def lines(run, kind):
     return [json.loads(l) for l in open(f"{w}/{run}/metrics.jsonl") if json.loads(l).get("kind") == kind]
 train = lines("phase1", "train")

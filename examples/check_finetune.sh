@@ -5,6 +5,7 @@
 #      State of the Union sentences, JSON lines): eval.json with accuracy, per-class F1 and a
 #      confusion matrix that sums to the held-out count; exact resume (steps 7-12 logged
 #      bit-identically after resuming from step 6); a test label unseen in training is an error;
+#      --batch-size 4 --accumulation 2 trains what --batch-size 8 does (dropout off);
 #   3. bert_classify --init-from a HuggingFace directory (export_hf of the same checkpoint) starts
 #      from the same weights: its first logged loss equals the run from our checkpoint;
 #   4. bert_squad on the bundled SQuAD-format set: predictions.json answers every dev question
@@ -57,6 +58,11 @@ rm -rf "$work/cls-resumed/checkpoints/step-000012"
 echo "step-000006" > "$work/cls-resumed/checkpoints/latest"
 "$classify" "${cls[@]}" --out "$work/cls-resumed" --steps 12 --checkpoint-every 6 --resume > /dev/null \
   2> "$work/cls-resumed.log"
+# gradient accumulation: 2 micro-batches of 4 train what one batch of 8 does (dropout off)
+acc=(--train "$work/train.jsonl" --test "$work/test.jsonl" --init-from "$work/pre" --max-seq 64 --lr 2e-4 --threads 2
+     --log-every 1 --steps 3 --dropout 0)
+"$classify" "${acc[@]}" --batch-size 8 --out "$work/cls-b8" > /dev/null 2> "$work/cls-b8.log"
+"$classify" "${acc[@]}" --batch-size 4 --accumulation 2 --out "$work/cls-acc" > /dev/null 2> "$work/cls-acc.log"
 if "$classify" --train "$work/train.jsonl" --test "$work/bad.jsonl" --out "$work/cls-bad" --steps 1 \
   > /dev/null 2> "$work/bad.log"; then
   echo "FAIL: a test label unseen in training was accepted"; exit 1
@@ -200,6 +206,10 @@ assert a == b, f"FAIL: resumed run differs:\n{a}\n{b}"
 a = [(j["step"], j["loss"], j["grad_norm"]) for j in lines("cls-sparse", "train") if j["step"] > 3]
 b = [(j["step"], j["loss"], j["grad_norm"]) for j in lines("cls-sparse-resumed", "train") if j["step"] > 3]
 assert len(a) == 3 and a == b, f"FAIL: resumed block-sparse run differs:\n{a}\n{b}"
+a = [(j["loss"], j["grad_norm"]) for j in lines("cls-b8", "train")]
+b = [(j["loss"], j["grad_norm"]) for j in lines("cls-acc", "train")]
+assert len(a) == len(b) == 3 and all(abs(x - y) <= 1e-4 * max(1.0, abs(x)) for p, q in zip(a, b) for x, y in zip(p, q)), \
+    f"FAIL: --batch-size 4 --accumulation 2 differs from --batch-size 8:\n{a}\n{b}"
 hf = lines("cls-hf", "train")
 assert (hf[0]["loss"], hf[0]["grad_norm"]) == (train[0]["loss"], train[0]["grad_norm"]), \
     f"FAIL: HF start differs from ours: {hf[0]} vs {train[0]}"

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
+#include "sparselm/core/checked.hpp"
 #include "sparselm/core/json.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/io/checkpoint.hpp"
@@ -39,6 +40,7 @@ struct finetune_cli {
   double lr = 5e-5, warmup_frac = 0.1, weight_decay = 0.01, max_norm = 1.0, epochs = 2.0;
   std::optional<double> dropout;
   int threads = 0;
+  std::size_t accumulation = 1;  // --accumulation: micro-batches per step
   bool shard_optimizer = false;
   std::size_t prune_block = 0;  // --prune-block: magnitude-prune the dense checkpoint into this block size
   double prune_sparsity = 0.9;
@@ -62,8 +64,11 @@ struct finetune_cli {
         ->capture_default_str();
     app.add_option("--steps", job.steps, "Optimiser steps in total (overrides --epochs)")
         ->check(CLI::Range(1ul, 1ul << 40));
-    app.add_option("--batch-size", job.batch_size, "Sequences per step (per rank under mpirun)")
+    app.add_option("--batch-size", job.batch_size, "Sequences per micro-batch (per rank under mpirun)")
         ->check(CLI::Range(1ul, 1ul << 16))
+        ->capture_default_str();
+    app.add_option("--accumulation", accumulation, "Micro-batches per optimiser step (gradient accumulation)")
+        ->check(CLI::Range(1ul, sparselm::limits::accumulation))
         ->capture_default_str();
     app.add_option("--lr", lr, "Peak learning rate of the linear schedule")
         ->check(CLI::Range(0.0, 10.0))
@@ -257,11 +262,12 @@ struct finetune_cli {
     return sparselm::finetune_job(job).run(model, t, task);
   }
 
-  // Steps from --epochs unless --steps was given (ranks: the data-parallel replicas, whose global
-  // batch is ranks x --batch-size).
+  // Steps from --epochs unless --steps was given (ranks: the data-parallel replicas; a step trains
+  // on ranks x --accumulation x --batch-size examples).
   void resolve_steps(const CLI::App& app, std::size_t train_examples, std::size_t ranks = 1) {
     if (app.count("--steps") == 0) {
-      const double s = epochs * double(train_examples) / (double(job.batch_size) * double(ranks));
+      const double s =
+          epochs * double(train_examples) / (double(job.batch_size) * double(accumulation) * double(ranks));
       job.steps = std::max<std::size_t>(1, std::size_t(s + 0.999999));
     }
   }
@@ -269,6 +275,7 @@ struct finetune_cli {
   nlohmann::json run_config() const {
     return {{"steps", job.steps},
             {"batch_size", job.batch_size},
+            {"accumulation", accumulation},
             {"lr", lr},
             {"warmup_frac", warmup_frac},
             {"weight_decay", weight_decay},
@@ -291,6 +298,7 @@ struct finetune_cli {
     sparselm::trainer_options to;
     to.shard_optimizer = shard_optimizer;
     to.max_norm = float(max_norm);
+    to.accumulation.steps = accumulation;
     to.dropout_seed = job.seed + 1;
     to.precision = sparselm::precision::parse(precision, "--precision");
     return sparselm::trainer<Model, policies>(

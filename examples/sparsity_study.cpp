@@ -169,7 +169,7 @@ void train_run(Model& model, run_result& r, const std::string& regrow, const stu
   to.dropout_seed = r.seed;
   trainer<Model, policies> t(model, to, optim::adamw<float>(opt), optim::make_schedule(sched));
   metrics_log log(metrics, /*truncate=*/true);
-  lm_loop_hooks hooks;
+  loop_hooks hooks;
   hooks.message = [&](const std::string& s) { std::fprintf(stderr, "[%s] %s\n", r.name.c_str(), s.c_str()); };
   std::optional<dynamic_sparsity<Model, trainer<Model, policies>>> ds;
   if constexpr (Model::sparsity::is_sparse) {
@@ -193,16 +193,17 @@ void train_run(Model& model, run_result& r, const std::string& regrow, const stu
   }
   // a training line at every update step (each line carries the update since the previous one)
   const std::size_t log_every = std::gcd(std::size_t(10), so.update_period);
-  lm_loop_options lo{
+  loop_options lo{
       .steps = so.steps, .eval_every = so.eval_every, .eval_batches = so.eval_batches, .log_every = log_every};
-  auto res = run_lm_training(t, sampler, &valid, lo, log, hooks);
+  lm_task task(t, sampler, &valid);
+  auto res = train_loop(t, task, lo, log, hooks);
   r.steps_done = res.steps_done;
   // an interrupted run is not a result: stop the study (the finished runs are kept and reused)
   if (res.interrupted) throw study_interrupted{};
   // held-out cross-entropy per predicted token (for the S1 model, not its training objective, which
   // down-weights repeated tokens), and its exponential
-  r.valid_loss = res.last_eval.mean_ce();
-  r.valid_ppl = res.last_eval.perplexity();
+  r.valid_loss = res.last_eval->mean_ce();
+  r.valid_ppl = res.last_eval->perplexity();
   r.train_seconds = res.train_seconds;
   r.params = model.num_parameters();
   SPARSELM_CHECK(std::isfinite(r.valid_loss), r.name, ": held-out loss is not finite (", r.valid_loss,

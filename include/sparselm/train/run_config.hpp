@@ -24,7 +24,7 @@
 #include "sparselm/optim/adam.hpp"
 #include "sparselm/optim/lamb.hpp"
 #include "sparselm/optim/sgd.hpp"
-#include "sparselm/train/lm_training.hpp"
+#include "sparselm/train/training_loop.hpp"
 #include "sparselm/train/trainer.hpp"
 
 namespace sparselm {
@@ -36,7 +36,7 @@ struct lm_run_config {
   json optimizer = {{"type", "adamw"}};
   json schedule = json::object();
   trainer_options trainer{};
-  lm_loop_options loop{};
+  loop_options loop{};
   std::uint64_t seed = 1234;  // initialisation, data order and dropout
   int threads = 0;            // 0: OpenMP default
   std::string out = "runs/run";
