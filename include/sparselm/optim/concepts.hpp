@@ -99,4 +99,14 @@ concept sharded_optimizer = optimizer<O> &&
   co.export_owned(full);
 };
 
+// An optimiser's name: the chosen one's for a run-time choice (optimizer_choice::type_name()), else
+// its static name.
+template <class O>
+std::string_view name_of(const O& o) noexcept {
+  if constexpr (requires { o.type_name(); })
+    return o.type_name();
+  else
+    return O::name;
+}
+
 }  // namespace sparselm::optim

@@ -290,13 +290,4 @@ class optimizer_choice {
 template <template <class> class Opt>
 using slot_choice = optimizer_choice<Opt>;
 
-// An optimiser's name: the chosen one's for an optimizer_choice, else its static name.
-template <class O>
-std::string_view name_of(const O& o) noexcept {
-  if constexpr (requires { o.type_name(); })
-    return o.type_name();
-  else
-    return O::name;
-}
-
 }  // namespace sparselm::optim
