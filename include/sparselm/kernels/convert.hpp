@@ -28,17 +28,17 @@ namespace detail {
 inline constexpr std::size_t convert_min_chunk = 32768;  // elements per thread before splitting
 
 // Each lane rounded to the nearest bf16 (ties to even) and returned as a float (low 16 bits zero);
-// a NaN becomes a quiet NaN with its sign. (NaN is found on the bits: xsimd's x != x is an ordered
-// compare on AVX and AVX-512, false for NaN.)
+// a NaN becomes a quiet NaN with its sign. (NaN is found by xsimd::isnan, an unordered compare:
+// xsimd's x != x is an ordered compare on AVX and AVX-512, false for NaN. The blend is on floats:
+// xsimd 8's integer select on AVX-512BW does not compile without optimisation.)
 template <class Arch>
 inline fvec<Arch> round_to_bf16(fvec<Arch> x) noexcept {
   using U = xsimd::batch<std::uint32_t, Arch>;
-  using I = xsimd::batch<std::int32_t, Arch>;
+  using F = fvec<Arch>;
   const U u = xsimd::bitwise_cast<U>(x);
-  const I magnitude = xsimd::bitwise_cast<I>(u & U(0x7fffffffu));
-  const I rounded = xsimd::bitwise_cast<I>((u + U(0x7fffu) + ((u >> 16) & U(1u))) & U(0xffff0000u));
-  const I quiet = xsimd::bitwise_cast<I>((u | U(0x00400000u)) & U(0xffff0000u));
-  return xsimd::bitwise_cast<fvec<Arch>>(xsimd::select(magnitude > I(0x7f800000), quiet, rounded));
+  const F rounded = xsimd::bitwise_cast<F>((u + U(0x7fffu) + ((u >> 16) & U(1u))) & U(0xffff0000u));
+  const F quiet = xsimd::bitwise_cast<F>((u | U(0x00400000u)) & U(0xffff0000u));
+  return xsimd::select(xsimd::isnan(x), quiet, rounded);
 }
 
 // The bf16 bits of each lane (in the low 16 bits of a 32-bit lane), rounded as above.
