@@ -11,6 +11,15 @@
 
 #include "sparselm/core/error.hpp"
 
+// A harness's entry point: libFuzzer's LLVMFuzzerTestOneInput when the harness is built on its own;
+// in fuzz_all.cpp, which includes every harness into one binary (one compile for all, CMake's
+// fuzz_all), a function fuzz_target_<name> that binary runs when it is called as fuzz_<name>.
+#ifdef SPARSELM_FUZZ_ALL
+#define SPARSELM_FUZZ_TARGET(name) int fuzz_target_##name(const std::uint8_t* data, std::size_t size)
+#else
+#define SPARSELM_FUZZ_TARGET(name) extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
+#endif
+
 namespace fuzz {
 // Runs f(); sparselm::error is the expected answer to a bad input, every other exception aborts
 // (so libFuzzer records the input).

@@ -8,7 +8,7 @@
 
 namespace sd = sparselm::data;
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+SPARSELM_FUZZ_TARGET(email_text) {
   static const sd::wordpiece wp = sd::wordpiece::from_file(SPARSELM_SOURCE_DIR "/data/bert/vocab.txt");
   const std::size_t max_bytes = 1 + (size ? data[0] : 0) * 8;
   const std::string t = sd::email_text(fuzz::text(data, size), max_bytes);

@@ -5,7 +5,7 @@
 #include "fuzz_common.hpp"
 #include "sparselm/data/gpt2_bpe.hpp"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+SPARSELM_FUZZ_TARGET(gpt2_encoder) {
   static auto tok = std::make_unique<sparselm::data::gpt2_bpe>(
       sparselm::data::gpt2_bpe::from_directory(SPARSELM_SOURCE_DIR "/data/gpt2"));
   const std::string_view s = fuzz::text(data, size);

@@ -6,7 +6,7 @@
 #include "fuzz_common.hpp"
 #include "sparselm/data/gpt2_bpe.hpp"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+SPARSELM_FUZZ_TARGET(gpt2_files) {
   const auto* nul = static_cast<const std::uint8_t*>(std::memchr(data, 0, size));
   const std::size_t cut = nul ? std::size_t(nul - data) : size;
   const std::string_view enc = fuzz::text(data, cut), merges = fuzz::text(data + cut, size - cut).substr(nul ? 1 : 0);

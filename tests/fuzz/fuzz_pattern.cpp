@@ -6,7 +6,7 @@
 #include "fuzz_common.hpp"
 #include "sparselm/sparse/pattern_io.hpp"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+SPARSELM_FUZZ_TARGET(pattern) {
   if (size < 4) return 0;
   const std::size_t rows = 1 + data[0] % 16, cols = 1 + data[1] % 16, nnz = data[2] % (rows * cols + 1);
   std::vector<std::int32_t> buf((size - 4) / 4);

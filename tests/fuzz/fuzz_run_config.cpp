@@ -5,7 +5,7 @@
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/train/run_config.hpp"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+SPARSELM_FUZZ_TARGET(run_config) {
   fuzz::expect_clean([&] {
     sparselm::json j = sparselm::parse_json(fuzz::text(data, size), "fuzz.json");
     if (!j.is_object()) return;

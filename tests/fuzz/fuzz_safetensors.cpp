@@ -6,7 +6,7 @@
 #include "fuzz_common.hpp"
 #include "sparselm/io/safetensors.hpp"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+SPARSELM_FUZZ_TARGET(safetensors) {
   fuzz::expect_clean([&] {
     sparselm::io::safetensors_file f({data, size}, "fuzz.safetensors");
     for (const auto& t : f.tensors()) {

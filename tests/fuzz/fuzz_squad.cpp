@@ -13,7 +13,7 @@
 
 namespace sd = sparselm::data;
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+SPARSELM_FUZZ_TARGET(squad) {
   static const sd::wordpiece wp = sd::wordpiece::from_file(SPARSELM_SOURCE_DIR "/data/bert/vocab.txt");
   fuzz::expect_clean([&] {
     const auto doc = sparselm::json::parse(fuzz::text(data, size), nullptr, /*allow_exceptions=*/false);

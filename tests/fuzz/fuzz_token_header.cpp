@@ -3,7 +3,7 @@
 #include "fuzz_common.hpp"
 #include "sparselm/data/token_file.hpp"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+SPARSELM_FUZZ_TARGET(token_header) {
   fuzz::expect_clean([&] {
     const auto info = sparselm::data::parse_token_file_header({data, size}, "fuzz.tok");
     // a valid header promises exactly this many bytes of ids

@@ -20,7 +20,7 @@ struct bf16_slots : sparselm::default_policies {
 };
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+SPARSELM_FUZZ_TARGET(training_state) {
   static fuzz::tiny_job job;
   static fuzz::tiny_job::model_type model16(job.model->config());
   static sparselm::trainer<fuzz::tiny_job::model_type, bf16_slots> trainer16(
