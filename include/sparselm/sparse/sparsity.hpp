@@ -7,10 +7,21 @@
 //   sparselm::linear<float, sparselm::block_sparse<16>> fc(...);
 //   static_assert(sparselm::sparsity_type<sparselm::dense>);
 
+#include <array>
 #include <concepts>
 #include <cstddef>
 
 namespace sparselm {
+
+// The block sizes the kernels are written and instantiated for: the one list that the layers'
+// checks, the registry (train/registry.hpp), the compiled kernels (src/kernels_bsr*.cpp) and the
+// programs' options use. Adding a size means a kernel path for it and one entry here.
+inline constexpr std::array<std::size_t, 4> block_sizes{1, 4, 8, 16};
+constexpr bool is_block_size(std::size_t b) noexcept {
+  for (std::size_t s : block_sizes)
+    if (s == b) return true;
+  return false;
+}
 
 // Dense weights: every entry is stored and trained.
 struct dense {
@@ -21,8 +32,7 @@ struct dense {
 // Block-sparse weights with B x B blocks; the number of active blocks is fixed for a run.
 template <std::size_t B>
 struct block_sparse {
-  static_assert(B == 1 || B == 4 || B == 8 || B == 16,
-                "sparselm::block_sparse<B>: the block size B must be 1, 4, 8 or 16");
+  static_assert(is_block_size(B), "sparselm::block_sparse<B>: B must be one of sparselm::block_sizes (1, 4, 8, 16)");
   static constexpr bool is_sparse = true;
   static constexpr std::size_t block = B;
 };
@@ -32,6 +42,6 @@ template <class S>
 concept sparsity_type = requires {
   { S::is_sparse } -> std::convertible_to<bool>;
   { S::block } -> std::convertible_to<std::size_t>;
-} && (!S::is_sparse || S::block == 1 || S::block == 4 || S::block == 8 || S::block == 16);
+} && (!S::is_sparse || is_block_size(S::block));
 
 }  // namespace sparselm

@@ -41,8 +41,13 @@ struct type_list {};
 
 // --- the choices ---------------------------------------------------------------------------------
 
-// Weight sparsity, keyed by block size (0: dense).
-using sparsities = type_list<dense, block_sparse<1>, block_sparse<4>, block_sparse<8>, block_sparse<16>>;
+// Weight sparsity, keyed by block size (0: dense): dense, then block_sparse<B> for each B of
+// sparselm::block_sizes (sparse/sparsity.hpp).
+namespace detail {
+template <std::size_t... I>
+auto sparsity_list(std::index_sequence<I...>) -> type_list<dense, block_sparse<block_sizes[I]>...>;
+}
+using sparsities = decltype(detail::sparsity_list(std::make_index_sequence<block_sizes.size()>{}));
 using recomputes = type_list<recompute::none, recompute::blocks>;
 // The optimiser ("optimizer.type") and its slot storage (float, bf16, half: "optimizer.slots") are
 // run-time choices inside one type: a program compiles one trainer for all of them.
