@@ -16,11 +16,15 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "sparselm/core/checked.hpp"
 #include "sparselm/core/program.hpp"
+#include "sparselm/train/run_settings.hpp"
 
 namespace examples {
 
@@ -44,64 +48,143 @@ inline CLI::Validator at_most(std::uint64_t limit) {
                         "0.." + std::to_string(limit), "at_most");
 }
 
-// The compute precision flag: --precision fp32|bf16|fp16 (run config "trainer.precision";
-// policies/precision.hpp).
-inline CLI::Option* add_precision_option(CLI::App& app, std::string& v) {
-  return app
-      .add_option("--precision", v,
-                  "Compute type of the dense GEMMs: fp32, bf16 (AVX512-BF16 where the CPU has it) or fp16 "
-                  "(dynamic loss scaling); weights, gradients and optimiser state stay fp32")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-}
-inline CLI::Option* add_precision_option(CLI::Option_group& g, std::optional<std::string>& v) {
-  return g
-      .add_option("--precision", v,
-                  "Compute type of the dense GEMMs: fp32, bf16 (AVX512-BF16 where the CPU has it) or fp16 "
-                  "(dynamic loss scaling); trainer.precision")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-}
-
-// --shard-optimizer (run config "trainer.shard_optimizer"): under mpirun, each rank keeps 1/P of the
-// optimiser state (ZeRO stage 1; docs/distributed.md).
-inline constexpr const char* shard_option_help =
-    "Data parallel (mpirun): each rank keeps and updates 1/P of the optimiser state, then the ranks exchange the "
-    "updated weights (ZeRO stage 1; trainer.shard_optimizer); a pipeline over ranks: each rank keeps only its "
-    "stage's optimiser state, weights and gradients";
-inline CLI::Option* add_shard_option(CLI::Option_group& g, std::optional<bool>& v) {
-  return g.add_flag("--shard-optimizer", v, shard_option_help);
-}
-inline CLI::Option* add_shard_option(CLI::App& app, bool& v) {
-  return app.add_flag("--shard-optimizer", v, shard_option_help);
-}
-
-// --pipeline-stages N, --pipeline-schedule 1f1b|gpipe and --pipeline-placement threads|ranks (run
-// config "trainer.pipeline"; policies/pipeline.hpp): the blocks split over N stages, each on
-// threads/N threads or on its own MPI rank, fed by the micro-batches of --accumulation (more
-// micro-batches, smaller bubble).
-struct pipeline_flags {
-  std::optional<std::size_t> stages;
-  std::optional<std::string> schedule, placement;
-  void add(CLI::Option_group& g) {
-    g.add_option("--pipeline-stages", stages,
-                 "Split the blocks over N pipeline stages on their own threads (threads/N each); the "
-                 "micro-batches are --accumulation's (trainer.pipeline.stages)")
-        ->check(CLI::Range(std::size_t(1), std::size_t(1024)));
-    g.add_option("--pipeline-schedule", schedule,
-                 "Order of a stage's work: 1f1b (at most N micro-batches in flight) or gpipe (all forwards, then "
-                 "all backwards) (trainer.pipeline.schedule)")
-        ->check(CLI::IsMember({"1f1b", "gpipe"}));
-    g.add_option("--pipeline-placement", placement,
-                 "Where the stages run: threads of each process, or ranks (under mpirun with as many ranks as "
-                 "stages: one stage per rank; with a multiple of them, data replicas of the pipeline) "
-                 "(trainer.pipeline.placement)")
-        ->check(CLI::IsMember({"threads", "ranks"}));
+// The flags of a training program, made from option tables (train/run_settings.hpp's
+// common_options and the program's own): each flag writes its run-config key, so a flag, its key
+// in a run config and `--set key=value` are one setting.
+//
+//   examples::run_flags flags;
+//   flags.add(app, sparselm::common_options());
+//   flags.add(app, my_task_options);
+//   ... parse ...
+//   flags.apply(j);                      // the given flags, then the --set overrides
+class run_flags {
+ public:
+  void add(CLI::App& app, std::span<const sparselm::option_entry> entries) {
+    for (const auto& e : entries) {
+      if (e.flag.empty()) continue;
+      entries_.push_back(&e);
+      auto& v = values_.emplace_back();
+      CLI::Option_group* g = group(app, e.group);
+      std::string help = std::string(e.help) + " (" + std::string(e.key) + ")";
+      CLI::Option* o = nullptr;
+      if (e.kind == sparselm::option_kind::boolean) {
+        o = g->add_flag(std::string(e.flag), flags_.emplace_back(), help);
+        v.reset();
+      } else {
+        flags_.emplace_back();
+        o = g->add_option(std::string(e.flag), v, help);
+      }
+      switch (e.kind) {
+        case sparselm::option_kind::count:
+          o->check(CLI::Validator([](std::string& s) { return detail::whole_at_most(s, UINT64_MAX); }, "", "count"))->type_name("N");
+          break;
+        case sparselm::option_kind::number:
+          o->check(CLI::Validator(
+              [](std::string& s) -> std::string {
+                char* end = nullptr;
+                const double d = std::strtod(s.c_str(), &end);
+                if (s.empty() || end != s.c_str() + s.size()) return "must be a number, got '" + s + "'";
+                return std::isfinite(d) ? "" : "must be a finite number, got " + s;
+              },
+              "", "number"))->type_name("X");
+          break;
+        case sparselm::option_kind::choice: o->check(CLI::IsMember(sparselm::option_choices(e))); break;
+        case sparselm::option_kind::text:
+          o->check(CLI::Validator([](std::string& s) { return s.empty() ? std::string("must not be empty") : ""; },
+                                  "", "text"))->type_name("TEXT");
+          break;
+        case sparselm::option_kind::boolean: break;
+      }
+    }
   }
-  // Writes the given flags into a run config's "trainer" object.
-  void put(nlohmann::json& trainer) const {
-    if (stages) trainer["pipeline"]["stages"] = *stages;
-    if (schedule) trainer["pipeline"]["schedule"] = *schedule;
-    if (placement) trainer["pipeline"]["placement"] = *placement;
+  // --set key.path=value (repeatable), applied after the flags.
+  void add_set(CLI::App& app) {
+    app.add_option("--set", sets_, "Override any run-config field: key.path=value (repeatable)")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   }
+
+  // The given flags, then the --set overrides, as a JSON object of their keys.
+  nlohmann::json overlay() const {
+    nlohmann::json j = nlohmann::json::object();
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      const auto& e = *entries_[i];
+      nlohmann::json v;
+      if (e.kind == sparselm::option_kind::boolean) {
+        if (!flags_[i]) continue;
+        v = *flags_[i];
+      } else {
+        if (!values_[i]) continue;
+        v = value_of(e, *values_[i]);
+      }
+      nlohmann::json* node = &j;
+      const std::string key(e.key);
+      std::size_t start = 0;
+      for (std::size_t dot; (dot = key.find('.', start)) != std::string::npos; start = dot + 1)
+        node = &(*node)[key.substr(start, dot - start)];
+      (*node)[key.substr(start)] = std::move(v);
+    }
+    for (const auto& s : sets_) sparselm::apply_override(j, s);
+    return j;
+  }
+  // Writes the overlay into the run config j: objects merge key by key, anything else replaces;
+  // a new optimiser type starts a new "optimizer" object (the fields of one optimiser are not
+  // another's), keeping its common fields.
+  void apply(nlohmann::json& j) const { merge(j, overlay(), ""); }
+
+  // The value of a flag as its key holds it.
+  static nlohmann::json value_of(const sparselm::option_entry& e, const std::string& text) {
+    using k = sparselm::option_kind;
+    if (e.key == "trainer.loss_scaling") {
+      if (text == "dynamic") return {{"type", "dynamic"}};
+      if (text == "none") return 1.0;
+      char* end = nullptr;
+      const double d = std::strtod(text.c_str(), &end);
+      SPARSELM_CHECK(end == text.c_str() + text.size() && std::isfinite(d) && d > 0, "--loss-scaling: '", text,
+                     "' is not none, dynamic or a positive scale");
+      return d;
+    }
+    switch (e.kind) {
+      case k::count: return std::stoull(text, nullptr, 0);
+      case k::number: return std::strtod(text.c_str(), nullptr);
+      case k::choice: {
+        if (text == "true" || text == "false") return text == "true";
+        const bool numeric = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+        return numeric ? nlohmann::json(std::stoull(text)) : nlohmann::json(text);
+      }
+      default: return text;
+    }
+  }
+
+ private:
+  static void merge(nlohmann::json& j, const nlohmann::json& over, const std::string& path) {
+    if (!j.is_object() || !over.is_object()) {
+      j = over;
+      return;
+    }
+    if (path == "optimizer" && over.contains("type") && j.value("type", nlohmann::json()) != over["type"]) {
+      nlohmann::json kept = nlohmann::json::object();
+      for (const char* f : {"weight_decay", "slots"})
+        if (j.contains(f)) kept[f] = j[f];
+      j = kept;
+    }
+    for (const auto& [k, v] : over.items()) {
+      if (j.contains(k))
+        merge(j[k], v, path.empty() ? k : path + "." + k);
+      else
+        j[k] = v;
+    }
+  }
+  CLI::Option_group* group(CLI::App& app, std::string_view name) {
+    for (auto& [n, g] : groups_)
+      if (n == name) return g;
+    return groups_.emplace_back(std::string(name), app.add_option_group(std::string(name))).second;
+  }
+
+  std::vector<const sparselm::option_entry*> entries_;
+  std::deque<std::optional<std::string>> values_;
+  std::deque<std::optional<bool>> flags_;
+  std::vector<std::pair<std::string, CLI::Option_group*>> groups_;
+  std::vector<std::string> sets_;
 };
 
 // Adds the non-negative check to every unsigned option of `app` and its option groups.

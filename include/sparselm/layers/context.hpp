@@ -104,6 +104,9 @@ struct step_context {
   // Data parallelism: a model calls (*grads_ready)(begin, end) once per step for each flat range of
   // the gradient arena as soon as backward has finished it (null: nobody listens).
   const std::function<void(std::size_t, std::size_t)>* grads_ready = nullptr;
+  // What a step keeps for backward under recompute::configured (policies/recompute.hpp): every
+  // block's activations (false) or only each block's input, re-running the block in backward (true).
+  bool recompute_blocks = false;
   // Stage pipelining under pipeline::configured (policies/pipeline.hpp); null: one stage.
   const pipeline::plan* pipeline = nullptr;
   // A pipeline over ranks: this process's stage and the transport to its neighbours (null: the

@@ -14,6 +14,10 @@
 //   st.backward_block(s, l, slot, k)   block l's backward from cache k, in place on the gradient
 // and says how many caches per micro-batch in flight the stack allocates (caches(L)). A new policy
 // (e.g. keep everything but the feed-forward activations) is one more type here.
+//
+// `configured` (the default policy bundle's, train/trainer.hpp) is the run-time choice: it follows
+// the run config's "trainer.recompute" ("none" | "blocks", trainer_options::recompute), so one
+// compiled trainer serves both; `none` and `blocks` fix the choice at compile time.
 
 #include <concepts>
 #include <cstddef>
@@ -48,6 +52,31 @@ struct blocks {
     st.backward_block(s, l, slot, 0);
   }
 };
+
+// The run's choice (step_context::recompute_blocks, set by the trainer from its options). Caches:
+// as many as `none` needs; a block's cache allocates its buffers on first use, so under "blocks"
+// the unused ones cost nothing.
+struct configured {
+  static constexpr const char* name = "configured";
+  static constexpr std::size_t caches(std::size_t layers) noexcept { return none::caches(layers); }
+  template <class Stack>
+  static void forward(Stack& st, const step_context& s, std::size_t l, std::size_t slot) {
+    if (s.recompute_blocks)
+      blocks::forward(st, s, l, slot);
+    else
+      none::forward(st, s, l, slot);
+  }
+  template <class Stack>
+  static void backward(Stack& st, const step_context& s, std::size_t l, std::size_t slot) {
+    if (s.recompute_blocks)
+      blocks::backward(st, s, l, slot);
+    else
+      none::backward(st, s, l, slot);
+  }
+};
+
+// The names a run config may give "trainer.recompute" (the policies a configured step can follow).
+inline constexpr const char* names[] = {none::name, blocks::name};
 
 template <class R>
 concept policy = requires {

@@ -1,7 +1,9 @@
 #pragma once
 // The run configuration of a language-model training job (examples/gpt_train, examples/sparse_lm):
-// data, batch shape, steps, optimiser, schedule, trainer and loop options, seeds, output. Read
-// strictly from JSON (unknown keys are errors naming them); CLI flags override fields.
+// the common keys of every training program (train/run_settings.hpp: length, batch, optimiser,
+// schedule, trainer, sparsity, loop, seed, out) plus the language-modelling task's own keys
+// (`lm_task_options`): the model, the token files, the sequence length and the window order.
+// Read strictly from JSON (unknown keys are errors naming them); flags override fields.
 //
 //   {
 //     "model": "gpt-mini.json"  or  { ...model config... },
@@ -14,20 +16,37 @@
 //     "seed": 1234, "threads": 0, "out": "runs/gpt-mini"
 //   }
 // A relative "model" path is resolved against the run config's directory. Schedule fields that are
-// missing default from the run: total_steps = steps (and bert_power's cooldown).
+// missing default from the run: total_steps = steps (and bert_power's cooldown); "epochs" instead of
+// "steps" counts passes over the training file's windows.
 
 #include <filesystem>
+#include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "sparselm/core/json.hpp"
-#include "sparselm/optim/adam.hpp"
-#include "sparselm/optim/lamb.hpp"
-#include "sparselm/optim/sgd.hpp"
+#include "sparselm/data/lm_batches.hpp"
+#include "sparselm/data/token_file.hpp"
+#include "sparselm/train/run_settings.hpp"
 #include "sparselm/train/training_loop.hpp"
 #include "sparselm/train/trainer.hpp"
 
 namespace sparselm {
+
+// The language-modelling task's keys (beside the model's, which each program lists).
+inline std::span<const option_entry> lm_task_options() {
+  using k = option_kind;
+  static const option_entry table[] = {
+      {"data.train", "--train", k::text, "Training token file (encode_dataset)", "", "", "data"},
+      {"data.valid", "--valid", k::text, "Validation token file (absent: no evaluation)", "", "", "data"},
+      {"seq_len", "--seq-len", k::count, "Input positions per sequence (a window holds seq_len + 1 tokens)", "",
+       "128", "data"},
+      {"order", "--order", k::choice, "Training windows: shuffled (seeded) or sequential", "shuffled sequential",
+       "shuffled", "data"},
+  };
+  return table;
+}
 
 struct lm_run_config {
   json model = json::object();
@@ -41,13 +60,28 @@ struct lm_run_config {
   int threads = 0;            // 0: OpenMP default
   std::string out = "runs/run";
   std::string order = "shuffled";
+  run_settings settings;      // every common setting (sparsity, keep_checkpoints, init_from, ...)
 
-  static lm_run_config from_json(const json& j, const std::string& context,
-                                 const std::filesystem::path& base_dir = {}) {
-    json_fields r(j, context);
+  // The defaults of a language-modelling run (under the program's own).
+  static json defaults() {
+    return {{"optimizer", {{"type", "adamw"}}}, {"schedule", {{"type", "warmup_cosine"}, {"max_lr", 6e-4}}}};
+  }
+
+  // extra_keys: further top-level keys the program reads itself (left in settings.task);
+  // processes: the run's processes (data replicas x pipeline ranks), for the global batch.
+  static lm_run_config from_json(const json& j0, const std::string& context,
+                                 const std::filesystem::path& base_dir = {},
+                                 std::initializer_list<std::string_view> extra_keys = {}, std::size_t processes = 1) {
+    json j = j0;
+    SPARSELM_CHECK(j.is_object(), context, ": expected a JSON object, got ", j.type_name());
+    apply_defaults(j, defaults());
+    std::vector<std::string_view> keys = {"model", "data", "seq_len", "order"};
+    keys.insert(keys.end(), extra_keys.begin(), extra_keys.end());
     lm_run_config c;
-    if (r.has("model")) {
-      const json& m = j.at("model");
+    c.settings = run_settings::from_json(j, context, keys);
+    const json& task = c.settings.task;
+    if (task.contains("model")) {
+      const json& m = task.at("model");
       if (m.is_string()) {
         std::filesystem::path p = m.get<std::string>();
         if (p.is_relative() && !base_dir.empty()) p = base_dir / p;
@@ -57,7 +91,10 @@ struct lm_run_config {
         c.model = m;
       }
     }
-    r.ignore({"model"});
+    json lm = json::object();
+    for (const char* key : {"data", "seq_len", "order"})
+      if (task.contains(key)) lm[key] = task[key];
+    json_fields r(lm, context);
     const json data = r.object("data");
     {
       json_fields d(data, context + " data");
@@ -65,41 +102,41 @@ struct lm_run_config {
       c.valid_data = d.get("valid", c.valid_data);
       d.finish();
     }
-    auto positive = at_least(1);
-    c.batch_size = r.get("batch_size", c.batch_size, positive);
-    c.seq_len = r.get("seq_len", c.seq_len, positive);
-    c.loop.steps = r.get("steps", c.loop.steps, positive);
-    if (r.has("optimizer")) c.optimizer = r.object("optimizer");
-    if (r.has("schedule")) c.schedule = r.object("schedule");
-    r.ignore({"optimizer", "schedule"});
-    if (r.has("trainer")) c.trainer = trainer_options::from_json(r.object("trainer"), context + " trainer");
-    r.ignore({"trainer"});
-    c.loop.eval_every = r.get("eval_every", c.loop.eval_every);
-    c.loop.eval_batches = r.get("eval_batches", c.loop.eval_batches);
-    c.loop.log_every = r.get("log_every", c.loop.log_every, positive);
-    c.loop.checkpoint_every = r.get("checkpoint_every", c.loop.checkpoint_every);
-    c.seed = r.get("seed", c.seed);
-    c.threads = r.get("threads", c.threads, at_least(0));
-    c.out = r.get("out", c.out);
+    c.seq_len = r.get("seq_len", c.seq_len, at_least(1));
     c.order = r.get("order", c.order, one_of({"shuffled", "sequential"}));
     r.finish();
-    if (!c.optimizer.contains("type")) c.optimizer["type"] = "adamw";
-    if (c.schedule.empty()) c.schedule = {{"type", "warmup_cosine"}, {"max_lr", 6e-4}};
-    c.trainer.dropout_seed = c.seed;
+    run_settings& s = c.settings;
+    const std::size_t stages = s.trainer.pipeline.where == pipeline::placement::ranks ? s.trainer.pipeline.stages : 1;
+    const std::size_t replicas = std::max<std::size_t>(1, processes / std::max<std::size_t>(1, stages));
+    std::optional<std::size_t> windows;
+    if (s.epochs) {
+      SPARSELM_CHECK(!c.train_data.empty(), context, ": field 'epochs' needs the training data (data.train)");
+      data::token_file f(c.train_data);
+      windows = data::lm_windows(f.size(), f.sequence_length(), {.seq_len = c.seq_len}, c.train_data).count();
+    }
+    s.resolve(replicas, windows);
+    c.batch_size = s.batch_size;
+    c.optimizer = s.optimizer;
+    c.schedule = s.schedule;
+    c.trainer = s.trainer;
+    c.loop = s.loop;
+    c.seed = s.seed;
+    c.threads = int(s.threads);
+    c.out = s.out;
     return c;
   }
 
-  // The schedule JSON with run-derived defaults filled in.
-  json schedule_json() const {
-    json s = schedule;
-    const std::string type = s.value("type", "");
-    if (type == "bert_power") {
-      if (!s.contains("cooldown_steps")) s["cooldown_steps"] = loop.steps;
-    } else if (type != "constant" && !s.contains("total_steps")) {
-      s["total_steps"] = loop.steps;
-    }
-    if (type == "warmup_cosine" && !s.contains("warmup_steps")) s["warmup_steps"] = loop.steps / 20;
-    return s;
+  // The schedule with the run-derived fields filled in (run_settings::resolve did it).
+  json schedule_json() const { return schedule; }
+
+  // The resolved run config (config.json, the "run" line): the common settings and the task's.
+  json resolved() const {
+    json j = settings.to_json();
+    j["model"] = model;
+    j["data"] = {{"train", train_data}, {"valid", valid_data}};
+    j["seq_len"] = seq_len;
+    j["order"] = order;
+    return j;
   }
 };
 

@@ -61,9 +61,10 @@
 
 namespace sparselm {
 
-// The default policy bundle: keep all activations, one pipeline stage, one replica, fp32, AdamW.
+// The default policy bundle: recompute, pipeline stages and precision as the options say (keep all
+// activations, one stage, fp32 unless they say otherwise), one replica, AdamW.
 struct default_policies {
-  using recompute = sparselm::recompute::none;
+  using recompute = sparselm::recompute::configured;  // trainer_options::recompute (default none)
   using pipeline = sparselm::pipeline::configured;  // trainer_options::pipeline (default one stage)
   using data_parallel = sparselm::data_parallel::none;
   using precision = sparselm::precision::configured;  // trainer_options::precision (default fp32)
@@ -330,6 +331,7 @@ class trainer {
     ctx.compute = compute();
     ctx.bf16_activations = o_.bf16_activations;
     ctx.pipeline = &o_.pipeline;
+    ctx.recompute_blocks = o_.recompute == recompute::blocks::name;
     if (stage_group()) ctx.stage_link = &link_;
     scales_.resize(micro.size());
     m.loss_scale = scaler_.scale();

@@ -16,6 +16,7 @@
 #include "sparselm/optim/loss_scaling.hpp"
 #include "sparselm/policies/pipeline.hpp"
 #include "sparselm/policies/precision.hpp"
+#include "sparselm/policies/recompute.hpp"
 
 namespace sparselm {
 
@@ -81,12 +82,16 @@ struct trainer_options {
   // `stages` stages on their own thread groups, the micro-batches (accumulation steps) in 1F1B or
   // GPipe order; the split is given or balanced by measured cost.
   pipeline::plan pipeline{};
+  // What a step keeps for backward under recompute::configured (policies/recompute.hpp): "none"
+  // (every block's activations) or "blocks" (each block's input; the block re-runs in backward).
+  std::string recompute = "none";
 
   // Fields: accumulation {steps, mode, scale_before}, clip ("none" | "global_norm" | "per_tensor"),
   // max_norm, dropout_seed, on_nonfinite ("stop" | "skip"), max_skipped_steps, loss_scaling
   // ({"type": "static", "scale": S} | {"type": "dynamic", ...} | a number), precision ("fp32" |
   // "bf16" | "fp16"), shard_optimizer (bool), pipeline ({"stages": N, "schedule": "1f1b" | "gpipe",
-  // "placement": "threads" | "ranks", "split": [first block of each stage after the first]}).
+  // "placement": "threads" | "ranks", "split": [first block of each stage after the first]}),
+  // recompute ("none" | "blocks"), bf16_activations (bool).
   static trainer_options from_json(const json& j, const std::string& context = "trainer config") {
     json_fields r(j, context);
     trainer_options o;
@@ -109,6 +114,7 @@ struct trainer_options {
       o.precision = sparselm::precision::parse(r.get("precision", std::string("fp32"), one_of({"fp32", "bf16", "fp16"})),
                                      context + ": field 'precision'");
     o.bf16_activations = r.get("bf16_activations", o.bf16_activations);
+    o.recompute = r.get("recompute", o.recompute, one_of({recompute::none::name, recompute::blocks::name}));
     r.finish();
     return o;
   }
@@ -155,6 +161,10 @@ trainer_options resolve_options(trainer_options o) {
     SPARSELM_CHECK(o.pipeline.stages <= 1, "trainer: the options ask for ", o.pipeline.stages,
                    " pipeline stages but the policy is pipeline::", Policies::pipeline::name,
                    " (pipeline::configured follows the options)");
+  if constexpr (!std::is_same_v<typename Policies::recompute, recompute::configured>)
+    SPARSELM_CHECK(o.recompute == "none" || o.recompute == Policies::recompute::name, "trainer: the options ask for recompute '",
+                   o.recompute, "' but the policy is recompute::", Policies::recompute::name,
+                   " (recompute::configured follows the options)");
   if ((*o.precision == dtype::f16 || P::loss_scaling) && !o.loss_scaling.dynamic && o.loss_scaling.scale == 1.0f) {
     o.loss_scaling = optim::loss_scale_config{};
     o.loss_scaling.dynamic = true;

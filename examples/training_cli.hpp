@@ -1,0 +1,97 @@
+#pragma once
+// The command line every training program shares (gpt_train, sparse_lm, bert_pretrain,
+// bert_classify, bert_squad): a run config (-c), the flags of the common option schema
+// (train/run_settings.hpp) and of the program's task, --set key=value, and the run flags (--resume,
+// --overwrite, --no-verify, --dry-run). Flags and --set override the run config's keys; the
+// program's defaults fill what neither gives.
+//
+//   examples::training_cli cli("gpt_train", "Train a GPT ...", {gpt_model_options(), sparselm::lm_task_options()});
+//   if (auto status = cli.parse(argc, argv)) return *status;
+//   json j = cli.run_json(defaults);        // run config + defaults + flags + --set
+//   auto rc = sparselm::lm_run_config::from_json(j, cli.context(), cli.base());
+//
+// `--options-reference` prints the program's keys and flags as Markdown (docs/reference/options.md
+// is made from it by scripts/gen_options_reference.sh, and a test checks the two agree).
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <initializer_list>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli.hpp"
+#include "sparselm/train/run_config.hpp"
+#include "sparselm/train/run_settings.hpp"
+
+namespace examples {
+
+class training_cli {
+ public:
+  // tables: the program's own option tables (the task's and the model's), after the common one.
+  training_cli(std::string program, std::string description,
+               std::initializer_list<std::span<const sparselm::option_entry>> tables)
+      : program_(std::move(program)), app_(std::move(description)), tables_(tables) {
+    app_.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
+    app_.add_option("-c,--config", config_path_, "Run config JSON (its keys: docs/reference/options.md)");
+    app_.add_flag("--resume", resume, "Continue the run in --out from its newest checkpoint (exact resume)");
+    app_.add_flag("--overwrite", overwrite,
+                  "Start again in a used --out: delete its checkpoints, metrics.jsonl and config.json first");
+    app_.add_flag("--no-verify", [this](std::int64_t) { verify = false; },
+                  "Resume without checking the checkpoint's CRC-32C checksums");
+    app_.add_flag("--options-reference", reference_, "Print this program's run-config keys and flags (Markdown) and exit");
+    for (auto t : tables_) flags_.add(app_, t);
+    flags_.add(app_, sparselm::common_options());
+    flags_.add_set(app_);
+  }
+
+  CLI::App& app() { return app_; }
+
+  // nullopt to go on, or the exit status (0 after --help or --options-reference, 2 for a usage error).
+  std::optional<int> parse(int argc, char** argv) {
+    if (auto status = examples::parse(app_, argc, argv)) return status;
+    if (reference_) {
+      std::printf("### %s\n\nIts own keys:\n", program_.c_str());
+      for (auto t : tables_) std::printf("%s", sparselm::options_reference(t).c_str());
+      std::printf("\nand the common keys of every training program.\n");
+      return 0;
+    }
+    return std::nullopt;
+  }
+
+  // The flags and --set overrides alone (e.g. to learn --init-from before reading a model).
+  nlohmann::json overlay() const { return flags_.overlay(); }
+
+  // The run config (-c, or {}), with a "model" given as a file name inlined, the flags and --set
+  // overrides applied, then `defaults` under what is still missing.
+  nlohmann::json run_json(const nlohmann::json& defaults = nlohmann::json::object()) {
+    auto [j, base] = sparselm::read_run_json(config_path_);
+    base_ = base;
+    flags_.apply(j);
+    sparselm::apply_defaults(j, defaults);
+    return j;
+  }
+  // The run config's name in errors, and its directory (relative model files).
+  std::string context() const { return config_path_.empty() ? std::string("run config") : config_path_; }
+  const std::filesystem::path& base() const { return base_; }
+  const std::string& program() const { return program_; }
+  bool has_config() const { return !config_path_.empty(); }
+
+  bool resume = false, overwrite = false, verify = true;
+
+ private:
+  std::string program_;
+  CLI::App app_;
+  std::vector<std::span<const sparselm::option_entry>> tables_;
+  run_flags flags_;
+  std::string config_path_;
+  std::filesystem::path base_;
+  bool reference_ = false;
+};
+
+}  // namespace examples

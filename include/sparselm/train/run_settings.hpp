@@ -1,0 +1,533 @@
+#pragma once
+// The one option schema of the training programs (gpt_train, sparse_lm, bert_pretrain,
+// bert_classify, bert_squad): the run-config keys every program reads with the same meaning —
+// run length, batch and accumulation, optimiser, schedule, trainer (clipping, precision, recompute,
+// pipeline, sharding, loss scaling), sparsity and its pattern updates, loop cadence, seed, threads,
+// run directory — as a table (`common_options`) from which the programs make their flags
+// (examples/cli.hpp), `--help` its text and docs/reference/options.md its reference
+// (`options_reference`), and the reader (`run_settings::from_json`) that parses them strictly:
+// an unknown key, or two keys that contradict each other, is an error naming the key.
+//
+//   json j = read_run_json("run.json").first;           // then flags, then --set key=value
+//   apply_defaults(j, {{"optimizer", {{"type", "lamb"}}}});
+//   auto s = run_settings::from_json(j, "run.json", {"model", "data", "seq_len"});   // task keys
+//   s.resolve(data_replicas, train_examples, "bert_pretrain");   // steps, accumulation, schedule
+//   trainer<Model, P> t(model, s.trainer, any_optimizer(s.optimizer), optim::make_schedule(s.schedule));
+//
+// A task's own keys (the model, the data files, sequence length, labels, ...) stay in `task` for
+// the program to read; they have entries in the program's own table so that its flags and the
+// reference come from one place too.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sparselm/core/checked.hpp"
+#include "sparselm/core/error.hpp"
+#include "sparselm/core/json.hpp"
+#include "sparselm/optim/schedules.hpp"
+#include "sparselm/sparse/init.hpp"
+#include "sparselm/sparse/sparsity.hpp"
+#include "sparselm/sparse/update.hpp"
+#include "sparselm/train/training_loop.hpp"
+#include "sparselm/train/trainer_options.hpp"
+
+namespace sparselm {
+
+// --- the schema ------------------------------------------------------------------------------------
+
+// What a key holds, which decides how its flag is checked: a whole number >= 0, a finite number,
+// one of `choices`, true/false (a flag without value), or text (a file name, ...).
+enum class option_kind { count, number, choice, boolean, text };
+
+struct option_entry {
+  std::string_view key;      // dotted run-config path, e.g. "trainer.accumulation.steps"
+  std::string_view flag;     // the program flag, e.g. "--accumulation" ("": run config only)
+  option_kind kind;
+  std::string_view help;     // one sentence: what it does
+  std::string_view choices;  // kind choice: the values, separated by spaces
+  std::string_view fallback; // the value when absent ("" when it depends on the program or the run)
+  std::string_view group;    // heading in --help and the reference
+};
+
+inline std::vector<std::string> option_choices(const option_entry& e) {
+  std::vector<std::string> v;
+  std::istringstream in{std::string(e.choices)};
+  for (std::string w; in >> w;) v.push_back(w);
+  return v;
+}
+
+// The keys every training program reads. Order: as --help and the reference list them.
+inline std::span<const option_entry> common_options() {
+  using k = option_kind;
+  static const option_entry table[] = {
+      // run length and batch
+      {"steps", "--steps", k::count, "Optimiser steps in total (a resumed run continues up to it); not with epochs", "", "",
+       "length and batch"},
+      {"epochs", "--epochs", k::number,
+       "Passes over the training data instead of steps: steps = ceil(epochs x examples / global batch)", "", "",
+       "length and batch"},
+      {"batch_size", "--batch-size", k::count, "Rows (sequences or examples) per micro-batch on each process", "", "",
+       "length and batch"},
+      {"global_batch", "--global-batch", k::count,
+       "Rows per optimiser step over all processes: the accumulation is global_batch / (batch_size x data "
+       "replicas), which must divide exactly; contradicts a different trainer.accumulation.steps",
+       "", "", "length and batch"},
+      {"trainer.accumulation.steps", "--accumulation", k::count,
+       "Micro-batches per optimiser step on each process (gradient accumulation)", "", "1", "length and batch"},
+      {"trainer.accumulation.mode", "--accumulation-mode", k::choice,
+       "How micro-batch gradients combine: sum, or avg (divided by the count)", "sum avg", "avg", "length and batch"},
+      {"trainer.accumulation.scale_before", "--pre-scale", k::boolean,
+       "avg: scale each micro-batch's gradient before adding it (pre-scaling; fewer large partial sums)", "",
+       "false", "length and batch"},
+      // optimiser and schedule
+      {"optimizer.type", "--optimizer", k::choice, "The optimiser (its other fields: docs/reference/options.md)",
+       "adamw adam sgd lamb", "", "optimiser and schedule"},
+      {"optimizer.slots", "--slots", k::choice,
+       "Storage type of the optimiser's slots (Adam m and v, momentum); updates compute in fp32", "float bf16 half",
+       "float", "optimiser and schedule"},
+      {"optimizer.weight_decay", "--weight-decay", k::number, "Decoupled weight decay (not on norms and biases)", "", "",
+       "optimiser and schedule"},
+      {"schedule.type", "--schedule", k::choice, "Learning-rate schedule",
+       "constant warmup_cosine linear up_down bert_power", "", "optimiser and schedule"},
+      {"schedule.max_lr", "--lr", k::number, "Peak learning rate (bert_power: its peak_lr; constant: its lr)", "", "",
+       "optimiser and schedule"},
+      {"schedule.min_lr", "--min-lr", k::number, "Final (or floor) learning rate of the schedule", "", "",
+       "optimiser and schedule"},
+      {"schedule.warmup_steps", "--warmup-steps", k::count, "Linear warm-up steps; not with warmup_frac", "", "",
+       "optimiser and schedule"},
+      {"schedule.warmup_frac", "--warmup-frac", k::number, "Linear warm-up as a fraction of the steps; not with warmup_steps",
+       "", "", "optimiser and schedule"},
+      {"trainer.clip", "--clip", k::choice, "Gradient clipping", "global_norm per_tensor none", "global_norm",
+       "optimiser and schedule"},
+      {"trainer.max_norm", "--max-norm", k::number, "Clipping norm", "", "1", "optimiser and schedule"},
+      {"trainer.on_nonfinite", "--on-nonfinite", k::choice,
+       "A step with a non-finite loss or gradient: stop the run, or skip the step (at most max_skipped_steps in a row)",
+       "stop skip", "stop", "optimiser and schedule"},
+      // precision and memory
+      {"trainer.precision", "--precision", k::choice,
+       "Compute type of the GEMMs: fp32, bf16 (AVX512-BF16 where the CPU has it) or fp16 (dynamic loss scaling); "
+       "weights, gradients and optimiser state stay fp32",
+       "fp32 bf16 fp16", "fp32", "precision and memory"},
+      {"trainer.loss_scaling", "--loss-scaling", k::text,
+       "Loss scaling: a static scale (a number), or {\"type\": \"dynamic\"} (--loss-scaling dynamic)", "", "1",
+       "precision and memory"},
+      {"trainer.recompute", "--recompute", k::choice,
+       "Activation memory: none keeps every block's activations; blocks keeps each block's input and re-runs the "
+       "block in backward (~1/3 more compute, one block's activations)",
+       "none blocks", "none", "precision and memory"},
+      // processes
+      {"trainer.pipeline.stages", "--pipeline-stages", k::count,
+       "Split the blocks over N pipeline stages fed by the accumulation's micro-batches", "", "1", "processes"},
+      {"trainer.pipeline.schedule", "--pipeline-schedule", k::choice,
+       "Order of a stage's work: 1f1b (at most N micro-batches in flight) or gpipe", "1f1b gpipe", "1f1b",
+       "processes"},
+      {"trainer.pipeline.placement", "--pipeline-placement", k::choice,
+       "Where the stages run: threads of this process, or MPI ranks (one stage per rank; a multiple of the stages: "
+       "data replicas of the pipeline)",
+       "threads ranks", "threads", "processes"},
+      {"trainer.shard_optimizer", "--shard-optimizer", k::boolean,
+       "Under mpirun: each rank keeps and updates 1/P of the optimiser state (ZeRO stage 1)", "", "false",
+       "processes"},
+      {"threads", "--threads", k::count, "Threads per process (0: all cores)", "", "0", "processes"},
+      {"dropout", "--dropout", k::number, "Every dropout rate of the model (absent: the model config's)", "", "",
+       "precision and memory"},
+      // sparsity
+      {"sparsity.block_size", "--block-size", k::choice,
+       "Block-sparse projections with B x B blocks (0: dense); fine-tuning a dense checkpoint: magnitude-prune it "
+       "into this block size",
+       "0 1 4 8 16", "0", "sparsity"},
+      {"sparsity.sparsity", "--sparsity", k::number, "Fraction of zero blocks in the sparse projections", "", "0.9",
+       "sparsity"},
+      {"sparsity.allocation", "--allocation", k::choice,
+       "Blocks per projection: uniform (the same density) or erk (Erdos-Renyi-kernel: denser small projections)",
+       "uniform erk", "uniform", "sparsity"},
+      {"sparsity.lr_rescale", "--sparse-lr-rescale", k::boolean,
+       "Scale every learning rate by eta(s) = exp(1.969 s^2 + 0.2905 s) for the sparsity s", "", "false",
+       "sparsity"},
+      {"sparsity.update.update_period", "--update-period", k::count,
+       "Prune and regrow the patterns every N steps (dynamic sparsity; 0 or absent: static patterns)", "", "0",
+       "sparsity"},
+      {"sparsity.update.prune_ratio", "--prune-ratio", k::number,
+       "Fraction of each projection's active blocks an update replaces, before the decay", "", "0.3", "sparsity"},
+      {"sparsity.update.period", "--prune-period", k::number,
+       "Decay of the prune ratio: cosine periods over the run (0.5: from 1 to 0; 0: no decay)", "", "0.5",
+       "sparsity"},
+      {"sparsity.update.phase_delay", "--prune-phase-delay", k::number, "Phase added to the decay's cosine (radians)",
+       "", "0", "sparsity"},
+      {"sparsity.update.zero_steps", "--prune-zero-steps", k::count, "No pattern update before this step", "", "0",
+       "sparsity"},
+      {"sparsity.update.prune_metric", "--prune-metric", k::choice, "Which blocks are pruned: smallest l1, l2 or max",
+       "l1 l2 max", "l1", "sparsity"},
+      {"sparsity.update.regrow", "--regrow", k::choice,
+       "Where blocks regrow: rigl (largest dense gradient) or random", "rigl random", "random", "sparsity"},
+      {"sparsity.update.pooling", "--pooling", k::choice, "rigl: how a block's dense gradient becomes its score",
+       "sum avg max", "avg", "sparsity"},
+      // loop and outputs
+      {"eval_every", "--eval-every", k::count, "Evaluate every N steps (0: only at the end)", "", "", "loop and outputs"},
+      {"eval_batches", "--eval-batches", k::count, "Validation batches per evaluation (0: all)", "", "",
+       "loop and outputs"},
+      {"log_every", "--log-every", k::count, "A training metrics line every N steps", "", "10", "loop and outputs"},
+      {"checkpoint_every", "--checkpoint-every", k::count,
+       "Checkpoint every N steps (0: at the end and on a stop signal)", "", "0", "loop and outputs"},
+      {"keep_checkpoints", "--keep-checkpoints", k::count, "Newest checkpoints kept (older ones are deleted)", "", "2",
+       "loop and outputs"},
+      {"seed", "--seed", k::count, "Seed of initialisation, data order, dropout and pattern updates", "", "1234",
+       "loop and outputs"},
+      {"out", "-o,--out", k::text, "Run directory: config.json, metrics.jsonl, checkpoints/", "", "", "loop and outputs"},
+      {"init_from", "--init-from", k::text,
+       "Start from these weights: a checkpoint or run directory of ours, or a HuggingFace directory", "", "",
+       "loop and outputs"},
+  };
+  return table;
+}
+
+// --- defaults --------------------------------------------------------------------------------------
+
+// Fills the keys of `defaults` that `j` lacks, recursively. The "optimizer" and "schedule" objects
+// take the defaults' other fields only when they name the defaults' type (or none): the defaults
+// of one optimiser are not fields of another; and a schedule key is not defaulted when the
+// schedule gives another name of the same quantity (max_lr / peak_lr / lr, warmup_steps /
+// warmup_frac / warmup_proportion).
+inline void apply_defaults(json& j, const json& defaults, bool in_schedule = false) {
+  if (!j.is_object() || !defaults.is_object()) return;
+  static const std::vector<std::vector<std::string>> aliases = {{"max_lr", "peak_lr", "lr"},
+                                                                {"warmup_steps", "warmup_frac", "warmup_proportion"}};
+  for (const auto& [key, value] : defaults.items()) {
+    if (in_schedule) {
+      bool named = false;
+      for (const auto& group : aliases)
+        if (std::find(group.begin(), group.end(), key) != group.end())
+          for (const auto& other : group) named = named || j.contains(other);
+      if (named) continue;
+    }
+    if (!j.contains(key) || j[key].is_null()) {
+      j[key] = value;
+      continue;
+    }
+    if (!value.is_object() || !j[key].is_object()) continue;
+    if ((key == "optimizer" || key == "schedule") && j[key].contains("type") && value.contains("type") &&
+        j[key]["type"] != value["type"])
+      continue;
+    apply_defaults(j[key], value, key == "schedule");
+  }
+}
+
+// --- the settings ----------------------------------------------------------------------------------
+
+struct sparsity_settings {
+  std::size_t block_size = 0;  // 0: dense
+  double sparsity = 0.9;
+  sparse::allocation allocation = sparse::allocation::uniform;
+  bool lr_rescale = false;
+  std::optional<sparse::update_config> update;  // dynamic sparsity; nullopt: static patterns
+  bool block_given = false, sparsity_given = false;  // present in the config (fine-tuning: prune)
+};
+
+struct run_settings {
+  std::string context;                // the config's name, for errors
+  std::optional<std::size_t> steps;   // one of steps and epochs (resolve() makes steps)
+  std::optional<double> epochs;
+  std::size_t batch_size = 8;         // rows per micro-batch per process
+  std::optional<std::size_t> global_batch;
+  bool accumulation_given = false;
+  json optimizer = json::object();    // registry::any_optimizer's config
+  json schedule = json::object();     // optim::make_schedule's, resolved by resolve()
+  trainer_options trainer{};
+  sparsity_settings sparsity{};
+  loop_options loop{};
+  std::size_t keep_checkpoints = 2;
+  std::uint64_t seed = 1234;
+  std::size_t threads = 0;
+  std::string out = "runs/run";
+  std::string init_from;
+  std::optional<double> dropout;      // every dropout rate of the model (the program applies it)
+  json task = json::object();         // the task's keys, for the program
+
+  // Reads the common keys of `j` strictly; `task_keys` are the top-level keys the program reads
+  // itself (copied to `task`). Anything else is an error naming the key.
+  static run_settings from_json(const json& j, const std::string& context, const std::vector<std::string_view>& task_keys) {
+    SPARSELM_CHECK(j.is_object(), context, ": expected a JSON object, got ", j.type_name());
+    json common = json::object();
+    std::set<std::string, std::less<>> own;
+    for (const auto& e : common_options()) own.insert(std::string(e.key.substr(0, e.key.find('.'))));
+    for (const auto& [key, value] : j.items()) {
+      const bool is_task = std::find(task_keys.begin(), task_keys.end(), key) != task_keys.end();
+      if (is_task)
+        continue;
+      else if (own.contains(key))
+        common[key] = value;
+      else
+        fail(context, ": unknown field '", key, "' (the common fields: docs/reference/options.md; this program's own: ",
+             join(task_keys), ")");
+    }
+    run_settings s;
+    s.context = context;
+    for (std::string_view k : task_keys)
+      if (j.contains(k)) s.task[std::string(k)] = j.at(std::string(k));
+    json_fields r(common, context);
+    auto positive = at_least(1);
+    if (r.has("steps")) s.steps = r.get("steps", std::size_t(1), positive);
+    if (r.has("epochs")) s.epochs = r.get("epochs", 1.0, in_closed(1e-9, 1e6));
+    SPARSELM_CHECK(!(s.steps && s.epochs), context, ": fields 'steps' and 'epochs' contradict each other (give one)");
+    s.batch_size = r.get("batch_size", s.batch_size, positive);
+    check_limit(context, "batch_size", s.batch_size, limits::batch);
+    if (r.has("global_batch")) s.global_batch = r.get("global_batch", std::size_t(1), positive);
+    if (r.has("optimizer")) s.optimizer = r.object("optimizer");
+    if (r.has("schedule")) s.schedule = r.object("schedule");
+    r.ignore({"optimizer", "schedule"});
+    if (r.has("trainer")) {
+      const json t = r.object("trainer");
+      s.accumulation_given = t.contains("accumulation") && t["accumulation"].is_object() &&
+                             t["accumulation"].contains("steps");
+      s.trainer = trainer_options::from_json(t, context + " trainer");
+    }
+    r.ignore({"trainer"});
+    if (r.has("sparsity")) s.sparsity = read_sparsity(r.object("sparsity"), context + " sparsity");
+    r.ignore({"sparsity"});
+    s.loop.eval_every = r.get("eval_every", s.loop.eval_every);
+    s.loop.eval_batches = r.get("eval_batches", s.loop.eval_batches);
+    s.loop.log_every = r.get("log_every", s.loop.log_every, positive);
+    s.loop.checkpoint_every = r.get("checkpoint_every", s.loop.checkpoint_every);
+    s.keep_checkpoints = r.get("keep_checkpoints", s.keep_checkpoints, positive);
+    s.seed = r.get("seed", s.seed);
+    s.threads = r.get("threads", s.threads, in_closed(0, double(limits::threads)));
+    s.out = r.get("out", s.out);
+    s.init_from = r.get("init_from", s.init_from);
+    if (r.has("dropout")) s.dropout = r.get("dropout", 0.0, in_range(0.0, 1.0));
+    r.finish();
+    s.trainer.dropout_seed = s.seed;
+    if (!s.optimizer.contains("type")) s.optimizer["type"] = "adamw";
+    if (!s.schedule.contains("type")) s.schedule["type"] = "warmup_cosine";
+    return s;
+  }
+
+  static sparsity_settings read_sparsity(const json& j, const std::string& context) {
+    json_fields r(j, context);
+    sparsity_settings sp;
+    sp.block_given = r.has("block_size");
+    sp.sparsity_given = r.has("sparsity");
+    sp.block_size = r.get("block_size", sp.block_size);
+    SPARSELM_CHECK(sp.block_size == 0 || is_block_size(sp.block_size), context, ": field 'block_size' is ",
+                   sp.block_size, ", not 0 (dense) or one of ", join_sizes());
+    sp.sparsity = r.get("sparsity", sp.sparsity, in_range(0.0, 0.999999));
+    r.read_enum("allocation", sp.allocation, sparse::parse_allocation);
+    sp.lr_rescale = r.get("lr_rescale", sp.lr_rescale);
+    if (r.has("update")) {
+      json u = r.object("update");
+      // update_period 0: static patterns (the same as no "update").
+      if (!(u.contains("update_period") && u["update_period"].is_number() && u["update_period"] == 0)) {
+        sp.update = sparse::update_config::from_json(u, context + ".update");
+        SPARSELM_CHECK(u.contains("update_period"), context, ".update: field 'update_period' is missing (the steps "
+                       "between pattern updates; 0: static patterns)");
+      } else {
+        u.erase("update_period");
+        sparse::update_config::from_json(u, context + ".update");  // still checked
+      }
+    }
+    r.ignore({"update"});
+    r.finish();
+    SPARSELM_CHECK(!sp.update || sp.block_size != 0 || !sp.block_given, context,
+                   ": field 'update' (dynamic sparsity) contradicts 'block_size' 0 (a dense model)");
+    return sp;
+  }
+
+  // The accumulation, steps and schedule of the run: data_replicas processes train data-parallel
+  // (each batch_size rows per micro-batch); train_examples (rows of one pass over the training
+  // data) is needed when the run is given in epochs. `default_steps` when neither is given.
+  void resolve(std::size_t data_replicas, std::optional<std::size_t> train_examples, std::size_t default_steps = 1000) {
+    SPARSELM_CHECK(data_replicas > 0, context, ": no data replicas");
+    if (global_batch) {
+      const std::size_t per = checked_mul(batch_size, data_replicas, context + ": batch_size x data replicas");
+      SPARSELM_CHECK(*global_batch % per == 0, context, ": field 'global_batch' (", *global_batch,
+                     ") is not a multiple of batch_size x data replicas (", batch_size, " x ", data_replicas, " = ",
+                     per, ")");
+      const std::size_t acc = *global_batch / per;
+      SPARSELM_CHECK(!accumulation_given || trainer.accumulation.steps == acc, context, ": field 'global_batch' ",
+                     *global_batch, " means ", acc, " micro-batches per step, but 'trainer.accumulation.steps' is ",
+                     trainer.accumulation.steps, " (give one of them)");
+      trainer.accumulation.steps = acc;
+    }
+    check_limit(context, "trainer.accumulation.steps", trainer.accumulation.steps, limits::accumulation);
+    const std::size_t rows = checked_mul(checked_mul(batch_size, trainer.accumulation.steps, context + ": global batch"),
+                                         data_replicas, context + ": global batch");
+    if (epochs) {
+      SPARSELM_CHECK(train_examples.has_value(), context, ": field 'epochs' needs the size of the training data");
+      SPARSELM_CHECK(*train_examples > 0, context, ": field 'epochs': the training data is empty");
+      const double s = std::ceil(*epochs * double(*train_examples) / double(rows) - 1e-9);
+      SPARSELM_CHECK(s < double(limits::steps), context, ": field 'epochs' ", *epochs, " means ", s,
+                     " steps, above the limit ", limits::steps);
+      steps = std::max<std::size_t>(1, std::size_t(s));
+    }
+    if (!steps) steps = default_steps;
+    check_limit(context, "steps", *steps, limits::steps);
+    loop.steps = *steps;
+    schedule = resolved_schedule();
+    if (sparsity.update && sparsity.update->schedule.total_steps == 0) sparsity.update->schedule.total_steps = *steps;
+    if (sparsity.update) sparsity.update->schedule.validate(context + " sparsity.update");
+  }
+
+  // The global batch after resolve(): rows per optimiser step over all data replicas.
+  std::size_t rows_per_step(std::size_t data_replicas) const {
+    return batch_size * trainer.accumulation.steps * data_replicas;
+  }
+
+  // The schedule for make_schedule: the run's length filled in, the common keys (max_lr,
+  // warmup_frac, warmup_steps) in the type's own terms, eta(s) when asked.
+  json resolved_schedule() const {
+    json s = schedule;
+    const std::string type = s.value("type", "warmup_cosine");
+    const std::size_t T = loop.steps;
+    const bool has_frac = s.contains("warmup_frac"), has_steps = s.contains("warmup_steps");
+    SPARSELM_CHECK(!(has_frac && has_steps), context,
+                   ": fields 'schedule.warmup_frac' and 'schedule.warmup_steps' contradict each other (give one)");
+    auto rename = [&](const char* from, const char* to) {
+      if (!s.contains(from)) return;
+      SPARSELM_CHECK(!s.contains(to), context, ": fields 'schedule.", from, "' and 'schedule.", to,
+                     "' contradict each other (the same quantity for schedule '", type, "'; give one)");
+      s[to] = s[from];
+      s.erase(from);
+    };
+    auto frac_to_steps = [&] {
+      if (!has_frac) return;
+      const json f = s["warmup_frac"];
+      SPARSELM_CHECK(f.is_number() && f.get<double>() >= 0 && f.get<double>() < 1, context,
+                     ": field 'schedule.warmup_frac' must be a number in [0, 1), got ", f.dump());
+      s["warmup_steps"] = std::size_t(f.get<double>() * double(T));
+      s.erase("warmup_frac");
+    };
+    if (type == "constant") {
+      rename("max_lr", "lr");
+    } else if (type == "bert_power") {
+      rename("max_lr", "peak_lr");
+      frac_to_steps();
+      if (!s.contains("cooldown_steps")) s["cooldown_steps"] = T;
+    } else if (type == "warmup_cosine") {
+      frac_to_steps();
+      if (!s.contains("warmup_steps")) s["warmup_steps"] = T / 20;
+    } else if (type == "linear") {
+      SPARSELM_CHECK(!has_steps || !s.contains("warmup_proportion"), context,
+                     ": fields 'schedule.warmup_steps' and 'schedule.warmup_proportion' contradict each other");
+      if (has_steps) {
+        const json w = s["warmup_steps"];
+        SPARSELM_CHECK(w.is_number_unsigned() || (w.is_number_integer() && w.get<std::int64_t>() >= 0), context,
+                       ": field 'schedule.warmup_steps' must be a whole number, got ", w.dump());
+        s["warmup_proportion"] = T ? double(w.get<std::size_t>()) / double(T) : 0.0;
+        s.erase("warmup_steps");
+      }
+      rename("warmup_frac", "warmup_proportion");
+    } else if (type == "up_down") {
+      if (has_steps) {
+        const json w = s["warmup_steps"];
+        SPARSELM_CHECK(w.is_number_unsigned() || (w.is_number_integer() && w.get<std::int64_t>() >= 0), context,
+                       ": field 'schedule.warmup_steps' must be a whole number, got ", w.dump());
+        s["warmup_frac"] = T ? double(w.get<std::size_t>()) / double(T) : 0.0;
+        s.erase("warmup_steps");
+      }
+    }
+    if (type != "constant" && type != "bert_power" && !s.contains("total_steps")) s["total_steps"] = T;
+    if (sparsity.lr_rescale) {
+      SPARSELM_CHECK(sparsity.block_size != 0, context,
+                     ": field 'sparsity.lr_rescale' needs block-sparse projections (sparsity.block_size)");
+      SPARSELM_CHECK(!s.contains("sparse_lr_rescale"), context,
+                     ": fields 'sparsity.lr_rescale' and 'schedule.sparse_lr_rescale' contradict each other");
+      s["sparse_lr_rescale"] = sparsity.sparsity;
+    }
+    optim::make_schedule(s);  // checked here, naming the config
+    return s;
+  }
+
+  // The resolved common settings, as the run records them (config.json, the "run" line).
+  json to_json() const {
+    json j = {{"steps", loop.steps},
+              {"batch_size", batch_size},
+              {"optimizer", optimizer},
+              {"schedule", schedule},
+              {"eval_every", loop.eval_every},
+              {"eval_batches", loop.eval_batches},
+              {"log_every", loop.log_every},
+              {"checkpoint_every", loop.checkpoint_every},
+              {"keep_checkpoints", keep_checkpoints},
+              {"seed", seed},
+              {"threads", threads},
+              {"out", out}};
+    if (epochs) j["epochs"] = *epochs;
+    if (global_batch) j["global_batch"] = *global_batch;
+    if (!init_from.empty()) j["init_from"] = init_from;
+    if (dropout) j["dropout"] = *dropout;
+    json& t = j["trainer"];
+    t["accumulation"] = {{"steps", trainer.accumulation.steps},
+                         {"mode", trainer.accumulation.mode == optim::accumulation_mode::sum ? "sum" : "avg"},
+                         {"scale_before", trainer.accumulation.scale_before}};
+    t["clip"] = trainer.clip == clip_mode::none ? "none" : trainer.clip == clip_mode::per_tensor ? "per_tensor" : "global_norm";
+    t["max_norm"] = trainer.max_norm;
+    t["on_nonfinite"] = trainer.on_nonfinite == nonfinite_action::skip ? "skip" : "stop";
+    if (trainer.precision) t["precision"] = precision::name(*trainer.precision);
+    t["recompute"] = trainer.recompute;
+    t["shard_optimizer"] = trainer.shard_optimizer;
+    t["pipeline"] = {{"stages", trainer.pipeline.stages},
+                     {"schedule", trainer.pipeline.schedule == pipeline::order::gpipe ? "gpipe" : "1f1b"},
+                     {"placement", trainer.pipeline.where == pipeline::placement::ranks ? "ranks" : "threads"}};
+    if (!trainer.pipeline.split.empty()) t["pipeline"]["split"] = trainer.pipeline.split;
+    json& sp = j["sparsity"];
+    sp = {{"block_size", sparsity.block_size}, {"allocation", sparse::to_string(sparsity.allocation)},
+          {"lr_rescale", sparsity.lr_rescale}};
+    if (sparsity.block_size) sp["sparsity"] = sparsity.sparsity;
+    if (sparsity.update) sp["update"] = *sparsity.update;
+    return j;
+  }
+
+ private:
+  static std::string join(const std::vector<std::string_view>& keys) {
+    std::string s;
+    for (auto k : keys) s += (s.empty() ? "" : ", ") + std::string(k);
+    return s.empty() ? "none" : s;
+  }
+  static std::string join_sizes() {
+    std::string s;
+    for (auto b : block_sizes) s += (s.empty() ? "" : ", ") + std::to_string(b);
+    return s;
+  }
+};
+
+// --- the reference ---------------------------------------------------------------------------------
+
+// A Markdown table of entries (key, flag, values, default, meaning), grouped under headings.
+inline std::string options_reference(std::span<const option_entry> entries) {
+  std::ostringstream o;
+  std::string_view group;
+  for (const auto& e : entries) {
+    if (e.group != group) {
+      group = e.group;
+      o << "\n#### " << group << "\n\n| key | flag | values | default | meaning |\n|---|---|---|---|---|\n";
+    }
+    std::string values;
+    switch (e.kind) {
+      case option_kind::count: values = "whole number"; break;
+      case option_kind::number: values = "number"; break;
+      case option_kind::boolean: values = "true, false"; break;
+      case option_kind::text: values = "text"; break;
+      case option_kind::choice: {
+        for (const auto& c : option_choices(e)) values += (values.empty() ? "" : ", ") + c;
+        break;
+      }
+    }
+    std::string help(e.help);
+    for (auto& ch : help)
+      if (ch == '|') ch = '/';
+    o << "| `" << e.key << "` | " << (e.flag.empty() ? std::string("") : "`" + std::string(e.flag) + "`") << " | "
+      << values << " | " << (e.fallback.empty() ? std::string("(program)") : std::string(e.fallback)) << " | " << help
+      << " |\n";
+  }
+  return o.str();
+}
+
+}  // namespace sparselm
