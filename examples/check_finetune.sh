@@ -10,10 +10,10 @@
 #      from the same weights: its first logged loss equals the run from our checkpoint;
 #   4. bert_squad on the bundled SQuAD-format set: predictions.json answers every dev question
 #      with text from its context, eval.json's EM / F1 equal squad_eval's on those predictions;
-#   5. a block-sparse pre-training run (--block 16 --sparsity 0.9) starts block-sparse fine-tuning
+#   5. a block-sparse pre-training run (--block-size 16 --sparsity 0.9) starts block-sparse fine-tuning
 #      in both programs: the patterns of every encoder weight are the pre-training run's at the end
 #      (bit for bit) while the active blocks trained; exact resume as in 2;
-#   6. --prune-block 16 --prune-sparsity 0.5 from the dense checkpoint: each encoder weight keeps the
+#   6. --block-size 16 --sparsity 0.5 from the dense checkpoint: each encoder weight keeps the
 #      blocks of largest L2 norm of the pre-training weights (recomputed here), and keeps them;
 #   7. the same with --update-period 2 over 6 steps: patterns updated at steps 2 and 4 (not at the
 #      last), each weight's block count kept, the final patterns differ from 6's; exact resume from
@@ -24,7 +24,7 @@ data=$1 pretrain=$2 classify=$3 squad=$4 squad_eval=$5 export_hf=$6 src=$7 work=
 rm -rf "$work"
 mkdir -p "$work"
 "$data" -i "$src/data/corpus/valid" -o "$work/p.bex" --seq-len 64 --max-predictions 10 --dupe-factor 1 > /dev/null
-"$pretrain" --config "$src/configs/bert-tiny.json" --train "$work/p.bex" --out "$work/pre" --steps 4 --batch-size 8 \
+"$pretrain" --model "$src/configs/bert-tiny.json" --train "$work/p.bex" --out "$work/pre" --steps 4 --batch-size 8 \
   --eval-every 0 --threads 2 > /dev/null 2> "$work/pre.log"
 
 # A two-class set from the bundled validation text: 120 sentences of each source, labelled by it.
@@ -80,8 +80,8 @@ sq=(--train "$src/data/squad/train-v1.1.json" --predict "$src/data/squad/dev-v1.
 "$squad" "${sq[@]}" --out "$work/squad" --steps 6 --log-every 2 > "$work/squad.json" 2> "$work/squad.log"
 "$squad_eval" "$src/data/squad/dev-v1.1.json" "$work/squad/predictions.json" > "$work/squad_eval.out"
 
-"$pretrain" --config "$src/configs/bert-tiny.json" --train "$work/p.bex" --out "$work/pre-sparse" --steps 4 \
-  --batch-size 8 --eval-every 0 --threads 2 --block 16 --sparsity 0.9 > /dev/null 2> "$work/pre-sparse.log"
+"$pretrain" --model "$src/configs/bert-tiny.json" --train "$work/p.bex" --out "$work/pre-sparse" --steps 4 \
+  --batch-size 8 --eval-every 0 --threads 2 --block-size 16 --sparsity 0.9 > /dev/null 2> "$work/pre-sparse.log"
 cls_sparse=("${cls[@]/#$work\/pre/$work/pre-sparse}")
 "$classify" "${cls_sparse[@]}" --out "$work/cls-sparse" --steps 6 --checkpoint-every 3 > /dev/null \
   2> "$work/cls-sparse.log"
@@ -96,17 +96,17 @@ echo "step-000003" > "$work/cls-sparse-resumed/checkpoints/latest"
   2> "$work/squad-sparse.log"
 grep -q "block-sparse encoder (B = 16" "$work/squad-sparse.log" ||
   { echo "FAIL: bert_squad did not build the block-sparse encoder: $(cat "$work/squad-sparse.log")"; exit 1; }
-"$classify" "${cls[@]}" --out "$work/cls-pruned" --steps 3 --prune-block 16 --prune-sparsity 0.5 > /dev/null \
+"$classify" "${cls[@]}" --out "$work/cls-pruned" --steps 3 --block-size 16 --sparsity 0.5 > /dev/null \
   2> "$work/cls-pruned.log"
 grep -q "block-sparse encoder (B = 16) pruned from $work/pre/checkpoints/step-000004 .* patterns fixed" \
-  "$work/cls-pruned.log" || { echo "FAIL: bert_classify --prune-block: $(cat "$work/cls-pruned.log")"; exit 1; }
-if "$classify" "${cls_sparse[@]}" --out "$work/cls-prune-bad" --steps 1 --prune-block 16 > /dev/null \
+  "$work/cls-pruned.log" || { echo "FAIL: bert_classify --block-size: $(cat "$work/cls-pruned.log")"; exit 1; }
+if "$classify" "${cls_sparse[@]}" --out "$work/cls-prune-bad" --steps 1 --block-size 16 > /dev/null \
   2> "$work/prune-bad.log"; then
-  echo "FAIL: --prune-block accepted a block-sparse checkpoint"; exit 1
+  echo "FAIL: --block-size accepted a block-sparse checkpoint"; exit 1
 fi
 grep -q "is block-sparse already (blocks of 16)" "$work/prune-bad.log" ||
-  { echo "FAIL: --prune-block on a sparse checkpoint: $(cat "$work/prune-bad.log")"; exit 1; }
-dyn=(--prune-block 16 --prune-sparsity 0.5 --update-period 2 --regrow rigl --steps 6 --checkpoint-every 3)
+  { echo "FAIL: --block-size on a sparse checkpoint: $(cat "$work/prune-bad.log")"; exit 1; }
+dyn=(--block-size 16 --sparsity 0.5 --update-period 2 --regrow rigl --steps 6 --checkpoint-every 3)
 "$classify" "${cls[@]}" "${dyn[@]}" --out "$work/cls-dynamic" > /dev/null 2> "$work/cls-dynamic.log"
 grep -q "patterns pruned and regrown (rigl) every 2 steps" "$work/cls-dynamic.log" ||
   { echo "FAIL: bert_classify --update-period: $(cat "$work/cls-dynamic.log")"; exit 1; }
@@ -145,7 +145,7 @@ for run in ("cls-sparse/checkpoints/step-000006", "squad-sparse/checkpoints/step
         assert t[k] == pre[k], f"FAIL: {run}: pattern {k} changed"
         v = k[:-len(".pattern")]
         assert t[v] != pre[v], f"FAIL: {run}: {v} did not train"
-# --prune-block: the kept blocks are the largest by L2 norm of the dense pre-training weights.
+# --block-size: the kept blocks are the largest by L2 norm of the dense pre-training weights.
 import numpy as np
 dshape = {}
 dense = tensors(f"{w}/pre/checkpoints/step-000004/model.safetensors", dshape)
@@ -161,7 +161,7 @@ for k in patterns:
     want = sorted(order)
     assert [int(r) * (cols // 16) + int(c) for r, c in got] == want, f"FAIL: {v}: pruned blocks are not the largest"
     kept, grid = kept + len(got), grid + norms.size
-assert abs(kept / grid - 0.5) < 0.05, f"FAIL: --prune-sparsity 0.5 kept {kept} of {grid} blocks"
+assert abs(kept / grid - 0.5) < 0.05, f"FAIL: --sparsity 0.5 kept {kept} of {grid} blocks"
 # --update-period 2: updates after steps 2 and 4, never at the last (6); block counts kept; the
 # patterns moved away from the static pruned run's; the resumed run is the same run.
 def lines(run, kind):

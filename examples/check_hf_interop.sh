@@ -5,7 +5,7 @@
 #   2. generate from the HF copy prints exactly the text generated from our checkpoint;
 #   3. gpt_train --init-from the HF copy loads its 28 tensors (the load report says so) and takes
 #      the copy's model config;
-#   4. bert_pretrain a tiny BERT; export_hf; bert_pretrain --init-from the HF copy (no --config:
+#   4. bert_pretrain a tiny BERT; export_hf; bert_pretrain --init-from the HF copy (no --model:
 #      the copy's config) loads the encoder and every head;
 #   5. export_hf of a missing checkpoint fails naming it.
 #   check_hf_interop.sh BIN_DIR SOURCE_DIR WORK_DIR
@@ -42,7 +42,7 @@ grep -q '"n_layer": 2' "$work/gpt-ft/config.json" || fail "gpt_train --init-from
 
 "$bin/bert_data" -i "$src/data/corpus/valid" -o "$work/b.bex" --seq-len 64 --max-predictions 10 --dupe-factor 1 > /dev/null
 bert=(--batch-size 4 --lr 2e-3 --eval-batches 1 --log-every 1 --threads 2 --train "$work/b.bex")
-"$bin/bert_pretrain" --config "$src/configs/bert-tiny.json" "${bert[@]}" --steps 3 --out "$work/bert" > /dev/null \
+"$bin/bert_pretrain" --model "$src/configs/bert-tiny.json" "${bert[@]}" --steps 3 --out "$work/bert" > /dev/null \
   2> "$work/bert.err" || { cat "$work/bert.err"; fail "bert_pretrain"; }
 "$bin/export_hf" --checkpoint "$work/bert" --out "$work/bert-hf" > /dev/null 2> "$work/export-bert.err" ||
   { cat "$work/export-bert.err"; fail "export_hf (bert)"; }

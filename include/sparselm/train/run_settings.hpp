@@ -194,21 +194,21 @@ inline std::span<const option_entry> common_options() {
 
 // Fills the keys of `defaults` that `j` lacks, recursively. The "optimizer" and "schedule" objects
 // take the defaults' other fields only when they name the defaults' type (or none): the defaults
-// of one optimiser are not fields of another; and a schedule key is not defaulted when the
-// schedule gives another name of the same quantity (max_lr / peak_lr / lr, warmup_steps /
-// warmup_frac / warmup_proportion).
-inline void apply_defaults(json& j, const json& defaults, bool in_schedule = false) {
+// of one optimiser are not fields of another. A key is not defaulted when `j` gives another name
+// of the same quantity: steps / epochs; in the schedule max_lr / peak_lr / lr and warmup_steps /
+// warmup_frac / warmup_proportion.
+inline void apply_defaults(json& j, const json& defaults, std::string_view where = "") {
   if (!j.is_object() || !defaults.is_object()) return;
-  static const std::vector<std::vector<std::string>> aliases = {{"max_lr", "peak_lr", "lr"},
-                                                                {"warmup_steps", "warmup_frac", "warmup_proportion"}};
+  static const std::vector<std::vector<std::string>> top = {{"steps", "epochs"}},
+                                                     schedule = {{"max_lr", "peak_lr", "lr"},
+                                                                 {"warmup_steps", "warmup_frac", "warmup_proportion"}};
+  const auto& aliases = where.empty() ? top : where == "schedule" ? schedule : std::vector<std::vector<std::string>>{};
   for (const auto& [key, value] : defaults.items()) {
-    if (in_schedule) {
-      bool named = false;
-      for (const auto& group : aliases)
-        if (std::find(group.begin(), group.end(), key) != group.end())
-          for (const auto& other : group) named = named || j.contains(other);
-      if (named) continue;
-    }
+    bool named = false;
+    for (const auto& group : aliases)
+      if (std::find(group.begin(), group.end(), key) != group.end())
+        for (const auto& other : group) named = named || (j.contains(other) && !j[other].is_null());
+    if (named && !j.contains(key)) continue;
     if (!j.contains(key) || j[key].is_null()) {
       j[key] = value;
       continue;
@@ -217,7 +217,7 @@ inline void apply_defaults(json& j, const json& defaults, bool in_schedule = fal
     if ((key == "optimizer" || key == "schedule") && j[key].contains("type") && value.contains("type") &&
         j[key]["type"] != value["type"])
       continue;
-    apply_defaults(j[key], value, key == "schedule");
+    apply_defaults(j[key], value, where.empty() ? std::string_view(key) : std::string_view("nested"));
   }
 }
 
