@@ -6,20 +6,21 @@
 //   export_hf --checkpoint runs/gpt-mini --out runs/gpt-mini-hf
 //
 // The checkpoint is one of ours (a checkpoint directory, or a run directory standing for its
-// newest checkpoint) or an HF directory itself. Block-sparse weights are written dense. The
-// mapping is io/huggingface.hpp's; this program only picks the model type and reports.
+// newest checkpoint) or an HF directory itself. Block-sparse weights are written dense. The model
+// type, its sparsity and each weight's block count come from train/registry.hpp (with_checkpoint),
+// the mapping from io/huggingface.hpp; this program only picks the map and reports.
 
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <type_traits>
 
 #include "cli.hpp"
 #include "sparselm/core/program.hpp"
 #include "sparselm/io/huggingface.hpp"
 #include "sparselm/io/pretrained.hpp"
-#include "sparselm/models/bert.hpp"
 #include "sparselm/train/registry.hpp"
 
 using namespace sparselm;
@@ -55,40 +56,12 @@ int main(int argc, char** argv) {
     app.add_option("--out", out, "Directory to write")->required();
     if (auto status = examples::parse(app, argc, argv)) return *status;
     const fs::path from = io::resolve_checkpoint(checkpoint);
-    const std::string ctx = (from / io::config_file).string();
-    json j = io::read_model_config(from);
-    const std::string type = j.value("model_type", std::string("gpt2"));
-    if (type == "bert") {
-      std::size_t block = 0;
-      double sparsity = 0.9;
-      if (j.contains("sparselm")) {  // a block-sparse BERT (io::model_config_json)
-        json_fields r(j["sparselm"], ctx + " sparselm");
-        block = r.require<std::size_t>("block_size");
-        sparsity = r.require<double>("sparsity");
-        r.finish();
-        j.erase("sparselm");
-      }
-      const auto cfg = bert_config::from_json(j, ctx);
-      // Each block-sparse weight gets the file's block count (any allocation, uniform or not).
-      const auto sp = io::read_checkpoint_sparsity(from);
-      SPARSELM_CHECK(sp.block == block, ctx, ": the config's block size is ", block,
-                     " (sparselm.block_size; 0: dense) but the checkpoint's block-sparse weights have blocks of ",
-                     sp.block, " (0: none)");
-      return registry::with_sparsity(
-          block,
-          [&]<class S>() {
-            sparse_plan plan{sparsity};
-            if constexpr (S::is_sparse) plan = sp.plan();
-            bert<float, S> model(cfg, plan);
-            return export_model(model, from, out, io::hf_bert_map());
-          },
-          ctx + ": sparselm.block_size");
-    }
-    SPARSELM_CHECK(type == "gpt2", ctx, ": field 'model_type' is '", type,
-                   "'; HuggingFace export is for 'bert' and 'gpt2' checkpoints");
-    return registry::with_model(j, ctx, [&]<class Model, class Family>(const auto& spec) {
-      Model model = Family::template make<Model>(spec);
-      return export_model(model, from, out, io::hf_gpt2_map());
-    });
+    using families = registry::type_list<registry::gpt_family, registry::bert_family>;
+    return registry::with_checkpoint<registry::all_activations, families>(
+        from, [&]<class Model, class Family>(const auto& spec) {
+          Model model = Family::template make<Model>(spec);
+          const bool is_bert = std::is_same_v<Family, registry::bert_family>;
+          return export_model(model, from, out, is_bert ? io::hf_bert_map() : io::hf_gpt2_map());
+        });
   });
 }

@@ -10,7 +10,8 @@
 // `values` holds the blocks in arena-slot order: slot s is block (p.row[s], p.col[s]), B*B floats
 // row-major (input index first) at values + s*B*B. The pattern must be finalize()d.
 //
-// fp32, row-major views; B is a compile-time constant (1, 4, 8 or 16) that must equal p.block.
+// fp32, row-major views; B is a compile-time constant (one of sparselm::block_sizes, sparse/sparsity.hpp)
+// that must equal p.block.
 // beta == 0 never reads the output (NaN or garbage there does not propagate). Multi-threaded with
 // OpenMP; inside a parallel region they run on the calling thread. Results are deterministic for a
 // given thread count (bsr_matmul, bsr_matmul_t and dense_grad_pooled for any thread count). After the
@@ -66,7 +67,7 @@ void check_multiple(const char* kernel, const char* what, std::size_t n) {
 template <std::size_t B, class Arch = native_arch>
 void bsr_matmul(const_matrix_view<float> X, const sparse::block_pattern& p, const float* values, float beta,
                 matrix_view<float> Y, const float* bias = nullptr) {
-  static_assert(B == 1 || B == 4 || B == 8 || B == 16, "bsr_matmul<B>: B must be 1, 4, 8 or 16");
+  static_assert(is_block_size(B), "bsr_matmul<B>: B must be one of sparselm::block_sizes");
   constexpr const char* k = "bsr_matmul";
   check_view(X, "bsr_matmul: X");
   check_view(const_matrix_view<float>(Y), "bsr_matmul: Y");
@@ -83,7 +84,7 @@ void bsr_matmul(const_matrix_view<float> X, const sparse::block_pattern& p, cons
 template <std::size_t B, class Arch = native_arch>
 void bsr_matmul_t(const_matrix_view<float> dY, const sparse::block_pattern& p, const float* values, float beta,
                   matrix_view<float> dX) {
-  static_assert(B == 1 || B == 4 || B == 8 || B == 16, "bsr_matmul_t<B>: B must be 1, 4, 8 or 16");
+  static_assert(is_block_size(B), "bsr_matmul_t<B>: B must be one of sparselm::block_sizes");
   constexpr const char* k = "bsr_matmul_t";
   check_view(dY, "bsr_matmul_t: dY");
   check_view(const_matrix_view<float>(dX), "bsr_matmul_t: dX");
@@ -100,7 +101,7 @@ void bsr_matmul_t(const_matrix_view<float> dY, const sparse::block_pattern& p, c
 template <std::size_t B, class Arch = native_arch>
 void bsr_weight_grad(const_matrix_view<float> X, const_matrix_view<float> dY, const sparse::block_pattern& p,
                      float* dvalues) {
-  static_assert(B == 1 || B == 4 || B == 8 || B == 16, "bsr_weight_grad<B>: B must be 1, 4, 8 or 16");
+  static_assert(is_block_size(B), "bsr_weight_grad<B>: B must be one of sparselm::block_sizes");
   constexpr const char* k = "bsr_weight_grad";
   check_view(X, "bsr_weight_grad: X");
   check_view(dY, "bsr_weight_grad: dY");
@@ -119,7 +120,7 @@ void bsr_weight_grad(const_matrix_view<float> X, const_matrix_view<float> dY, co
 template <std::size_t B, class Arch = native_arch>
 void bsr_backward(const_matrix_view<float> X, const_matrix_view<float> dY, const sparse::block_pattern& p,
                   const float* values, float beta, matrix_view<float> dX, float* dvalues) {
-  static_assert(B == 1 || B == 4 || B == 8 || B == 16, "bsr_backward<B>: B must be 1, 4, 8 or 16");
+  static_assert(is_block_size(B), "bsr_backward<B>: B must be one of sparselm::block_sizes");
   if constexpr (!detail::bsr_backward_fuses<B, Arch>) {
     bsr_matmul_t<B, Arch>(dY, p, values, beta, dX);
     bsr_weight_grad<B, Arch>(X, dY, p, dvalues);
@@ -144,7 +145,7 @@ void bsr_backward(const_matrix_view<float> X, const_matrix_view<float> dY, const
 template <std::size_t B, class Arch = native_arch>
 void dense_grad_pooled(const_matrix_view<float> X, const_matrix_view<float> dY, block_pooling pool,
                        matrix_view<float> out) {
-  static_assert(B == 1 || B == 4 || B == 8 || B == 16, "dense_grad_pooled<B>: B must be 1, 4, 8 or 16");
+  static_assert(is_block_size(B), "dense_grad_pooled<B>: B must be one of sparselm::block_sizes");
   constexpr const char* k = "dense_grad_pooled";
   check_view(X, "dense_grad_pooled: X");
   check_view(dY, "dense_grad_pooled: dY");
@@ -177,10 +178,7 @@ namespace sparselm::kernels {
   SPARSELM_INSTANCE decltype(bsr_weight_grad<B, native_arch>) bsr_weight_grad<B, native_arch>; \
   SPARSELM_INSTANCE decltype(bsr_backward<B, native_arch>) bsr_backward<B, native_arch>;       \
   SPARSELM_INSTANCE decltype(dense_grad_pooled<B, native_arch>) dense_grad_pooled<B, native_arch>;
-SPARSELM_BSR_INSTANCES(1)
-SPARSELM_BSR_INSTANCES(4)
-SPARSELM_BSR_INSTANCES(8)
-SPARSELM_BSR_INSTANCES(16)
+SPARSELM_FOR_EACH_BLOCK_SIZE(SPARSELM_BSR_INSTANCES)
 #undef SPARSELM_BSR_INSTANCES
 }  // namespace sparselm::kernels
 #undef SPARSELM_INSTANCE

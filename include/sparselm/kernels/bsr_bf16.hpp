@@ -12,7 +12,7 @@
 // for bit.
 //
 // Arguments, layouts, checks, beta == 0 not reading the output, threads and determinism are those
-// of bsr_matmul / bsr_matmul_t / bsr_weight_grad. B is 4, 8 or 16: the products pair their
+// of bsr_matmul / bsr_matmul_t / bsr_weight_grad. B is a block size above 1 (4, 8, 16): the products pair their
 // operands along K inside a block, the weight gradient along M. The products of bf16 values are
 // exact in fp32, so results differ from fp32 arithmetic on the rounded operands only in the order
 // of the fp32 additions.
@@ -166,7 +166,7 @@ void check_wgrad_bf16(const char* k, const_matrix_view<TX> X, const_matrix_view<
 template <std::size_t B, class Arch = native_arch>
 void bsr_matmul_bf16(const_matrix_view<float> X, const sparse::block_pattern& p, const float* values, float beta,
                      matrix_view<float> Y, const float* bias = nullptr, bsr_bf16_path path = bsr_bf16_path::best) {
-  static_assert(B == 4 || B == 8 || B == 16, "bsr_matmul_bf16<B>: B must be 4, 8 or 16");
+  static_assert(is_block_size(B) && B > 1, "bsr_matmul_bf16<B>: B must be one of sparselm::block_sizes above 1");
   constexpr const char* k = "bsr_matmul_bf16";
   detail::check_forward_bf16<B>(k, X, p, values, Y);
   const bsr_bf16_path route = detail::bsr_bf16_route<B, Arch>(k, path);
@@ -180,7 +180,7 @@ void bsr_matmul_bf16(const_matrix_view<float> X, const sparse::block_pattern& p,
 template <std::size_t B, class Arch = native_arch>
 void bsr_matmul_bf16(const_matrix_view<bf16> X, const sparse::block_pattern& p, const float* values, float beta,
                      matrix_view<float> Y, const float* bias = nullptr, bsr_bf16_path path = bsr_bf16_path::best) {
-  static_assert(B == 4 || B == 8 || B == 16, "bsr_matmul_bf16<B>: B must be 4, 8 or 16");
+  static_assert(is_block_size(B) && B > 1, "bsr_matmul_bf16<B>: B must be one of sparselm::block_sizes above 1");
   constexpr const char* k = "bsr_matmul_bf16";
   detail::check_forward_bf16<B>(k, X, p, values, Y);
   const bsr_bf16_path route = detail::bsr_bf16_route<B, Arch>(k, path);
@@ -200,7 +200,7 @@ void bsr_matmul_bf16(const_matrix_view<bf16> X, const sparse::block_pattern& p, 
 template <std::size_t B, class Arch = native_arch>
 void bsr_matmul_t_bf16(const_matrix_view<float> dY, const sparse::block_pattern& p, const float* values, float beta,
                        matrix_view<float> dX, bsr_bf16_path path = bsr_bf16_path::best) {
-  static_assert(B == 4 || B == 8 || B == 16, "bsr_matmul_t_bf16<B>: B must be 4, 8 or 16");
+  static_assert(is_block_size(B) && B > 1, "bsr_matmul_t_bf16<B>: B must be one of sparselm::block_sizes above 1");
   constexpr const char* k = "bsr_matmul_t_bf16";
   check_view(dY, "bsr_matmul_t_bf16: dY");
   check_view(const_matrix_view<float>(dX), "bsr_matmul_t_bf16: dX");
@@ -219,7 +219,7 @@ void bsr_matmul_t_bf16(const_matrix_view<float> dY, const sparse::block_pattern&
 template <std::size_t B, class Arch = native_arch>
 void bsr_weight_grad_bf16(const_matrix_view<float> X, const_matrix_view<float> dY, const sparse::block_pattern& p,
                           float* dvalues, bsr_bf16_path path = bsr_bf16_path::best) {
-  static_assert(B == 4 || B == 8 || B == 16, "bsr_weight_grad_bf16<B>: B must be 4, 8 or 16");
+  static_assert(is_block_size(B) && B > 1, "bsr_weight_grad_bf16<B>: B must be one of sparselm::block_sizes above 1");
   constexpr const char* k = "bsr_weight_grad_bf16";
   detail::check_wgrad_bf16<B>(k, X, dY, p, dvalues);
   const bsr_bf16_path route = detail::bsr_bf16_route<B, Arch>(k, path);
@@ -243,7 +243,7 @@ void bsr_weight_grad_bf16(const_matrix_view<float> X, const_matrix_view<float> d
 template <std::size_t B, class Arch = native_arch>
 void bsr_weight_grad_bf16(const_matrix_view<bf16> X, const_matrix_view<float> dY, const sparse::block_pattern& p,
                           float* dvalues, bsr_bf16_path path = bsr_bf16_path::best) {
-  static_assert(B == 4 || B == 8 || B == 16, "bsr_weight_grad_bf16<B>: B must be 4, 8 or 16");
+  static_assert(is_block_size(B) && B > 1, "bsr_weight_grad_bf16<B>: B must be one of sparselm::block_sizes above 1");
   constexpr const char* k = "bsr_weight_grad_bf16";
   detail::check_wgrad_bf16<B>(k, X, dY, p, dvalues);
   const bsr_bf16_path route = detail::bsr_bf16_route<B, Arch>(k, path);
@@ -264,7 +264,7 @@ template <std::size_t B, class Arch = native_arch, class TX>
 void bsr_backward_bf16(const_matrix_view<TX> X, const_matrix_view<float> dY, const sparse::block_pattern& p,
                        const float* values, float beta, matrix_view<float> dX, float* dvalues,
                        bsr_bf16_path path = bsr_bf16_path::best) {
-  static_assert(B == 4 || B == 8 || B == 16, "bsr_backward_bf16<B>: B must be 4, 8 or 16");
+  static_assert(is_block_size(B) && B > 1, "bsr_backward_bf16<B>: B must be one of sparselm::block_sizes above 1");
   static_assert(std::is_same_v<TX, float> || std::is_same_v<TX, bf16>, "bsr_backward_bf16: X is float or bf16");
   constexpr const char* k = "bsr_backward_bf16";
   detail::check_wgrad_bf16<B>(k, X, dY, p, dvalues);
@@ -312,9 +312,7 @@ using bsr_weight_grad_bf16_xb = void(const_matrix_view<bf16>, const_matrix_view<
   SPARSELM_INSTANCE bsr_weight_grad_bf16_xb bsr_weight_grad_bf16<B, native_arch>;                           \
   SPARSELM_INSTANCE decltype(bsr_backward_bf16<B, native_arch, float>) bsr_backward_bf16<B, native_arch, float>; \
   SPARSELM_INSTANCE decltype(bsr_backward_bf16<B, native_arch, bf16>) bsr_backward_bf16<B, native_arch, bf16>;
-SPARSELM_BSR_BF16_INSTANCES(4)
-SPARSELM_BSR_BF16_INSTANCES(8)
-SPARSELM_BSR_BF16_INSTANCES(16)
+SPARSELM_FOR_EACH_BLOCK_SIZE_ABOVE_1(SPARSELM_BSR_BF16_INSTANCES)
 #undef SPARSELM_BSR_BF16_INSTANCES
 }  // namespace sparselm::kernels
 #undef SPARSELM_INSTANCE

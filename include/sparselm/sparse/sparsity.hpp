@@ -7,6 +7,7 @@
 //   sparselm::linear<float, sparselm::block_sparse<16>> fc(...);
 //   static_assert(sparselm::sparsity_type<sparselm::dense>);
 
+#include <algorithm>
 #include <array>
 #include <concepts>
 #include <cstddef>
@@ -14,14 +15,24 @@
 namespace sparselm {
 
 // The block sizes the kernels are written and instantiated for: the one list that the layers'
-// checks, the registry (train/registry.hpp), the compiled kernels (src/kernels_bsr*.cpp) and the
-// programs' options use. Adding a size means a kernel path for it and one entry here.
-inline constexpr std::array<std::size_t, 4> block_sizes{1, 4, 8, 16};
+// checks, the registry (train/registry.hpp), the compiled kernels' instances (the ends of
+// kernels/bsr.hpp and kernels/bsr_bf16.hpp, built by src/kernels_bsr*.cpp) and the programs'
+// options use. It is written once, for the preprocessor: SPARSELM_FOR_EACH_BLOCK_SIZE(X) expands
+// to X(B) for each size in order, SPARSELM_FOR_EACH_BLOCK_SIZE_ABOVE_1(X) to those above 1 (the
+// bf16 block-sparse products have no B = 1 form); `block_sizes` is that list as an array. Adding a
+// size means a kernel path for it and one entry here.
+#define SPARSELM_FOR_EACH_BLOCK_SIZE_ABOVE_1(X) X(4) X(8) X(16)
+#define SPARSELM_FOR_EACH_BLOCK_SIZE(X) X(1) SPARSELM_FOR_EACH_BLOCK_SIZE_ABOVE_1(X)
+#define SPARSELM_BLOCK_SIZE_ENTRY(B) B,
+inline constexpr auto block_sizes = std::to_array<std::size_t>({SPARSELM_FOR_EACH_BLOCK_SIZE(SPARSELM_BLOCK_SIZE_ENTRY)});
+#undef SPARSELM_BLOCK_SIZE_ENTRY
 constexpr bool is_block_size(std::size_t b) noexcept {
   for (std::size_t s : block_sizes)
     if (s == b) return true;
   return false;
 }
+static_assert(std::ranges::is_sorted(block_sizes) && std::ranges::adjacent_find(block_sizes) == block_sizes.end(),
+              "sparselm::block_sizes: SPARSELM_FOR_EACH_BLOCK_SIZE must list distinct sizes in ascending order");
 
 // Dense weights: every entry is stored and trained.
 struct dense {

@@ -8,12 +8,16 @@
 //   registry::with_sparsity(block, [&]<class S>() { ... gpt<float, S> ... });
 //   registry::with_recompute("blocks", [&]<class R>() { ... });
 //   registry::with_optimizer(cfg["optimizer"], [&]<class Opt>(Opt opt) { ... });   // Opt: any_optimizer
-//   registry::with_model(config_json, "ckpt/config.json", [&]<class Model>(const auto& spec) { ... });
+//   registry::with_model(config_json, "ckpt/config.json", [&]<class Model, class Family>(const auto& spec) { ... });
+//   registry::with_checkpoint<A, Families>(dir, [&]<class Model, class Family>(const auto& spec) { ... });
 //
 // Adding a choice is one line: a new optimiser is its header plus one entry in `any_optimizer`, a new
-// model family one entry in `model_families` (with its checkpoint reader below).
+// model family one entry in `model_families` (with its config reader below). A program names the
+// families it can run (with_model's Families; causal_lm_families by default), so it instantiates
+// only those models.
 
 #include <cstddef>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -25,6 +29,9 @@
 #include "sparselm/core/error.hpp"
 #include "sparselm/kernels/gelu.hpp"
 #include "sparselm/core/json.hpp"
+#include "sparselm/io/checkpoint.hpp"
+#include "sparselm/io/pretrained.hpp"
+#include "sparselm/models/bert.hpp"
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/models/sparse_lm.hpp"
 #include "sparselm/optim/adam.hpp"
@@ -71,16 +78,16 @@ struct model_spec {
   std::string activation;
 };
 
-// GPT-2 ("model_type": "gpt2", HF keys); a block-sparse checkpoint records
-// "sparselm": {"block_size", "sparsity"} (io/checkpoint.hpp).
-struct gpt_family {
-  static constexpr std::string_view name = "gpt2";
-  using config_type = gpt_config;
-  template <sparsity_type S, kernels::gelu_kind A>
-  using model = gpt<float, S, A>;
+// A family whose config.json has HF keys (Config::from_json) and, for a block-sparse checkpoint,
+// the record "sparselm": {"block_size", "sparsity"} (io::model_config_json), which is read here and
+// removed before the config is; Activation: the config's member naming the activation. Its models
+// are built as Model(config, plan).
+template <class Config, std::string Config::*Activation>
+struct hf_config_family {
+  using config_type = Config;
 
-  static model_spec<gpt_config> read(json j, const std::string& context) {
-    model_spec<gpt_config> s;
+  static model_spec<Config> read(json j, const std::string& context) {
+    model_spec<Config> s;
     if (j.contains("sparselm")) {
       json_fields r(j["sparselm"], context + " sparselm");
       s.block = r.require<std::size_t>("block_size");
@@ -88,14 +95,21 @@ struct gpt_family {
       r.finish();
       j.erase("sparselm");
     }
-    s.config = gpt_config::from_json(j, context);
-    s.activation = s.config.activation_function;
+    s.config = Config::from_json(j, context);
+    s.activation = s.config.*Activation;
     return s;
   }
   template <class Model>
-  static Model make(const model_spec<gpt_config>& s) {
+  static Model make(const model_spec<Config>& s) {
     return Model(s.config, s.plan);
   }
+};
+
+// GPT-2 ("model_type": "gpt2", HF keys).
+struct gpt_family : hf_config_family<gpt_config, &gpt_config::activation_function> {
+  static constexpr std::string_view name = "gpt2";
+  template <sparsity_type S, kernels::gelu_kind A>
+  using model = gpt<float, S, A>;
 };
 
 // The S1 sparse LM ("model_type": "sparse_lm"); block size and sparsity are config fields.
@@ -119,7 +133,18 @@ struct sparse_lm_family {
   }
 };
 
-using model_families = type_list<gpt_family, sparse_lm_family>;
+// BERT for pre-training, bert<> (MLM + NSP head; "model_type": "bert", HF BertConfig keys). The
+// activation is always "gelu" (erf; bert_config refuses another), so the Activations list of
+// with_model must hold it, and A does not change the model.
+struct bert_family : hf_config_family<bert_config, &bert_config::hidden_act> {
+  static constexpr std::string_view name = "bert";
+  template <sparsity_type S, kernels::gelu_kind A>
+  using model = bert<float, S>;
+};
+
+// Every family; and the causal LMs, which generation serves (with_model's default).
+using model_families = type_list<gpt_family, sparse_lm_family, bert_family>;
+using causal_lm_families = type_list<gpt_family, sparse_lm_family>;
 
 // --- choosing ------------------------------------------------------------------------------------
 
@@ -182,16 +207,18 @@ decltype(auto) with_optimizer(const json& cfg, F&& f, const std::string& what = 
   return f.template operator()<any_optimizer>(any_optimizer(cfg));
 }
 
-// The model a config.json describes ("model_type": gpt2 when absent): f.template operator()<Model>(spec)
-// with spec its model_spec (config, block size, sparsity, activation); Family::make<Model>(spec)
-// constructs it.
-template <class Activations = all_activations, class F>
+// The model a config.json describes ("model_type": gpt2 when absent), among Families:
+// f.template operator()<Model, Family>(spec) with spec its model_spec (config, block size,
+// sparsity, activation); Family::make<Model>(spec) constructs it. Each family of the list is
+// compiled for every sparsity and every activation of Activations; a model type outside the list
+// is an error "<context>: model_type '<type>' is not one of: <names>".
+template <class Activations = all_activations, class Families = causal_lm_families, class F>
 decltype(auto) with_model(const json& config, const std::string& context, F&& f) {
   SPARSELM_CHECK(config.is_object(), context, ": expected a JSON object");
   const std::string type = config.contains("model_type") && config["model_type"].is_string()
                                ? config["model_type"].get<std::string>()
                                : std::string(gpt_family::name);
-  return choose<model_families>(context + ": model_type", std::string_view(type), [&]<class Family>() {
+  return choose<Families>(context + ": model_type", std::string_view(type), [&]<class Family>() {
     const auto spec = Family::read(config, context);
     return with_sparsity(spec.block, [&]<class S>() {
       return choose<Activations>(context + ": activation", std::string_view(spec.activation), [&]<class A>() {
@@ -200,6 +227,28 @@ decltype(auto) with_model(const json& config, const std::string& context, F&& f)
       });
     }, context + ": block size");
   });
+}
+
+// The model a checkpoint directory holds (ours, or an HF directory: not a run directory, see
+// io::resolve_checkpoint): with_model over its config.json, where spec.plan of a block-sparse model
+// gives each weight the block count the file holds for it (io::read_checkpoint_sparsity), so that
+// Family::make<Model>(spec) builds a model that loads the file whatever its allocation (uniform,
+// ERK, pruned from a dense model). The config's block size (0: dense)
+// must be that of the file's block-sparse weights. The S1 model sizes its weights from its config
+// (allocation included) and ignores the counts.
+template <class Activations = all_activations, class Families = causal_lm_families, class F>
+decltype(auto) with_checkpoint(const std::filesystem::path& dir, F&& f) {
+  const std::string context = (dir / io::config_file).string();
+  const io::checkpoint_sparsity counts = io::read_checkpoint_sparsity(dir);
+  return with_model<Activations, Families>(
+      io::read_model_config(dir), context, [&]<class Model, class Family>(const auto& config_spec) {
+        SPARSELM_CHECK(counts.block == config_spec.block, context, ": the config's block size is ", config_spec.block,
+                       " (0: dense) but the checkpoint's block-sparse weights have blocks of ", counts.block,
+                       " (0: none)");
+        auto spec = config_spec;
+        if (counts.block != 0) spec.plan.count = counts.plan().count;
+        return f.template operator()<Model, Family>(spec);
+      });
 }
 
 }  // namespace sparselm::registry
