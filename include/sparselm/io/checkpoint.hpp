@@ -134,7 +134,7 @@ inline nlohmann::json read_model_config(const std::filesystem::path& dir) {
   const auto path = dir / config_file;
   SPARSELM_CHECK(std::filesystem::exists(path), path.string(), ": no model config (is '", dir.string(),
                  "' a checkpoint directory?)");
-  return parse_json(read_text_file(path), path.string());
+  return parse_json(read_text_file(path, "config file"), path.string());
 }
 
 struct load_options {
@@ -428,7 +428,7 @@ class checkpoint_dir {
     namespace fs = std::filesystem;
     if (!fs::is_directory(root_)) return std::nullopt;
     if (fs::exists(root_ / "latest")) {
-      std::string name = read_text_file(root_ / "latest");
+      std::string name = read_text_file(root_ / "latest", "checkpoint pointer", 4096);
       while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
       if (!name.empty() && complete(root_ / name)) return root_ / name;
     }
