@@ -20,6 +20,7 @@
 #include "data_test_paths.hpp"
 #include "sparselm/core/input_file.hpp"
 #include "sparselm/core/json.hpp"
+#include "sparselm/data/bert_examples.hpp"
 #include "sparselm/data/gpt2_bpe.hpp"
 #include "sparselm/data/squad.hpp"
 #include "sparselm/data/text_classification.hpp"
@@ -63,6 +64,7 @@ std::vector<std::pair<std::string, std::function<void(const fs::path&)>>> reader
       {"GPT-2 encoder.json", [](const fs::path& p) { data::gpt2_bpe::from_files(p, p); }},
       {"text file", [](const fs::path& p) { data::read_file_bytes(p); }},
       {"token file", [](const fs::path& p) { data::token_file f(p); }},
+      {"example file", [](const fs::path& p) { data::bert_example_file f(p); }},
   };
 }
 
