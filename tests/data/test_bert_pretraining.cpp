@@ -347,4 +347,33 @@ TEST_CASE("bert example files: round trip through the loader, and damaged files 
   CHECK_THROWS_WITH_AS(bert_example_file{dir}, doctest::Contains("not a regular file"), error);
 }
 
+// Issue 60, defects 1 and 2: an example file truncated while a job reads it gave records of zeros
+// inside the last mapped page ("MLM loss 0.0000") and SIGBUS past it. Every record read now checks
+// the file's size against its header first, and the mapping is in the SIGBUS guard.
+TEST_CASE("bert example files: truncated while in use is an error naming the file, never zeros") {
+  namespace fs = std::filesystem;
+  const auto docs = synthetic(8, 20, 5);
+  bert_example_stats st;
+  const auto ex = make_bert_examples(docs, vocab(), {.seq_len = 64, .max_predictions = 10, .dupe_factor = 1}, st);
+  REQUIRE(ex.size() >= 2);
+  const fs::path dir = fs::path(SPARSELM_TEST_TMPDIR) / "bert_examples";
+  fs::create_directories(dir);
+  const fs::path file = dir / "shrinking.bex";
+  const bert_examples_info info{.seq_len = 64, .max_predictions = 10, .vocab_size = 30522};
+  for (const std::uint64_t cut : {std::uint64_t(32), std::uint64_t(32 + info.record_bytes() + 10)}) {
+    write_bert_examples(file, ex, info);
+    bert_example_file f(file);
+    bert_batch_arrays a;
+    const std::vector<std::size_t> first{0}, second{1};
+    a.assemble(f, second);
+    CHECK(a.lengths[0] >= 2);
+    fs::resize_file(file, cut);  // the header alone, or into example 1 (both inside page 0)
+    CHECK_THROWS_WITH_AS(a.assemble(f, second),
+                         doctest::Contains(("example file '" + file.string() + "' was truncated or overwritten while in use").c_str()),
+                         error);
+    if (cut == 32)
+      CHECK_THROWS_WITH_AS(a.assemble(f, first), doctest::Contains("it is now 32 bytes"), error);
+  }
+}
+
 }  // namespace SPARSELM_UNITY_ID

@@ -206,4 +206,34 @@ TEST_CASE("token file: truncated, foreign, wrong-version, out-of-range and empty
   CHECK(error_of(tmp_path("does_not_exist.tok")).find("does_not_exist.tok: cannot open token file") != std::string::npos);
 }
 
+// Issue 60, defect 1: a validation file truncated while a job reads it gave evaluations over zeros
+// (reads inside the last mapped page return zeros, no SIGBUS). Every read now checks the file's
+// size against its header first.
+TEST_CASE("token file: truncated while in use, also within the last page, is an error naming it") {
+  std::vector<std::int32_t> ids(5000);  // 64 + 10000 bytes: three pages, the last one partly used
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int32_t(1 + i % 97);
+  for (const std::uint64_t cut : {std::uint64_t(9000), std::uint64_t(64)}) {
+    const auto p = tmp_path("shrinking.tok");
+    write_token_file(p, ids, 100);
+    token_file f(p);
+    std::vector<std::int32_t> tail(8);
+    f.read(ids.size() - tail.size(), tail);  // intact: read normally
+    CHECK(tail[7] == ids.back());
+    fs::resize_file(p, cut);  // in the last page (9000), or to the header alone (64: page 0 still exists)
+    const std::uint64_t first = cut == 64 ? 0 : (cut - 64) / 2 - 4;  // tokens around the new end, same page
+    std::vector<std::int32_t> out(8);
+    CHECK_THROWS_WITH_AS(f.read(first, out),
+                         doctest::Contains(("token file '" + p.string() + "' was truncated or overwritten while in use").c_str()),
+                         sparselm::error);
+    CHECK_THROWS_WITH_AS(f.at(first), doctest::Contains("its header says 10064"), sparselm::error);
+  }
+  // replaced in place by a longer file: also refused (the header no longer describes it)
+  const auto p = tmp_path("growing.tok");
+  write_token_file(p, ids, 100);
+  token_file f(p);
+  fs::resize_file(p, 20000);
+  std::vector<std::int32_t> out(4);
+  CHECK_THROWS_WITH_AS(f.read(0, out), doctest::Contains("it is now 20000 bytes"), sparselm::error);
+}
+
 }  // namespace SPARSELM_UNITY_ID

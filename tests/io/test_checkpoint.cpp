@@ -444,7 +444,8 @@ TEST_CASE("resume: slots read in their storage type; a damaged slot tensor chang
         w.add(ti.name, ti.shape, std::span<const float>(keep.back()));
       }
     }
-    for (const char* k : {"sparselm.training_state", "sparselm.layout"}) w.set_metadata(k, good.metadata(k));
+    for (const char* k : {"sparselm.training_state", "sparselm.layout", io::training_state_checksum_key})
+      w.set_metadata(k, good.metadata(k));
     w.write(bad);
   }
   const std::string why = "optimizer.v." + layout[layout.count() - 1].name + "' has dtype F16, expected BF16 or F32";
@@ -480,6 +481,45 @@ TEST_CASE("training state: mismatches are errors naming the cause") {
   trainer<gpt<>, sgd_policies> t2(m2, {}, optim::sgd<>(json{{"momentum", 0.9}}),
                                   optim::schedule(optim::constant_schedule(1e-3f)));
   CHECK_THROWS_WITH_AS(io::load_training_state(f.dir / "ck" / io::state_file, t2), doctest::Contains("optimiser"), error);
+}
+
+// Issue 60, defect 7: single-bit flips of optimizer_step, the sampler's position or epoch in the
+// training state's metadata were accepted, and the resumed run differed. The metadata is now
+// checksummed like the tensors.
+TEST_CASE("training state: a bit flip in its metadata (steps, data position, epoch) is refused on load") {
+  run_fixture<gpt<>> f(io_dir("state-meta-flip"), 0.0f, 0.0, false);
+  f.train(0, 2);
+  const fs::path good = f.dir / "ck" / io::state_file;
+  const std::string bytes = slurp(good);
+  auto fresh_trainer = [](gpt<>& m) {
+    return trainer<gpt<>>(m, {}, optim::adamw<>(json{{"weight_decay", 0.1}}),
+                          optim::schedule(optim::constant_schedule(1e-3f)));
+  };
+  for (const std::string field : {"optimizer_step", "position", "epoch", "\\\"step"}) {
+    CAPTURE(field);
+    // the first digit of the field's value in the header (the metadata is JSON inside a JSON string)
+    const std::size_t at = bytes.find(field + "\\\":");
+    REQUIRE(at != std::string::npos);
+    const std::size_t digit = bytes.find_first_of("0123456789", at + field.size());
+    REQUIRE(digit != std::string::npos);
+    std::string flipped = bytes;
+    flipped[digit] = char(flipped[digit] ^ 1);  // another digit: still a well-formed file
+    const fs::path bad = f.dir / "flipped.safetensors";
+    spit(bad, flipped);
+    gpt<> m(tiny());
+    auto t = fresh_trainer(m);
+    CHECK_THROWS_WITH_AS(io::load_training_state(bad, t), doctest::Contains("flipped.safetensors: the training state's "
+                                                                           "metadata (steps, data position, ...) has "
+                                                                           "CRC-32C"),
+                         error);
+    CHECK(t.step() == 0);
+    auto unchecked = fresh_trainer(m);
+    io::load_training_state(bad, unchecked, nullptr, false);  // --no-verify reads what the file says
+  }
+  gpt<> m(tiny());
+  auto t = fresh_trainer(m);
+  io::load_training_state(good, t);
+  CHECK(t.step() == 2);
 }
 
 TEST_CASE("checkpoint_dir: numbered checkpoints, latest, pruning, and nothing lost on failure") {

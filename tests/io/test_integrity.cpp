@@ -3,7 +3,10 @@
 // tensor, non-regular files refused, the run-directory lock and the removal of stale temporaries,
 // and a failed rename that never loses a checkpoint.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -17,6 +20,7 @@
 #include "sparselm/data/token_file.hpp"
 #include "sparselm/io/checkpoint.hpp"
 #include "sparselm/io/crc32c.hpp"
+#include "sparselm/io/mapped_input.hpp"
 #include "sparselm/io/run_dir.hpp"
 #include "sparselm/io/safetensors.hpp"
 
@@ -156,6 +160,32 @@ TEST_CASE("non-regular files are refused before anything is read") {
   CHECK(has(error_of([&] { data::token_file f(d / "pipe"); }), "token file is not a regular file (a FIFO)"));
   CHECK(has(error_of([&] { io::read_text_file(d / "pipe"); }), "not a regular file"));
   CHECK(has(error_of([&] { data::token_file f(d); }), "a directory"));
+}
+
+// Issue 60, defect 2: example files were mapped without the SIGBUS guard of token files (a bare
+// SIGBUS, no message). Every guarded mapping (io::mapped_input: token and example files) now ends
+// the process with one line naming the file and exit status 1 when a read faults.
+TEST_CASE("a read that faults on a truncated mapping ends the process with one line naming the file") {
+  const fs::path d = test::fresh_dir("io", "sigbus");
+  const fs::path file = d / "train.bex";
+  test::spit(file, std::string(3 * 4096, 'x'));
+  const io::mapped_input m(file, "example file");  // mapped and guarded before the fork
+  const fs::path err = d / "stderr.txt";
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {  // the child: only system calls, then the read that faults
+    const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || ::dup2(fd, STDERR_FILENO) < 0 || ::truncate(file.c_str(), 0) != 0) ::_exit(3);
+    volatile unsigned char c = m.bytes()[2 * 4096];  // past the end now: SIGBUS
+    (void)c;
+    ::_exit(2);  // not reached when the guard works
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 1);
+  CHECK(has(test::slurp(err), "error: example file '" + file.string() + "' was truncated or overwritten while in use "
+                              "(SIGBUS reading it)"));
 }
 
 TEST_CASE("run directories: one process at a time, stale temporaries removed") {

@@ -4,9 +4,11 @@
 // continues to more steps and keeps the metrics file consistent, bad data files are named.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -215,6 +217,36 @@ TEST_CASE("lm_job: resume without checkpoints, bad data files") {
   CHECK(error_of([&] { run_job(jb, false); }).find("absent.tok") != std::string::npos);
   // none of the failed runs wrote checkpoints
   CHECK_FALSE(fs::exists(d / "out" / "checkpoints" / "latest"));
+}
+
+// Issue 60, defect 3: with a finite gradient norm, Adam's v = g² overflowed; the guard checked only
+// the loss, the gradient norm and the parameters, so checkpoints with infinite optimizer.v were
+// saved and pushed the good ones out. The optimiser now reports what its update wrote.
+TEST_CASE("lm_job: non-finite optimiser state is never saved; the run stops naming the last good checkpoint") {
+  const fs::path d = scratch_dir("nonfinite_state");
+  const json j = run_json(d, 15);
+  auto rc = lm_run_config::from_json(j, "test run");
+  gpt<> model(gpt_config::from_json(rc.model, "model"));
+  model.init(rc.seed);
+  trainer<gpt<>> t(model, rc.trainer, optim::adamw<>(rc.optimizer), optim::make_schedule(rc.schedule_json()));
+  // After step 7 one second moment is infinite, as v = g² is for |g| > 1.8e19; every later update
+  // keeps it so (v = β2·v + ...), while the parameters stay finite (m / sqrt(v) = 0).
+  t.set_hooks({.after_update = [&](std::size_t step) {
+    if (step == 7) t.optimizer().state().slot("v").all()[0] = std::numeric_limits<float>::infinity();
+  }});
+  lm_job job(rc, j, "test_job");
+  const std::string e = error_of([&] { job.run(model, t, {.resume = false, .print_summary = false}); });
+  CHECK_MESSAGE(e.find("step 10: the parameters or the optimiser state are not finite and are not saved") !=
+                    std::string::npos,
+                e);
+  const fs::path ck = d / "out" / "checkpoints";
+  CHECK(e.find((ck / "step-000005").string()) != std::string::npos);  // the last good checkpoint, named
+  CHECK(fs::exists(ck / "step-000005"));                             // and kept
+  CHECK_FALSE(fs::exists(ck / "step-000010"));
+  CHECK(io::resolve_checkpoint(d / "out").filename() == "step-000005");
+  bool params_finite = true;  // what the old guard looked at
+  for (float x : model.params().all()) params_finite = params_finite && std::isfinite(x);
+  CHECK(params_finite);
 }
 
 }  // namespace SPARSELM_UNITY_ID

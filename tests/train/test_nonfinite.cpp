@@ -10,6 +10,7 @@
 
 #include "../common/tiny_gpt.hpp"
 #include "sparselm/models/gpt.hpp"
+#include "sparselm/optim/lamb.hpp"
 #include "sparselm/train/trainer.hpp"
 
 // Each test file is its own namespace: the area's files are compiled as one unity translation unit
@@ -81,6 +82,48 @@ TEST_CASE("trainer: on_nonfinite = skip counts steps without updates, then stops
   CHECK(t.optimizer().state().step == 0);
   CHECK_THROWS_WITH_AS(trainer_options::from_json({{"on_nonfinite", "ignore"}}), doctest::Contains("on_nonfinite"),
                        sparselm::error);
+}
+
+// Issue 60, defect 3: the optimisers report whether their update wrote only finite parameters and
+// slots (checked inside the update), including values a 16-bit slot cannot store.
+template <class Opt>
+bool state_after_gradient(float g, const char* name, const nlohmann::json& config = nlohmann::json::object()) {
+  CAPTURE(name);
+  CAPTURE(g);
+  setup s;
+  Opt opt(config);
+  opt.attach(s.model.layout());
+  CHECK(opt.state_finite());
+  for (float& x : s.model.grads().all()) x = g;
+  opt.step(s.model.params(), s.model.grads(), 1e-3f);
+  bool params_finite = true;
+  for (float x : s.model.params().all()) params_finite = params_finite && std::isfinite(x);
+  CHECK(params_finite);  // only the optimiser state overflows
+  return opt.state_finite();
+}
+
+TEST_CASE("optimisers: an update that overflows the optimiser state reports it (finite gradients)") {
+  // Adam(W)'s v = (1 - β2)·g²: 1e-3 · 1e40 overflows float; 1e20 itself is finite
+  CHECK(state_after_gradient<optim::adamw<>>(1.0f, "adamw"));
+  CHECK_FALSE(state_after_gradient<optim::adamw<>>(1e20f, "adamw"));
+  CHECK_FALSE(state_after_gradient<optim::adam<bf16>>(1e20f, "adam bf16"));
+  CHECK_FALSE(state_after_gradient<optim::lamb<>>(1e20f, "lamb"));
+  // half slots hold sqrt(v): sqrt(1e-3)·3e6 = 9.5e4 is past half's 65504, although v = 9e9 is a
+  // finite float (and m = (1 - β1)·g = 3e4 fits)
+  const nlohmann::json slow_m = {{"beta1", 0.99}};
+  CHECK(state_after_gradient<optim::adamw<half>>(1e6f, "adamw half", slow_m));
+  CHECK_FALSE(state_after_gradient<optim::adamw<half>>(3e6f, "adamw half", slow_m));
+  // bf16 slots overflow where float does, at 3.4e38
+  CHECK_FALSE(state_after_gradient<optim::sgd<bf16>>(std::numeric_limits<float>::max(), "sgd bf16"));
+  // the next good state is reported as such (attach, restore)
+  setup s;
+  optim::adamw<> opt;
+  opt.attach(s.model.layout());
+  for (float& x : s.model.grads().all()) x = 1e20f;
+  opt.step(s.model.params(), s.model.grads(), 1e-3f);
+  CHECK_FALSE(opt.state_finite());
+  opt.attach(s.model.layout());
+  CHECK(opt.state_finite());
 }
 
 }  // namespace SPARSELM_UNITY_ID

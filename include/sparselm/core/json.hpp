@@ -17,11 +17,13 @@
 // must be true/false. Checks are callables returning "" when the value is fine, or the phrase
 // that follows the field name ("must be >= 1, got 0").
 //
-// read_json_file refuses non-regular files (a FIFO would block for ever) and documents nested
+// read_json_file refuses non-regular files (a FIFO would block for ever), files over a size limit
+// (core/input_file.hpp) and documents nested
 // deeper than max_json_depth (a deeply nested document would exhaust the stack).
 
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -39,6 +41,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sparselm/core/error.hpp"
+#include "sparselm/core/input_file.hpp"
 
 namespace sparselm {
 
@@ -86,19 +89,11 @@ inline json parse_json(std::string_view text, const std::string& context) {
   }
 }
 
-// Reads and parses a JSON file; errors name the path and say what the file is (`what`).
-inline json read_json_file(const std::string& path, const std::string& what = "config file") {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const auto status = fs::status(path, ec);
-  SPARSELM_CHECK(!ec && fs::exists(status), "cannot open ", what, " '", path, "': ",
-                 ec ? ec.message() : std::string("no such file"));
-  SPARSELM_CHECK(fs::is_regular_file(status), what, " '", path, "' is not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  SPARSELM_CHECK(in.good(), "cannot open ", what, " '", path, "': ", std::strerror(errno));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  SPARSELM_CHECK(!in.bad(), "cannot read ", what, " '", path, "'");
-  return parse_json(text, what + " '" + path + "'");
+// Reads and parses a JSON file (core/input_file.hpp: a regular file of at most `max_bytes`); errors
+// name the path and say what the file is (`what`).
+inline json read_json_file(const std::string& path, const std::string& what = "config file",
+                           std::uint64_t max_bytes = max_config_bytes) {
+  return parse_json(read_input(path, what.c_str(), max_bytes), what + " '" + path + "'");
 }
 
 // Value checks for json_fields: each returns "" when the value is fine.

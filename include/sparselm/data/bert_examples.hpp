@@ -20,12 +20,9 @@
 //                ids u16[T] (padded with 0), token types u8[T], length u16 (valid tokens),
 //                predictions u16, masked positions u16[P], masked labels u16[P] (unused slots 0),
 //                nsp label u8
-// Files are written through a temporary name and renamed into place.
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
+// Files are written through a temporary name and renamed into place. They are read through
+// io::mapped_input: refused unless regular, and each record read checks that the file still has the
+// size its header gives (truncation while in use is an error naming the file, not zeros or SIGBUS).
 
 #include <array>
 #include <cstdint>
@@ -39,6 +36,7 @@
 #include "sparselm/core/error.hpp"
 #include "sparselm/data/bert_pretraining.hpp"
 #include "sparselm/io/atomic_file.hpp"
+#include "sparselm/io/mapped_input.hpp"
 
 namespace sparselm::data {
 
@@ -124,72 +122,53 @@ inline void write_bert_examples(const std::filesystem::path& path, const std::ve
 // A validated, memory-mapped example file.
 class bert_example_file {
  public:
-  explicit bert_example_file(const std::filesystem::path& path) : name_(path.string()) {
-    const int fd = ::open(name_.c_str(), O_RDONLY | O_CLOEXEC);
-    SPARSELM_CHECK(fd >= 0, name_, ": cannot open example file: ", std::strerror(errno));
-    struct stat st {};
-    const bool ok = ::fstat(fd, &st) == 0;
-    const int e = errno;
-    if (!ok || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      fail(name_, ok ? ": not a regular file" : ": cannot stat example file: ", ok ? "" : std::strerror(e));
-    }
-    size_ = std::size_t(st.st_size);
-    if (size_ > 0) {
-      void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      const int me = errno;
-      ::close(fd);
-      SPARSELM_CHECK(m != MAP_FAILED, name_, ": cannot map example file: ", std::strerror(me));
-      map_ = static_cast<const unsigned char*>(m);
-    } else {
-      ::close(fd);
-    }
-    try {
-      validate();
-    } catch (...) {
-      unmap();
-      throw;
-    }
+  explicit bert_example_file(const std::filesystem::path& path)
+      : name_(path.string()), map_(path, "example file") {
+    validate();
   }
   bert_example_file(const bert_example_file&) = delete;
   bert_example_file& operator=(const bert_example_file&) = delete;
-  ~bert_example_file() { unmap(); }
 
   const bert_examples_info& info() const noexcept { return info_; }
   std::size_t size() const noexcept { return std::size_t(info_.count); }
   const std::string& name() const noexcept { return name_; }
+  // Example k's record, after checking that the file still has the size its header gives (a file
+  // truncated or replaced while in use is an error naming it, never records of zeros).
   const unsigned char* record(std::size_t k) const {
     SPARSELM_CHECK(k < size(), name_, ": example ", k, " of ", size());
-    return map_ + bert_examples_header + k * info_.record_bytes();
+    return map_.region(offset_of(k), info_.record_bytes());
   }
 
  private:
+  std::uint64_t offset_of(std::size_t k) const noexcept { return bert_examples_header + k * info_.record_bytes(); }
+
   void validate() {
-    SPARSELM_CHECK(size_ >= bert_examples_header, name_, ": truncated header (", size_, " bytes; a BERT example file "
+    const unsigned char* map = map_.bytes().data();
+    const std::uint64_t bytes = map_.bytes().size();
+    SPARSELM_CHECK(bytes >= bert_examples_header, name_, ": truncated header (", bytes, " bytes; a BERT example file "
                    "starts with 32)");
-    SPARSELM_CHECK(std::memcmp(map_, bert_examples_magic.data(), 8) == 0, name_,
+    SPARSELM_CHECK(std::memcmp(map, bert_examples_magic.data(), 8) == 0, name_,
                    ": not a BERT example file (bad magic; expected \"SPLMBERT\")");
-    const auto version = detail::get_le(map_ + 8, 4);
+    const auto version = detail::get_le(map + 8, 4);
     SPARSELM_CHECK(version == bert_examples_version, name_, ": version ", version, ", this build reads version ",
                    bert_examples_version);
-    info_.seq_len = std::uint32_t(detail::get_le(map_ + 12, 4));
-    info_.max_predictions = std::uint32_t(detail::get_le(map_ + 16, 4));
-    info_.vocab_size = std::uint32_t(detail::get_le(map_ + 20, 4));
-    info_.count = detail::get_le(map_ + 24, 8);
+    info_.seq_len = std::uint32_t(detail::get_le(map + 12, 4));
+    info_.max_predictions = std::uint32_t(detail::get_le(map + 16, 4));
+    info_.vocab_size = std::uint32_t(detail::get_le(map + 20, 4));
+    info_.count = detail::get_le(map + 24, 8);
     SPARSELM_CHECK(info_.seq_len >= 1 && info_.seq_len <= 65535 && info_.max_predictions <= info_.seq_len &&
                        info_.vocab_size >= 1 && info_.vocab_size <= 65536,
                    name_, ": bad header (seq_len ", info_.seq_len, ", max_predictions ", info_.max_predictions,
                    ", vocab_size ", info_.vocab_size, ")");
-    const std::uint64_t body = size_ - bert_examples_header;
+    const std::uint64_t body = bytes - bert_examples_header;
     SPARSELM_CHECK(info_.count <= body / info_.record_bytes() && body == info_.count * info_.record_bytes(), name_,
                    ": ", body, " bytes of records for ", info_.count, " examples of ", info_.record_bytes(),
                    " bytes (truncated or trailing data)");
     SPARSELM_CHECK(info_.count > 0, name_, ": no examples");
-    for (std::size_t k = 0; k < size(); ++k) check_record(k);
+    for (std::size_t k = 0; k < size(); ++k) check_record(k, map + offset_of(k));
   }
-  void check_record(std::size_t k) const {
+  void check_record(std::size_t k, const unsigned char* p) const {
     const std::size_t T = info_.seq_len, P = info_.max_predictions;
-    const unsigned char* p = record(k);
     for (std::size_t t = 0; t < T; ++t) {
       const auto id = detail::get_u16(p);
       SPARSELM_CHECK(id < info_.vocab_size, name_, ": example ", k, ": token id ", id, " at position ", t,
@@ -211,14 +190,8 @@ class bert_example_file {
     }
     SPARSELM_CHECK(*p <= 1, name_, ": example ", k, ": next-sentence label ", int(*p));
   }
-  void unmap() noexcept {
-    if (map_) ::munmap(const_cast<unsigned char*>(map_), size_);
-    map_ = nullptr;
-  }
-
   std::string name_;
-  const unsigned char* map_ = nullptr;
-  std::size_t size_ = 0;
+  io::mapped_input map_;  // guarded (io/mapped_input.hpp)
   bert_examples_info info_;
 };
 

@@ -59,8 +59,8 @@ class gpt2_bpe {
   // sparselm::error naming the file and the line (vocab.bpe, JSON syntax) or the key.
   static gpt2_bpe from_files(const std::filesystem::path& encoder_json, const std::filesystem::path& vocab_bpe) {
     auto v = std::make_shared<detail::gpt2_vocab>();
-    detail::load_gpt2_encoder(*v, read_file_bytes(encoder_json), encoder_json.string());
-    detail::load_gpt2_merges(*v, read_file_bytes(vocab_bpe), vocab_bpe.string());
+    detail::load_gpt2_encoder(*v, read_file_bytes(encoder_json, "GPT-2 encoder.json", max_vocab_bytes), encoder_json.string());
+    detail::load_gpt2_merges(*v, read_file_bytes(vocab_bpe, "GPT-2 vocab.bpe", max_vocab_bytes), vocab_bpe.string());
     return gpt2_bpe(std::move(v));
   }
   // The same from in-memory contents; `name` prefixes error messages.

@@ -226,12 +226,12 @@ inline squad_dataset parse_squad(const json& doc, const std::string& source) {
 }
 
 inline squad_dataset read_squad(const std::filesystem::path& path) {
-  return parse_squad(read_json_file(path.string(), "SQuAD file"), path.string());
+  return parse_squad(read_json_file(path.string(), "SQuAD file", max_dataset_json_bytes), path.string());
 }
 
 // Predictions file of the official evaluation: one JSON object {"question id": "answer text"}.
 inline std::map<std::string, std::string> read_squad_predictions(const std::filesystem::path& path) {
-  const json j = read_json_file(path.string(), "predictions file");
+  const json j = read_json_file(path.string(), "predictions file", max_dataset_json_bytes);
   SPARSELM_CHECK(j.is_object(), path.string(), ": predictions must be a JSON object {\"id\": \"text\"}, got ",
                  j.type_name());
   std::map<std::string, std::string> out;

@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "sparselm/core/error.hpp"
+#include "sparselm/core/input_file.hpp"
 #include "sparselm/io/atomic_file.hpp"
 #include "sparselm/data/unicode_tables.hpp"
 
@@ -107,10 +108,12 @@ inline void append_utf8(std::string& out, char32_t cp) {
   }
 }
 
-// Reads a whole file as bytes; sparselm::error names the file when it cannot be read or is not a
-// regular file (a FIFO would block, a device never end).
-inline std::string read_file_bytes(const std::filesystem::path& path) {
-  return io::read_text_file(path);
+// Reads a whole file as bytes (core/input_file.hpp's read_input: a regular file of at most
+// `max_bytes`); sparselm::error names the file when it cannot be read, is not a regular file (a
+// FIFO would block, a device never end) or is over the limit.
+inline std::string read_file_bytes(const std::filesystem::path& path, const char* what = "text file",
+                                   std::uint64_t max_bytes = max_text_bytes) {
+  return read_input(path, what, max_bytes);
 }
 
 // 1-based line number of byte offset `pos` in `text` (for error messages).

@@ -16,9 +16,9 @@
 #include <cctype>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -244,7 +244,7 @@ inline text_classification_set read_spamassassin(const std::filesystem::path& di
         v = v * 16 + unsigned(std::max(h, 0));
       }
       SPARSELM_CHECK(ok, f.string(), ": name is not NNNNN.<md5>.txt (the split is taken from the MD5)");
-      labelled_text t{std::string(group) + "/" + f.filename().string(), email_text(read_file_bytes(f), max_bytes),
+      labelled_text t{std::string(group) + "/" + f.filename().string(), email_text(read_file_bytes(f, "e-mail message", max_message_bytes), max_bytes),
                       label};
       (v < threshold ? set.test : set.train).push_back(std::move(t));
     }
@@ -256,9 +256,10 @@ inline text_classification_set read_spamassassin(const std::filesystem::path& di
 // through `names` (those not yet in it are appended when `add_labels`, else an error naming the
 // line); numbers must lie in [0, names.size()) when names is not empty.
 inline std::vector<labelled_text> read_labelled_jsonl(const std::filesystem::path& path,
-                                                      std::vector<std::string>& names, bool add_labels) {
-  std::ifstream in(path, std::ios::binary);
-  SPARSELM_CHECK(in.good(), path.string(), ": cannot open");
+                                                      std::vector<std::string>& names, bool add_labels,
+                                                      std::uint64_t max_bytes = max_dataset_json_bytes) {
+  // through core/input_file.hpp: a FIFO, device or directory is refused by name, size bounded
+  std::istringstream in(read_file_bytes(path, "JSON lines file", max_bytes));
   std::vector<labelled_text> out;
   std::string line;
   for (std::size_t n = 1; std::getline(in, line); ++n) {

@@ -19,9 +19,11 @@
 // The file size is exactly 64 + N*w. Readers reject, with sparselm::error naming the file and the
 // fault: a foreign file (bad magic), another version, an unknown width, a truncated file or
 // trailing bytes, N = 0 (empty dataset), and ids >= V (checked on load by default, or on demand
-// for each range read). Non-regular files (FIFO, device) are refused. A file truncated while it
-// is mapped ends the process with one line naming it and exit status 1, not a bare SIGBUS (see
-// detail::guard_mapping).
+// for each range read). Non-regular files (FIFO, device, directory) are refused. The file is
+// mapped through io::mapped_input: every read checks first that the file still has the size its
+// header gives, so a file truncated or replaced while in use is an error naming it (also within
+// the last page, where the mapping would read zeros), and a read that faults anyway (SIGBUS) ends
+// the process with one line naming the file and exit status 1.
 //
 //   sparselm::data::write_token_file("train.tok", ids, 50257);
 //   sparselm::data::token_file f("train.tok");
@@ -42,14 +44,12 @@
 #include <vector>
 
 #include <fcntl.h>
-#include <signal.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "sparselm/core/error.hpp"
-#include "sparselm/core/program.hpp"
 #include "sparselm/io/atomic_file.hpp"
+#include "sparselm/io/mapped_input.hpp"
 
 namespace sparselm::data {
 
@@ -78,66 +78,6 @@ void store_le(unsigned char* p, T v) noexcept {
 }
 
 inline std::string errno_text(int e) { return std::generic_category().message(e); }
-
-// The SIGBUS guard of mapped token files. Reading a page of a mapping whose file was truncated
-// (or overwritten in place by a shorter one) raises SIGBUS; the handler finds the mapping the
-// faulting address belongs to, writes one line naming the file and ends the process with exit
-// status 1 (nothing can be saved from inside a signal handler; the last checkpoint is intact). A
-// SIGBUS elsewhere gets the default action. Up to max_guarded mappings are watched at once; more
-// are mapped unguarded.
-struct guarded_mapping {
-  std::atomic<const unsigned char*> begin{nullptr};
-  std::size_t size = 0;
-  char message[512] = {};
-  std::size_t length = 0;
-};
-inline constexpr int max_guarded = 32;
-inline guarded_mapping guarded[max_guarded];
-
-inline void on_sigbus(int sig, siginfo_t* info, void*) {
-  const auto* a = static_cast<const unsigned char*>(info->si_addr);
-  for (auto& g : guarded) {
-    const unsigned char* b = g.begin.load(std::memory_order_acquire);
-    if (b && a >= b && a < b + g.size) {
-      (void)!::write(STDERR_FILENO, g.message, g.length);
-      ::_exit(1);
-    }
-  }
-  ::signal(sig, SIG_DFL);
-  ::raise(sig);
-}
-
-inline int guard_mapping(const unsigned char* p, std::size_t size, const std::string& path) noexcept {
-  static std::atomic<bool> installed{false};
-  if (!installed.exchange(true)) {
-    struct sigaction sa {};
-    sa.sa_sigaction = on_sigbus;
-    sa.sa_flags = SA_SIGINFO;
-    sigemptyset(&sa.sa_mask);
-    ::sigaction(SIGBUS, &sa, nullptr);
-  }
-  for (int i = 0; i < max_guarded; ++i) {
-    auto& g = guarded[i];
-    const unsigned char* expected = nullptr;
-    // claim the slot with a sentinel, fill it, then publish the real address
-    static const unsigned char claimed = 0;
-    if (!g.begin.compare_exchange_strong(expected, &claimed)) continue;
-    g.size = 0;
-    g.length = std::size_t(std::snprintf(g.message, sizeof g.message,
-                                         "%s: error: token file '%s' was truncated or overwritten while in use (SIGBUS "
-                                         "reading it); stopped without saving, the last checkpoint is intact\n",
-                                         sparselm::detail::program_name(), path.c_str()));
-    g.length = std::min(g.length, sizeof g.message - 1);
-    g.size = size;
-    g.begin.store(p, std::memory_order_release);
-    return i;
-  }
-  return -1;
-}
-
-inline void unguard_mapping(int slot) noexcept {
-  if (slot >= 0) guarded[slot].begin.store(nullptr, std::memory_order_release);
-}
 
 }  // namespace detail
 
@@ -195,48 +135,17 @@ enum class token_check {
 class token_file {
  public:
   token_file() = default;
-  explicit token_file(const std::filesystem::path& path, token_check check = token_check::full) : path_(path) {
-    const std::string name = path.string();
-    int fd = io::open_regular(path, "token file");  // a FIFO or device is refused
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      int e = errno;
-      ::close(fd);
-      fail(name, ": cannot stat token file: ", detail::errno_text(e));
-    }
-    const std::uint64_t fsize = std::uint64_t(st.st_size);
-    if (fsize > 0) {
-      void* p = ::mmap(nullptr, fsize, PROT_READ, MAP_PRIVATE, fd, 0);
-      if (p == MAP_FAILED) {
-        int e = errno;
-        ::close(fd);
-        fail(name, ": cannot map token file: ", detail::errno_text(e));
-      }
-      map_ = static_cast<const unsigned char*>(p);
-      map_size_ = fsize;
-      guard_ = detail::guard_mapping(map_, map_size_, name);
-    }
-    ::close(fd);
-    try {
-      parse_header();
-      if (check == token_check::full) validate();
-      else validated_ = false;
-    } catch (...) {
-      unmap();
-      throw;
-    }
+  explicit token_file(const std::filesystem::path& path, token_check check = token_check::full)
+      : path_(path), map_(path, "token file") {
+    parse_header();
+    map_.set_expected_size(map_.bytes().size());  // the header accounts for every byte
+    if (check == token_check::full) validate();
+    else validated_ = false;
   }
-  token_file(token_file&& o) noexcept { swap(o); }
-  token_file& operator=(token_file&& o) noexcept {
-    if (this != &o) {
-      unmap();
-      swap(o);
-    }
-    return *this;
-  }
+  token_file(token_file&& o) noexcept = default;
+  token_file& operator=(token_file&& o) noexcept = default;
   token_file(const token_file&) = delete;
   token_file& operator=(const token_file&) = delete;
-  ~token_file() { unmap(); }
 
   const std::filesystem::path& path() const noexcept { return path_; }
   const token_file_info& info() const noexcept { return info_; }
@@ -247,24 +156,23 @@ class token_file {
   std::uint64_t documents() const noexcept { return info_.documents; }
   bool validated() const noexcept { return validated_; }
 
-  // Id at position i, unchecked against the vocab (i < size()).
-  std::uint32_t operator[](std::uint64_t i) const noexcept {
-    const unsigned char* p = data() + i * width();
-    return info_.dtype == token_dtype::uint16 ? detail::load_le<std::uint16_t>(p) : detail::load_le<std::uint32_t>(p);
-  }
-  // Id at position i, checked: position in range, id < vocab size.
+  // Id at position i, unchecked against the vocab (i < size()) and against a change of the file
+  // (for the validation pass on open; read() and at() check).
+  std::uint32_t operator[](std::uint64_t i) const noexcept { return load(data() + i * width()); }
+  // Id at position i, checked: position in range, the file intact, id < vocab size.
   std::int32_t at(std::uint64_t i) const {
     SPARSELM_CHECK(i < size(), path_.string(), ": token position ", i, " is past the end (", size(), " tokens)");
-    std::uint32_t id = (*this)[i];
+    std::uint32_t id = load(map_.region(token_file_header_size + i * width(), width()));
     if (!validated_) check_id(i, id);
     return std::int32_t(id);
   }
-  // Copies ids [first, first + out.size()) into out as int32. Ids are checked against the vocab
-  // unless the whole file was validated on open.
+  // Copies ids [first, first + out.size()) into out as int32, after checking that the file still
+  // has the size its header gives. Ids are checked against the vocab unless the whole file was
+  // validated on open.
   void read(std::uint64_t first, std::span<std::int32_t> out) const {
     SPARSELM_CHECK(first <= size() && out.size() <= size() - first, path_.string(), ": cannot read tokens [", first,
                    ", ", first + out.size(), "): the file has ", size());
-    const unsigned char* p = data() + first * width();
+    const unsigned char* p = map_.region(token_file_header_size + first * width(), out.size() * width());
     if (info_.dtype == token_dtype::uint16) {
       for (std::size_t j = 0; j < out.size(); ++j) out[j] = std::int32_t(detail::load_le<std::uint16_t>(p + 2 * j));
     } else {
@@ -290,37 +198,22 @@ class token_file {
 
  private:
   std::size_t width() const noexcept { return std::size_t(info_.dtype); }
-  const unsigned char* data() const noexcept { return map_ + token_file_header_size; }
+  const unsigned char* data() const noexcept { return map_.bytes().data() + token_file_header_size; }
+  std::uint32_t load(const unsigned char* p) const noexcept {
+    return info_.dtype == token_dtype::uint16 ? detail::load_le<std::uint16_t>(p) : detail::load_le<std::uint32_t>(p);
+  }
 
   void check_id(std::uint64_t pos, std::uint32_t id) const {
     SPARSELM_CHECK(id < info_.vocab_size, path_.string(), ": token id ", id, " at position ", pos,
                    " is not below the vocab size ", info_.vocab_size);
   }
 
-  void parse_header() { info_ = parse_token_file_header({map_, std::size_t(map_size_)}, path_.string()); }
-
-  void unmap() noexcept {
-    detail::unguard_mapping(guard_);
-    guard_ = -1;
-    if (map_) ::munmap(const_cast<unsigned char*>(map_), map_size_);
-    map_ = nullptr;
-    map_size_ = 0;
-  }
-  void swap(token_file& o) noexcept {
-    std::swap(path_, o.path_);
-    std::swap(info_, o.info_);
-    std::swap(map_, o.map_);
-    std::swap(map_size_, o.map_size_);
-    std::swap(validated_, o.validated_);
-    std::swap(guard_, o.guard_);
-  }
+  void parse_header() { info_ = parse_token_file_header(map_.bytes(), path_.string()); }
 
   std::filesystem::path path_;
   token_file_info info_{};
-  const unsigned char* map_ = nullptr;
-  std::uint64_t map_size_ = 0;
+  io::mapped_input map_;  // guarded (io/mapped_input.hpp)
   bool validated_ = false;
-  int guard_ = -1;  // slot in the SIGBUS guard (detail::guard_mapping)
 };
 
 // Streams ids into `path` through a temporary file in the same directory; commit() fills in the

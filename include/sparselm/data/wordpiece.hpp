@@ -278,7 +278,7 @@ class wordpiece {
     return w;
   }
   static wordpiece from_file(const std::filesystem::path& path) {
-    return from_text(read_file_bytes(path), path.string());
+    return from_text(read_file_bytes(path, "vocabulary", max_vocab_bytes), path.string());
   }
 
   std::size_t size() const noexcept { return v_->tokens.size(); }

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -20,6 +21,7 @@
 #include <system_error>
 
 #include "sparselm/core/error.hpp"
+#include "sparselm/core/input_file.hpp"
 
 namespace sparselm::io {
 
@@ -47,26 +49,12 @@ inline void sync_directory(const std::filesystem::path& dir) {
 }
 }  // namespace detail
 
-// Opens `path` for reading and returns the descriptor, or throws naming the path and `what` (e.g.
-// "token file") when it cannot be opened or is not a regular file: a FIFO would block the reader
-// for ever and a device would never end, so both are refused before anything is read (the open
-// itself does not block: O_NONBLOCK, cleared once the file is known to be regular).
-inline int open_regular(const std::filesystem::path& path, const char* what) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  SPARSELM_CHECK(fd >= 0, path.string(), ": cannot open ", what, ": ", detail::errno_message(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int e = errno;
-    ::close(fd);
-    fail(path.string(), ": cannot stat ", what, ": ", detail::errno_message(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(path.string(), ": ", what, " is not a regular file (",
-         S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket", ")");
-  }
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  return fd;
+// Opens `path` for reading and returns the descriptor (the caller closes it), or throws naming
+// the path and `what` (e.g. "token file"): core/input_file.hpp's open_input, which refuses a FIFO,
+// device, directory or socket and a file over `max_bytes` before anything is read.
+inline int open_regular(const std::filesystem::path& path, const char* what,
+                        std::uint64_t max_bytes = max_mapped_bytes) {
+  return open_input(path, what, max_bytes).fd;
 }
 
 // Creates `path` atomically from what `fill` writes to the stream. On any failure (including an
@@ -114,19 +102,11 @@ inline void atomic_write_text(const std::filesystem::path& path, std::string_vie
   atomic_write(path, [&](std::FILE* f) { write_bytes(f, text.data(), text.size(), path.string()); });
 }
 
-// Reads a whole (small) text file; throws naming it when it cannot be read.
-// Refuses anything but a regular file (a FIFO would block, a device never end).
-inline std::string read_text_file(const std::filesystem::path& path) {
-  std::FILE* f = ::fdopen(open_regular(path, "file"), "rb");
-  SPARSELM_CHECK(f != nullptr, path.string(), ": cannot open: ", detail::errno_message(errno));
-  std::string s;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-  const bool bad = std::ferror(f) != 0;
-  std::fclose(f);
-  SPARSELM_CHECK(!bad, path.string(), ": read failed");
-  return s;
+// Reads a whole (small) text file through open_input (a regular file of at most `max_bytes`);
+// throws naming it when it cannot be read.
+inline std::string read_text_file(const std::filesystem::path& path, const char* what = "file",
+                                  std::uint64_t max_bytes = max_config_bytes) {
+  return read_input(path, what, max_bytes);
 }
 
 }  // namespace sparselm::io

@@ -45,6 +45,8 @@ namespace sparselm::io {
 inline constexpr const char* model_file = "model.safetensors";
 inline constexpr const char* config_file = "config.json";
 inline constexpr const char* state_file = "training_state.safetensors";
+// Metadata key of the CRC-32C (8 hex digits) of the training state's "sparselm.training_state" text.
+inline constexpr const char* training_state_checksum_key = "sparselm.training_state.crc32c";
 
 namespace detail {
 // Names and shapes of a layout as JSON, stored in checkpoints to detect a mismatched model.
@@ -134,7 +136,7 @@ inline nlohmann::json read_model_config(const std::filesystem::path& dir) {
   const auto path = dir / config_file;
   SPARSELM_CHECK(std::filesystem::exists(path), path.string(), ": no model config (is '", dir.string(),
                  "' a checkpoint directory?)");
-  return parse_json(read_text_file(path), path.string());
+  return parse_json(read_text_file(path, "config file"), path.string());
 }
 
 struct load_options {
@@ -270,7 +272,10 @@ void save_training_state(const std::filesystem::path& path, Trainer& t, const nl
       if (const auto* ex = updater->explored(sw.name))
         w.add_owned("explored." + sw.name, {sw.pattern->rows_b, sw.pattern->cols_b}, sparse::explored_to_i32(*ex));
   }
-  w.set_metadata("sparselm.training_state", meta.dump());
+  const std::string state_text = meta.dump();
+  w.set_metadata("sparselm.training_state", state_text);
+  // the steps, sampler position, epoch, loss scale ... are checksummed like the tensors
+  w.set_metadata(training_state_checksum_key, crc32c_hex(crc32c(state_text.data(), state_text.size())));
   w.set_metadata("sparselm.layout", detail::layout_fingerprint(layout));
   w.write(path);
   if (streamed) streamed->done();
@@ -288,8 +293,22 @@ nlohmann::json load_training_state(const std::filesystem::path& path, Trainer& t
   const arena_layout& layout = *model.layout();
   SPARSELM_CHECK(f.metadata("sparselm.layout") == detail::layout_fingerprint(layout), path.string(),
                  ": the training state is for a different model (parameter names or shapes differ)");
-  const nlohmann::json meta =
-      parse_json(f.metadata("sparselm.training_state"), path.string() + ": metadata 'sparselm.training_state'");
+  const std::string& state_text = f.metadata("sparselm.training_state");
+  if (verify) {
+    // The metadata's own CRC-32C, required whenever the tensors have theirs (a file written by this
+    // library with checksums): a bit flip in a step count or a data position is refused.
+    const auto sum = f.metadata().find(training_state_checksum_key);
+    SPARSELM_CHECK(sum != f.metadata().end() || !f.metadata().contains(checksum_key), path.string(),
+                   ": the training state's metadata has no checksum ('", training_state_checksum_key,
+                   "') although its tensors have theirs: damaged, or written by an older sparselm (--no-verify "
+                   "loads it unchecked)");
+    if (sum != f.metadata().end()) {
+      const std::string have = crc32c_hex(crc32c(state_text.data(), state_text.size()));
+      SPARSELM_CHECK(have == sum->second, path.string(), ": the training state's metadata (steps, data position, ...) "
+                     "has CRC-32C ", have, ", its checksum says ", sum->second, ": the file is damaged");
+    }
+  }
+  const nlohmann::json meta = parse_json(state_text, path.string() + ": metadata 'sparselm.training_state'");
   SPARSELM_CHECK(meta.is_object(), path.string(), ": metadata 'sparselm.training_state' is not a JSON object");
   for (const char* k : {"step", "optimizer_step"})
     SPARSELM_CHECK(meta.contains(k) && meta[k].is_number_unsigned(), path.string(), ": training state has no '", k,
@@ -428,7 +447,7 @@ class checkpoint_dir {
     namespace fs = std::filesystem;
     if (!fs::is_directory(root_)) return std::nullopt;
     if (fs::exists(root_ / "latest")) {
-      std::string name = read_text_file(root_ / "latest");
+      std::string name = read_text_file(root_ / "latest", "checkpoint pointer", 4096);
       while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
       if (!name.empty() && complete(root_ / name)) return root_ / name;
     }

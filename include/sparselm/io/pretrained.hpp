@@ -84,7 +84,7 @@ inline checkpoint_sparsity read_checkpoint_sparsity(const std::filesystem::path&
   }
   const auto cfg = file.parent_path() / config_file;
   if (r.block != 0 && std::filesystem::exists(cfg)) {
-    const json j = parse_json(read_text_file(cfg), cfg.string());
+    const json j = parse_json(read_text_file(cfg, "config file"), cfg.string());
     if (j.contains("sparselm") && j["sparselm"].is_object() && j["sparselm"].contains("sparsity") &&
         j["sparselm"]["sparsity"].is_number()) {
       const double s = j["sparselm"]["sparsity"].get<double>();

@@ -20,6 +20,7 @@
 // Data parallel with sharded slots: opt.attach(layout, partition_tensors(*layout, P)[rank])
 // keeps m, v for that rank's tensors only and updates only their params (optim/shard.hpp).
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -118,6 +119,10 @@ class basic_adam : public detail::slot_optimizer<S, 2> {
     const detail::adam_math am(cfg_.beta1, cfg_.beta2, cfg_.eps, bc, grad_scale);
     const float wd = Config::has_weight_decay ? float(cfg_.weight_decay) : 0.0f;
 
+    // the limits of the values written: params (float), m, v (as S stores them)
+    const float lw = detail::storable_limit<float>(), lm = detail::storable_limit<S>(),
+                lv = detail::storable_limit<S, detail::store_sqrt_v<S>>();
+    std::atomic<bool> nonfinite{false};
     float* w = params.all().data();
     const float* g = grads.all().data();
     const auto& segs = this->segments_;
@@ -126,6 +131,7 @@ class basic_adam : public detail::slot_optimizer<S, 2> {
       const float decay = (sg.flags & param_no_decay) ? 0.0f : wd;
       float* ws = w + sg.begin;
       const float* gs = g + sg.begin;
+      detail::finite_watch<Arch> watch;
       detail::with_slots<S, 2, true, sqrt_mask>(sg.size(), this->slot_ptrs(sg.begin),
                                                 [&](std::size_t off, std::size_t len, auto s) {
                                                   detail::lanes<Arch>(
@@ -134,10 +140,15 @@ class basic_adam : public detail::slot_optimizer<S, 2> {
                                                         am.moments(gv, m, v);
                                                         using V = std::remove_cvref_t<decltype(wv)>;
                                                         wv = wv - V(lr) * am.direction(wv, m, v, decay);
+                                                        watch.check(wv, lw);
+                                                        watch.check(m, lm);
+                                                        watch.check(v, lv);
                                                       },
                                                       ws + off, gs + off, s[0], s[1]);
                                                 });
+      if (!watch.ok()) nonfinite.store(true, std::memory_order_relaxed);
     });
+    this->wrote_nonfinite_ = nonfinite.load();
   }
 
  private:

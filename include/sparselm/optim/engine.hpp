@@ -97,6 +97,7 @@ class slot_optimizer {
     std::erase_if(segments_, [&](const segment& sg) { return !owned_.contains(sg.tensor); });
     for (std::size_t k = 0; k < N; ++k) slots_[k] = k < active_ ? arena<S>(slot_layout_) : arena<S>();
     step_ = 0;
+    wrote_nonfinite_ = false;
   }
 
   bool attached() const noexcept { return layout_ != nullptr; }
@@ -169,7 +170,16 @@ class slot_optimizer {
       }
     }
     step_ = st.step;
+    wrote_nonfinite_ = false;
   }
+
+  // Whether the last update wrote only finite parameters and slots (for 16-bit slots: values that
+  // store as finite ones), as the update itself checked them (detail::finite_watch, fused into its
+  // lanes: no extra pass). An update rewrites every parameter and slot it owns, and a non-finite
+  // value stays non-finite under the next update, so this says whether the owned state is finite
+  // now (conservatively: reset_slots() may since have zeroed the culprit); true after attach()
+  // and restore(). Sharded: the owned tensors only.
+  bool state_finite() const noexcept { return !wrote_nonfinite_; }
 
   // Copies the owned slice of every slot into the same-named full-layout arenas of `full`
   // (supplied by the caller) and sets full.step; the rest of those arenas is left as it is, so
@@ -235,6 +245,7 @@ class slot_optimizer {
   std::vector<segment> segments_;  // owned tensors only
   std::array<arena<S>, N> slots_;
   std::size_t step_ = 0;
+  bool wrote_nonfinite_ = false;  // the last step() wrote a non-finite value (state_finite())
 
  private:
   // The tensors of `r` (names, shapes, flags, order) as a layout of their own; its offsets are

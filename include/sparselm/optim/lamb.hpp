@@ -16,6 +16,7 @@
 // Sharded (attach(layout, range), optim/shard.hpp): ranges are whole tensors, so each tensor's
 // norms and trust ratio are computed by the one replica that owns it, exactly as unsharded.
 
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <nlohmann/json.hpp>
@@ -74,6 +75,10 @@ class lamb : public detail::slot_optimizer<S, 2> {
       return (sg.flags & param_no_decay) ? 0.0f : float(cfg_.weight_decay);
     };
     auto trusted = [](const detail::segment& sg) { return (sg.flags & param_no_trust) == 0; };
+    // the limits of the values written: params (float), m, v (as S stores them)
+    const float lw = detail::storable_limit<float>(), lm = detail::storable_limit<S>(),
+                lv = detail::storable_limit<S, detail::store_sqrt_v<S>>();
+    std::atomic<bool> nonfinite{false};
 
     // Pass 1: moments, norms; param_no_trust tensors are updated here.
     w2_.assign(segs.size(), 0.0);
@@ -84,10 +89,17 @@ class lamb : public detail::slot_optimizer<S, 2> {
       float* ws = w + sg.begin;
       const float* gs = g + sg.begin;
       detail::square_sum<Arch> acc_w, acc_u;
+      detail::finite_watch<Arch> watch;
       detail::with_slots<S, 2, true, sqrt_mask>(
           sg.size(), this->slot_ptrs(sg.begin), [&](std::size_t off, std::size_t len, auto s) {
             detail::lanes<Arch>(
-                len, [&](auto& gv, auto& m, auto& v) { am.moments(gv, m, v); }, gs + off, s[0], s[1]);
+                len,
+                [&](auto& gv, auto& m, auto& v) {
+                  am.moments(gv, m, v);
+                  watch.check(m, lm);
+                  watch.check(v, lv);
+                },
+                gs + off, s[0], s[1]);
             detail::round_trip<S>(s[0], len);
             detail::round_trip<S, detail::store_sqrt_v<S>>(s[1], len);
             const float* m = s[0];
@@ -108,10 +120,12 @@ class lamb : public detail::slot_optimizer<S, 2> {
                   [&](auto& wv, auto& mv, auto& vv) {
                     using V = std::remove_cvref_t<decltype(wv)>;
                     wv = wv - V(lr) * am.direction(wv, mv, vv, decay);
+                    watch.check(wv, lw);
                   },
                   ws + off, m, v);
             }
           });
+      if (!watch.ok()) nonfinite.store(true, std::memory_order_relaxed);
       w2_[k] = acc_w.total;
       u2_[k] = acc_u.total;
     });
@@ -136,6 +150,7 @@ class lamb : public detail::slot_optimizer<S, 2> {
       const float decay = decay_of(sg);
       const float step_size = lr * ratio_[sg.tensor];
       float* ws = w + sg.begin;
+      detail::finite_watch<Arch> watch;
       detail::with_slots<S, 2, false, sqrt_mask>(
           sg.size(), this->slot_ptrs(sg.begin), [&](std::size_t off, std::size_t len, auto s) {
             detail::lanes<Arch>(
@@ -143,10 +158,13 @@ class lamb : public detail::slot_optimizer<S, 2> {
                 [&](auto& wv, auto& mv, auto& vv) {
                   using V = std::remove_cvref_t<decltype(wv)>;
                   wv = wv - V(step_size) * am.direction(wv, mv, vv, decay);
+                  watch.check(wv, lw);
                 },
                 ws + off, static_cast<const float*>(s[0]), static_cast<const float*>(s[1]));
           });
+      if (!watch.ok()) nonfinite.store(true, std::memory_order_relaxed);
     });
+    this->wrote_nonfinite_ = nonfinite.load();
   }
 
  private:

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -106,7 +107,22 @@ double sum_squares(const float* x, std::size_t n) {
   return total;
 }
 
-// ---- slots --------------------------------------------------------------------------------------
+// ---- finiteness of what an update writes --------------------------------------------------------
+
+// Watches the values an update writes, inside its lane lambda (no extra pass over memory): ok()
+// stays true while every value checked is at most its limit in magnitude (a NaN fails the check).
+// The limit is the largest value that its storage keeps finite (storable_limit below).
+template <class Arch>
+struct finite_watch {
+  xsimd::batch_bool<float, Arch> bad = xsimd::batch_bool<float, Arch>(false);
+  bool bad_tail = false;
+  void check(const simd<float, Arch>& x, float limit) noexcept {
+    bad = bad | !(xsimd::abs(x) <= simd<float, Arch>(limit));
+  }
+  void check(float x, float limit) noexcept { bad_tail = bad_tail || !(std::fabs(x) <= limit); }
+  bool ok() const noexcept { return !bad_tail && !xsimd::any(bad); }
+};
+
 
 // Branch-free conversions that the compiler vectorises (the scalar half conversions in
 // core/dtype.hpp branch per value, which makes a half-slot update compute bound). Results are
@@ -171,6 +187,29 @@ void float_to_slots(const float* src, S* dst, std::size_t n) noexcept {
     for (std::size_t i = 0; i < n; ++i) dst[i].bits = float_to_half_fast(src[i]);
   } else {
     for (std::size_t i = 0; i < n; ++i) dst[i] = from_float<S>(src[i]);
+  }
+}
+
+// The largest float value that a slot of type S stores as a finite number (rounded to nearest
+// even: bf16 overflows from 0x7f7f8000, half from 65520); for a slot holding the square root of
+// its value (Sqrt), the largest value whose square root stores finite.
+template <storage_type S, bool Sqrt = false>
+float storable_limit() noexcept {
+  if constexpr (Sqrt) {
+    static const float limit = [] {
+      const float root = storable_limit<S, false>();
+      float v = float(double(root) * double(root));
+      while (std::sqrt(v) > root) v = std::nextafter(v, 0.0f);
+      while (std::sqrt(std::nextafter(v, HUGE_VALF)) <= root) v = std::nextafter(v, HUGE_VALF);
+      return v;
+    }();
+    return limit;
+  } else if constexpr (std::is_same_v<S, half>) {
+    return std::bit_cast<float>(0x477fefffu);
+  } else if constexpr (std::is_same_v<S, bf16>) {
+    return std::bit_cast<float>(0x7f7f7fffu);
+  } else {
+    return std::numeric_limits<float>::max();
   }
 }
 

@@ -11,6 +11,7 @@
 // param_frozen tensors and their slots are never touched. The slot is stored as S.
 // attach(layout, range) keeps the slot of a tensor range only (sharded, optim/shard.hpp).
 
+#include <atomic>
 #include <cstddef>
 #include <nlohmann/json.hpp>
 #include <string_view>
@@ -75,11 +76,18 @@ class sgd : public detail::slot_optimizer<S, 1> {
     ++this->step_;
     const float mu = float(cfg_.momentum);
     const bool nesterov = cfg_.nesterov;
+    // the limits of the values written: params (float), momentum (as S stores it)
+    const float lw = detail::storable_limit<float>(), lb = detail::storable_limit<S>();
+    std::atomic<bool> nonfinite{false};
     float* w = params.all().data();
     const float* g = grads.all().data();
     const auto& segs = this->segments_;
     parallel_for(0, segs.size(), [&](std::size_t k) {
       const detail::segment& sg = segs[k];
+      detail::finite_watch<Arch> watch;
+      auto report = [&] {
+        if (!watch.ok()) nonfinite.store(true, std::memory_order_relaxed);
+      };
       const float decay = (sg.flags & param_no_decay) ? 0.0f : float(cfg_.weight_decay);
       float* ws = w + sg.begin;
       const float* gs = g + sg.begin;
@@ -93,8 +101,10 @@ class sgd : public detail::slot_optimizer<S, 1> {
             [&](auto& wv, auto& gv) {
               using V = std::remove_cvref_t<decltype(wv)>;
               wv = wv - V(lr) * grad(wv, gv);
+              watch.check(wv, lw);
             },
             ws, gs);
+        report();
         return;
       }
       detail::with_slots<S, 1>(sg.size(), this->slot_ptrs(sg.begin), [&](std::size_t off, std::size_t len, auto s) {
@@ -105,10 +115,14 @@ class sgd : public detail::slot_optimizer<S, 1> {
               V d = grad(wv, gv);
               b = V(mu) * b + d;
               wv = wv - V(lr) * (nesterov ? d + V(mu) * b : b);
+              watch.check(wv, lw);
+              watch.check(b, lb);
             },
             ws + off, gs + off, s[0]);
       });
+      report();
     });
+    this->wrote_nonfinite_ = nonfinite.load();
   }
 
  private:

@@ -159,6 +159,9 @@ class optimizer_choice {
   std::size_t step_count() const noexcept {
     return visit([](const auto& o) { return o.step_count(); });
   }
+  bool state_finite() const noexcept {
+    return visit([](const auto& o) { return o.state_finite(); });
+  }
   bool attached() const noexcept {
     return visit([](const auto& o) { return o.attached(); });
   }

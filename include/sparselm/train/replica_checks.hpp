@@ -6,30 +6,33 @@
 //   check_same_config(group, resolved, "gpt_train");       // names the differing fields
 //   check_same_files(group, {train_path, valid_path}, "gpt_train");
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "sparselm/core/error.hpp"
+#include "sparselm/core/input_file.hpp"
 #include "sparselm/io/crc32c.hpp"
 #include "sparselm/parallel/replica_group.hpp"
 
 namespace sparselm {
 
-// Size, and a CRC-32C of the first and last MiB, of a file (which ranks compare).
+// Size, and a CRC-32C of the first and last MiB, of a file (which ranks compare); opened through
+// open_input (core/input_file.hpp), so a FIFO or device is refused by name.
 inline std::uint64_t file_fingerprint(const std::filesystem::path& p) {
-  const std::uint64_t size = std::filesystem::file_size(p);
-  std::ifstream in(p, std::ios::binary);
+  const input_handle h = open_input(p, "data file", max_mapped_bytes);
+  const std::uint64_t size = h.size;
   std::string head(std::size_t(std::min<std::uint64_t>(size, 1 << 20)), '\0'), tail = head;
-  in.read(head.data(), std::streamsize(head.size()));
-  in.seekg(std::streamoff(size - tail.size()));
-  in.read(tail.data(), std::streamsize(tail.size()));
-  SPARSELM_CHECK(in.good(), p.string(), ": read failed while comparing the data files of the ranks");
+  const bool ok = ::pread(h.fd, head.data(), head.size(), 0) == ::ssize_t(head.size()) &&
+                  ::pread(h.fd, tail.data(), tail.size(), ::off_t(size - tail.size())) == ::ssize_t(tail.size());
+  ::close(h.fd);
+  SPARSELM_CHECK(ok, p.string(), ": read failed while comparing the data files of the ranks");
   return (size << 32) ^ io::crc32c(head.data(), head.size(), io::crc32c(tail.data(), tail.size()));
 }
 

@@ -18,8 +18,9 @@
 //     after it; a fresh run calls `fresh_start` (e.g. weights from --init-from);
 //   - every rank starts from rank 0's parameters; writes config.json and the "run" metrics line;
 //   - trains (train_loop) with checkpoints every loop.checkpoint_every steps, at the end and on a
-//     stop signal; keeps the newest keep_checkpoints; a model with non-finite parameters is never
-//     saved; a non-finite step stops the run with an error naming the last good checkpoint;
+//     stop signal; keeps the newest keep_checkpoints; non-finite parameters or optimiser state are
+//     never saved (the run stops naming the last good checkpoint, which pruning has kept); a
+//     non-finite step stops the run with an error naming the last good checkpoint;
 //   - returns the summary JSON (steps, resumed_from, interrupted, train_seconds, samples_per_s,
 //     valid, checkpoint, pattern_updates, and the task's keys).
 // Checkpoint layout: io/checkpoint.hpp (<out>/checkpoints/step-NNNNNN/, latest); the training
@@ -141,9 +142,11 @@ nlohmann::json run_training(Model& model, Trainer& t, Task& task, const run_opti
 
   loop_hooks hooks;
   hooks.checkpoint = [&](std::size_t step) {
-    // A non-finite model is never saved (it would become `latest` and push good ones out).
-    SPARSELM_CHECK(all_finite(model.params()), prog, ": step ", step,
-                   ": the model has non-finite parameters and is not saved; ", last_good());
+    // A non-finite model or optimiser state is never saved (it would become `latest` and push good
+    // checkpoints out): the optimiser checked what its last update wrote (trainer::state_finite).
+    SPARSELM_CHECK(t.state_finite(), prog, ": step ", step,
+                   ": the parameters or the optimiser state are not finite and are not saved; the run stops. ",
+                   last_good());
     t.check_replicas_agree("at the checkpoint of step " + std::to_string(step));
     t.stream_optimizer_state();  // sharded optimiser state: sent to rank 0 as it writes (collective)
     if (!writer) return;

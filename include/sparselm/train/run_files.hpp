@@ -9,12 +9,14 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "sparselm/core/arena.hpp"
 #include "sparselm/core/error.hpp"
+#include "sparselm/core/input_file.hpp"
 #include "sparselm/io/atomic_file.hpp"
 #include "sparselm/io/checkpoint.hpp"
 #include "sparselm/io/run_dir.hpp"
@@ -27,7 +29,7 @@ namespace sparselm {
 // step), rewriting it atomically. A missing file is left missing.
 inline void truncate_metrics_after(const std::filesystem::path& path, std::size_t step) {
   if (!std::filesystem::exists(path)) return;
-  std::ifstream in(path);
+  std::istringstream in(read_input(path, "metrics file", max_text_bytes));  // refuses a FIFO or device
   std::string line, kept;
   while (std::getline(in, line)) {
     if (line.empty()) continue;

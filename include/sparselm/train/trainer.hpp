@@ -141,6 +141,29 @@ class trainer {
   const optim::schedule& schedule() const noexcept { return sched_; }
   const trainer_options& options() const noexcept { return o_; }
   std::size_t step() const noexcept { return step_; }
+  // Whether the parameters and the optimiser state the last update wrote are all finite (Adam's
+  // v = g² can overflow while the gradient norm is finite): the optimiser's own check, fused into
+  // its update (state_finite() of optim/engine.hpp's optimisers), so no pass over the state. With
+  // sharded optimiser state, a collective over the processes that share it. An optimiser without
+  // that check: its parameters are scanned (its slots are not).
+  bool state_finite() {
+    bool ok = true;
+    if constexpr (requires(const optimizer_type& o) {
+                    { o.state_finite() } -> std::convertible_to<bool>;
+                  }) {
+      ok = opt_.state_finite();
+    } else {
+      float s = 0;  // NaN and infinities survive the multiplication by zero; finite values give 0
+      for (float x : model_.params().all()) s += x * 0.0f;
+      ok = s == 0.0f;
+    }
+    if (sharded()) {
+      float bad = ok ? 0.0f : 1.0f;
+      shard_group().all_reduce(std::span<float>(&bad, 1), parallel::reduce_op::max);
+      ok = bad == 0.0f;
+    }
+    return ok;
+  }
   void set_hooks(hooks h) {  // before sync_parameters() (stage-local ranks have no other stage's weights)
     SPARSELM_CHECK(!stage_local(), "trainer: set_hooks after sync_parameters() made the ranks keep only their stages");
     hooks_ = std::move(h);
