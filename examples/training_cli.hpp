@@ -10,8 +10,9 @@
 //   json j = cli.run_json(defaults);        // run config + defaults + flags + --set
 //   auto rc = sparselm::lm_run_config::from_json(j, cli.context(), cli.base());
 //
-// `--options-reference` prints the program's keys and flags as Markdown (docs/reference/options.md
-// is made from it by scripts/gen_options_reference.sh, and a test checks the two agree).
+// `--options-reference` prints the program's own keys and flags as Markdown, and
+// `--common-options-reference` the common ones (docs/reference/options.md is made from them by
+// scripts/gen_options_reference.sh, and the ctest docs.options_reference checks the two agree).
 
 #include <CLI/CLI.hpp>
 
@@ -44,7 +45,10 @@ class training_cli {
                   "Start again in a used --out: delete its checkpoints, metrics.jsonl and config.json first");
     app_.add_flag("--no-verify", [this](std::int64_t) { verify = false; },
                   "Resume without checking the checkpoint's CRC-32C checksums");
-    app_.add_flag("--options-reference", reference_, "Print this program's run-config keys and flags (Markdown) and exit");
+    app_.add_flag("--options-reference", reference_, "Print this program's own run-config keys and flags (Markdown)")
+        ->group("");
+    app_.add_flag("--common-options-reference", common_reference_, "Print the common run-config keys (Markdown)")
+        ->group("");
     for (auto t : tables_) flags_.add(app_, t);
     flags_.add(app_, sparselm::common_options());
     flags_.add_set(app_);
@@ -56,9 +60,12 @@ class training_cli {
   std::optional<int> parse(int argc, char** argv) {
     if (auto status = examples::parse(app_, argc, argv)) return status;
     if (reference_) {
-      std::printf("### %s\n\nIts own keys:\n", program_.c_str());
+      std::printf("### %s\n", program_.c_str());
       for (auto t : tables_) std::printf("%s", sparselm::options_reference(t).c_str());
-      std::printf("\nand the common keys of every training program.\n");
+      return 0;
+    }
+    if (common_reference_) {
+      std::printf("%s", sparselm::options_reference(sparselm::common_options()).c_str());
       return 0;
     }
     return std::nullopt;
@@ -69,10 +76,14 @@ class training_cli {
 
   // The run config (-c, or {}), with a "model" given as a file name inlined, the flags and --set
   // overrides applied, then `defaults` under what is still missing.
+  // A run config naming another program ("program") is refused.
   nlohmann::json run_json(const nlohmann::json& defaults = nlohmann::json::object()) {
     auto [j, base] = sparselm::read_run_json(config_path_);
     base_ = base;
     flags_.apply(j);
+    if (j.contains("program"))
+      SPARSELM_CHECK(j["program"] == program_, context(), ": this run config is for ", j["program"].dump(),
+                     ", not ", program_);
     sparselm::apply_defaults(j, defaults);
     return j;
   }
@@ -91,7 +102,7 @@ class training_cli {
   run_flags flags_;
   std::string config_path_;
   std::filesystem::path base_;
-  bool reference_ = false;
+  bool reference_ = false, common_reference_ = false;
 };
 
 }  // namespace examples

@@ -186,6 +186,13 @@ inline std::span<const option_entry> common_options() {
       {"init_from", "--init-from", k::text,
        "Start from these weights: a checkpoint or run directory of ours, or a HuggingFace directory", "", "",
        "loop and outputs"},
+      // a preset's record (configs/recipes/)
+      {"program", "", k::text, "The program the run config is for; another program refuses it", "", "",
+       "about the run"},
+      {"about", "", k::text,
+       "What the run config is and how it adapts its source (e.g. a seed's recipe) to this project; recorded, no "
+       "effect",
+       "", "", "about the run"},
   };
   return table;
 }
@@ -250,6 +257,8 @@ struct run_settings {
   std::string out = "runs/run";
   std::string init_from;
   std::optional<double> dropout;      // every dropout rate of the model (the program applies it)
+  std::string program;                // the program the config names ("": any)
+  json about;                         // the preset's description (recorded)
   json task = json::object();         // the task's keys, for the program
 
   // Reads the common keys of `j` strictly; `task_keys` are the top-level keys the program reads
@@ -303,6 +312,9 @@ struct run_settings {
     s.out = r.get("out", s.out);
     s.init_from = r.get("init_from", s.init_from);
     if (r.has("dropout")) s.dropout = r.get("dropout", 0.0, in_range(0.0, 1.0));
+    s.program = r.get("program", s.program);
+    if (r.has("about")) s.about = common.at("about");
+    r.ignore({"about"});
     r.finish();
     s.trainer.dropout_seed = s.seed;
     if (!s.optimizer.contains("type")) s.optimizer["type"] = "adamw";
@@ -463,6 +475,8 @@ struct run_settings {
     if (global_batch) j["global_batch"] = *global_batch;
     if (!init_from.empty()) j["init_from"] = init_from;
     if (dropout) j["dropout"] = *dropout;
+    if (!program.empty()) j["program"] = program;
+    if (!about.is_null()) j["about"] = about;
     json& t = j["trainer"];
     t["accumulation"] = {{"steps", trainer.accumulation.steps},
                          {"mode", trainer.accumulation.mode == optim::accumulation_mode::sum ? "sum" : "avg"},
