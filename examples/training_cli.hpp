@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
+#include "sparselm/train/plan.hpp"
 #include "sparselm/train/run_config.hpp"
 #include "sparselm/train/run_settings.hpp"
 
@@ -45,6 +46,9 @@ class training_cli {
                   "Start again in a used --out: delete its checkpoints, metrics.jsonl and config.json first");
     app_.add_flag("--no-verify", [this](std::int64_t) { verify = false; },
                   "Resume without checking the checkpoint's CRC-32C checksums");
+    app_.add_flag("--dry-run", dry_run,
+                  "Print the run's plan (parameters, memory by part, FLOPs and predicted time per step) and exit "
+                  "without building the model");
     app_.add_flag("--options-reference", reference_, "Print this program's own run-config keys and flags (Markdown)")
         ->group("");
     app_.add_flag("--common-options-reference", common_reference_, "Print the common run-config keys (Markdown)")
@@ -93,7 +97,14 @@ class training_cli {
   const std::string& program() const { return program_; }
   bool has_config() const { return !config_path_.empty(); }
 
-  bool resume = false, overwrite = false, verify = true;
+  bool resume = false, overwrite = false, verify = true, dry_run = false;
+
+  // --dry-run: the plan of a run of model m under `in` (train/plan.hpp), printed by the first process
+  // only; returns the exit status.
+  int print_plan(const sparselm::model_shape& m, const sparselm::plan_inputs& in, bool first_process) const {
+    if (first_process) sparselm::print_run_plan(m, in);
+    return 0;
+  }
 
  private:
   std::string program_;

@@ -1,0 +1,538 @@
+#pragma once
+// A plan before a run (`--dry-run` of the training programs): parameters, memory by part, FLOPs per
+// step and a predicted step time, computed from the model's config and the run's settings without
+// building the model (a GPT-3-sized plan costs nothing).
+//
+//   model_shape m = model_shape_of(gpt_cfg);                    // or sparse_lm / bert configs
+//   run_plan p = make_run_plan(m, plan_inputs_of(settings, seq_len, processes));
+//   p.measure_rates();                                            // the host's GEMM (and BSR) rate
+//   std::fputs(p.describe().c_str(), stderr);  std::puts(p.to_json().dump().c_str());
+//
+// What is counted (docs/training.md, "Plan a run"):
+//   weights, gradients     4 bytes per stored parameter each (block-sparse: active blocks only)
+//   optimiser slots        per slot (Adam/LAMB m and v, SGD momentum) the slot type's bytes per
+//                          stored parameter; 1/D of it per rank under shard_optimizer
+//   patterns               block-sparse metadata (16 bytes per active block), RigL's pooled scores
+//   activations            what the layers keep for backward (layers/block.hpp, attention,
+//                          feed_forward, the heads, the embeddings), per micro-batch in flight:
+//                          every block's cache (recompute none) or one (blocks), the residual
+//                          streams (models/stack.hpp), fp32 or bf16 copies as the precision keeps them
+//   scratch                the model's temporaries (layers/context.hpp scratch slots; one pool per
+//                          pipeline stage), the GEMM packing buffers per thread
+// Every buffer of a step is grow-only, so the sum is the steady state, which a run reaches in its
+// first step; the check (examples/check_plan.sh) compares it with measured peak RSS.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "sparselm/core/dtype.hpp"
+#include "sparselm/core/json.hpp"
+#include "sparselm/core/rng.hpp"
+#include "sparselm/core/tensor.hpp"
+#include "sparselm/core/threads.hpp"
+#include "sparselm/kernels/bsr.hpp"
+#include "sparselm/kernels/bsr_bf16.hpp"
+#include "sparselm/kernels/gemm_bf16.hpp"
+#include "sparselm/models/bert.hpp"
+#include "sparselm/models/gpt.hpp"
+#include "sparselm/models/sparse_lm.hpp"
+#include "sparselm/policies/pipeline.hpp"
+#include "sparselm/sparse/init.hpp"
+#include "sparselm/train/run_settings.hpp"
+
+namespace sparselm {
+
+// --- the model's shape -----------------------------------------------------------------------------
+
+// One linear layer: weight (in, out) [+ bias]; `sparse`: block-sparse when the run's projections are.
+struct projection_shape {
+  std::string name;
+  std::size_t in = 0, out = 0;
+  bool bias = true, sparse = false;
+  std::size_t rows_per_seq = 0;  // heads reading some rows of each sequence (0: every row)
+};
+
+enum class head_kind { causal_lm, bert_pretraining, classification, span };
+
+// What a plan needs of a model: its sizes, its linear layers and its other parameters.
+struct model_shape {
+  std::string family;
+  std::size_t layers = 0, width = 0, heads = 0, head_dim = 0, ff = 0, vocab = 0, positions = 0;
+  bool post_ln = false, causal = true;
+  head_kind head = head_kind::causal_lm;
+  std::size_t embed_width = 0;      // S1: the factorised embedding and head bottleneck width E (0: none)
+  bool embed_gelu = false;          // S1: GELU after the embedding up-projection
+  std::size_t mlm_per_seq = 0;      // BERT pre-training: masked positions per sequence
+  double attention_density = 1.0;   // static block-sparse attention (S1): fraction of score blocks
+  std::vector<projection_shape> projections;
+  std::size_t other_parameters = 0;  // embeddings, norms, logit biases
+  std::size_t tensors = 0;           // arena tensors (64-byte alignment)
+
+  std::size_t hd() const noexcept { return heads * head_dim; }
+};
+
+namespace detail {
+inline void add_blocks(model_shape& m, const std::string& prefix, bool qkv_bias, bool proj_bias) {
+  const std::size_t C = m.width, HD = m.hd(), F = m.ff;
+  for (std::size_t l = 0; l < m.layers; ++l) {
+    const std::string p = prefix + std::to_string(l);
+    m.projections.push_back({p + ".attn.c_attn.weight", C, 3 * HD, qkv_bias, true});
+    m.projections.push_back({p + ".attn.c_proj.weight", HD, C, proj_bias, true});
+    m.projections.push_back({p + ".mlp.c_fc.weight", C, F, true, true});
+    m.projections.push_back({p + ".mlp.c_proj.weight", F, C, true, true});
+    m.other_parameters += 4 * C;  // two norms
+    m.tensors += 10 + (qkv_bias ? 1 : 0) + (proj_bias ? 1 : 0);  // norms 4, weights 4, mlp biases 2
+  }
+}
+}  // namespace detail
+
+inline model_shape model_shape_of(const gpt_config& c) {
+  model_shape m{.family = "gpt", .layers = c.n_layer, .width = c.n_embd, .heads = c.n_head,
+                .head_dim = c.head_dim(), .ff = c.hidden(), .vocab = c.vocab_size, .positions = c.n_positions};
+  m.other_parameters = (c.vocab_size + c.n_positions) * c.n_embd + 2 * c.n_embd;  // wte, wpe, ln_f
+  m.tensors = 4;
+  detail::add_blocks(m, "h.", true, true);
+  return m;
+}
+
+inline model_shape model_shape_of(const sparse_lm_config& c) {
+  const std::size_t E = c.embedding_length, H = c.hidden_length;
+  model_shape m{.family = "sparse_lm", .layers = c.layers, .width = H, .heads = c.attention_heads,
+                .head_dim = c.qkv_length, .ff = c.ff_length, .vocab = c.vocab_size, .positions = c.sequence_length};
+  m.embed_width = E;
+  m.embed_gelu = c.embedding_gelu;
+  if (c.block_sparse_attention) m.attention_density = std::min(1.0, c.block_sparse_attention->density);
+  // lut, three embedding norms (token, position, input), ln_f, the head's norm, logit bias
+  m.other_parameters = c.vocab_size * E + 3 * 2 * E + 2 * H + 2 * E + (c.projection_bias ? c.vocab_size : 0);
+  m.tensors = 1 + 6 + 2 + 2 + (c.projection_bias ? 1 : 0);
+  m.projections.push_back({"embedding.up.weight", E, H, true, true});
+  detail::add_blocks(m, "h.", c.attention_bias, c.attention_bias);
+  m.projections.push_back({"head.down.weight", H, E, true, true});
+  m.tensors += 4;
+  return m;
+}
+
+// BERT with one of its heads: pre-training (mlm_per_seq masked positions per sequence), sequence
+// classification (labels) or SQuAD spans.
+inline model_shape model_shape_of(const bert_config& c, head_kind head, std::size_t mlm_per_seq = 0,
+                                  std::size_t labels = 2) {
+  const std::size_t C = c.hidden_size;
+  model_shape m{.family = "bert", .layers = c.num_hidden_layers, .width = C, .heads = c.num_attention_heads,
+                .head_dim = c.head_dim(), .ff = c.intermediate_size, .vocab = c.vocab_size,
+                .positions = c.max_position_embeddings, .post_ln = true, .causal = false, .head = head};
+  m.mlm_per_seq = mlm_per_seq;
+  m.other_parameters = (c.vocab_size + c.max_position_embeddings + c.type_vocab_size) * C + 2 * C;
+  m.tensors = 5;
+  detail::add_blocks(m, "encoder.layer.", true, true);
+  auto dense_head = [&](std::string name, std::size_t in, std::size_t out, std::size_t rows_per_seq) {
+    m.projections.push_back({std::move(name), in, out, true, false, rows_per_seq});
+    m.tensors += 2;
+  };
+  switch (head) {
+    case head_kind::bert_pretraining:
+      dense_head("cls.predictions.transform.dense.weight", C, C, mlm_per_seq);
+      dense_head("pooler.dense.weight", C, C, 1);
+      dense_head("cls.seq_relationship.weight", C, 2, 1);
+      m.other_parameters += 2 * C + c.vocab_size;  // transform norm, decoder bias
+      m.tensors += 3;
+      break;
+    case head_kind::classification:
+      dense_head("pooler.dense.weight", C, C, 1);
+      dense_head("classifier.weight", C, labels, 1);
+      break;
+    case head_kind::span:
+      m.projections.push_back({"qa_outputs.weight", C, 2, true, false});
+      m.tensors += 2;
+      break;
+    case head_kind::causal_lm: break;
+  }
+  return m;
+}
+
+// --- the run ---------------------------------------------------------------------------------------
+
+struct plan_inputs {
+  std::size_t batch = 1, seq = 1, accumulation = 1;  // rows per micro-batch, sequence, micro-batches per step
+  std::size_t processes = 1, threads = 1;
+  dtype compute = dtype::f32;
+  bool bf16_activations = true;
+  bool recompute_blocks = false;
+  pipeline::plan pipeline{};
+  bool shard_optimizer = false;
+  std::string optimizer = "adamw";
+  std::size_t optimizer_slots = 2;   // slot arenas (SGD: 1 with momentum, else 0)
+  std::size_t slot_bytes = 4;        // float 4, bf16 / half 2
+  std::size_t block = 0;             // block-sparse projections: B (0 dense)
+  double sparsity = 0.0;
+  sparse::allocation allocation = sparse::allocation::uniform;
+  bool rigl = false;                 // pattern updates that pool the dense gradient
+  bool evaluation = true;            // the run evaluates (in fp32) on the model's buffers
+};
+
+// The inputs of a plan from resolved run settings; seq: the sequence length of the training batches.
+inline plan_inputs plan_inputs_of(const run_settings& s, std::size_t seq, std::size_t processes) {
+  plan_inputs in;
+  in.batch = s.batch_size;
+  in.seq = seq;
+  in.accumulation = s.trainer.accumulation.steps;
+  in.processes = std::max<std::size_t>(1, processes);
+  in.threads = std::size_t(std::max(1, num_threads()));
+  in.compute = s.trainer.precision.value_or(dtype::f32);
+  in.bf16_activations = s.trainer.bf16_activations;
+  in.recompute_blocks = s.trainer.recompute == "blocks";
+  in.pipeline = s.trainer.pipeline;
+  in.shard_optimizer = s.trainer.shard_optimizer;
+  in.optimizer = s.optimizer.value("type", "adamw");
+  in.optimizer_slots = in.optimizer == "sgd" ? (s.optimizer.value("momentum", 0.9) > 0 ? 1 : 0) : 2;
+  const std::string slots = s.optimizer.value("slots", "float");
+  in.slot_bytes = slots == "float" ? 4 : 2;
+  in.block = s.sparsity.block_size;
+  in.sparsity = s.sparsity.sparsity;
+  in.allocation = s.sparsity.allocation;
+  in.rigl = s.sparsity.update && s.sparsity.update->regrow == sparse::regrow_method::rigl;
+  return in;
+}
+
+// --- the plan --------------------------------------------------------------------------------------
+
+struct run_plan {
+  model_shape model;
+  plan_inputs in;
+  // parameters
+  double parameters = 0, stored_parameters = 0, sparse_active_blocks = 0;
+  // bytes per process (the largest stage's share when a pipeline over ranks shards by stage)
+  double weights = 0, gradients = 0, optimizer = 0, patterns = 0;
+  double activations = 0, activations_per_slot = 0, scratch = 0, workspace = 0;
+  std::size_t slots_in_flight = 1, caches_per_slot = 0;
+  std::size_t data_replicas = 1;
+  // FLOPs per optimiser step of one process
+  double dense_flops = 0, sparse_flops = 0, attention_flops = 0;
+  double head_flops = 0;  // the part of dense_flops in the LM head's vocabulary product
+  // measured rates (FLOP/s), 0 until measure_rates(): a dense layer's three products at the
+  // blocks' shape and at the LM head's, the block-sparse product
+  double dense_rate = 0, head_rate = 0, sparse_rate = 0;
+  double bubble = 0;  // pipeline on threads: idle fraction of a stage
+
+  double total_bytes() const { return weights + gradients + optimizer + patterns + activations + scratch + workspace; }
+  double flops() const { return dense_flops + sparse_flops + attention_flops; }
+  double predicted_seconds() const {
+    if (dense_rate <= 0) return 0;
+    double t = (dense_flops - head_flops + attention_flops) / dense_rate;
+    t += head_flops / (head_rate > 0 ? head_rate : dense_rate);
+    if (sparse_flops > 0) t += sparse_flops / (sparse_rate > 0 ? sparse_rate : dense_rate);
+    return t / (1.0 - bubble);
+  }
+
+  // Times the library's own kernels at the model's sizes (capped; about 0.2 s each): a dense
+  // layer's forward and backward products (NN, NT, TN) in the run's compute type at the
+  // feed-forward's shape and at the LM head's, and with block-sparse projections the block-sparse
+  // product at the run's density. Attention runs at the dense rate in the prediction.
+  void measure_rates(double seconds = 0.2) {
+    const std::size_t rows = std::clamp<std::size_t>(in.batch * in.seq, 64, 1024);
+    const std::size_t k = std::clamp<std::size_t>(model.width, 64, 2048);
+    const std::size_t n = std::clamp<std::size_t>(std::max(model.ff, 3 * model.hd()), 64, 2048);
+    dense_rate = time_linear(rows, k, n, seconds);
+    if (head_flops > 0)
+      head_rate = time_linear(rows, std::clamp<std::size_t>(model.embed_width ? model.embed_width : model.width, 64, 2048),
+                              std::clamp<std::size_t>(model.vocab, 64, 2048), seconds);
+    if (in.block > 0 && sparse_flops > 0) sparse_rate = time_bsr(rows, k, n, seconds);
+  }
+
+  json to_json() const {
+    auto gib = [](double b) { return b / double(1 << 30); };
+    json j = {{"dry_run", true},
+              {"family", model.family},
+              {"parameters", parameters},
+              {"stored_parameters", stored_parameters},
+              {"memory_bytes",
+               {{"weights", weights}, {"gradients", gradients}, {"optimizer", optimizer}, {"patterns", patterns},
+                {"activations", activations}, {"scratch", scratch}, {"workspace", workspace},
+                {"total", total_bytes()}}},
+              {"memory_gib_total", gib(total_bytes())},
+              {"activations_per_micro_batch_bytes", activations_per_slot},
+              {"micro_batches_in_flight", slots_in_flight},
+              {"block_caches_per_micro_batch", caches_per_slot},
+              {"flops_per_step", {{"dense", dense_flops}, {"block_sparse", sparse_flops},
+                                  {"attention", attention_flops}, {"total", flops()}}},
+              {"rates_flops_per_s", {{"dense", dense_rate}, {"lm_head", head_rate}, {"block_sparse", sparse_rate}}},
+              {"predicted_step_seconds", predicted_seconds()},
+              {"run", {{"batch_size", in.batch}, {"seq_len", in.seq}, {"accumulation", in.accumulation},
+                       {"processes", in.processes}, {"data_replicas", data_replicas}, {"threads", in.threads},
+                       {"precision", std::string(precision::name(in.compute))}, {"recompute", in.recompute_blocks ? "blocks" : "none"},
+                       {"pipeline_stages", in.pipeline.stages},
+                       {"pipeline_placement", in.pipeline.where == pipeline::placement::ranks ? "ranks" : "threads"},
+                       {"shard_optimizer", in.shard_optimizer}, {"optimizer", in.optimizer},
+                       {"slot_bytes", in.slot_bytes}, {"block_size", in.block},
+                       {"sparsity", in.block ? in.sparsity : 0.0}}}};
+    if (in.block) j["active_blocks"] = sparse_active_blocks;
+    return j;
+  }
+
+  std::string describe() const {
+    auto size = [](double b) {
+      char s[32];
+      if (b >= double(1ull << 30)) std::snprintf(s, sizeof s, "%.2f GiB", b / double(1ull << 30));
+      else std::snprintf(s, sizeof s, "%.1f MiB", b / double(1 << 20));
+      return std::string(s);
+    };
+    std::string o;
+    char line[256];
+    auto put = [&](const char* fmt, auto... a) {
+      std::snprintf(line, sizeof line, fmt, a...);
+      o += line;
+    };
+    put("plan: %s, %zu layers, width %zu, %zu heads, ff %zu, vocab %zu; batch %zu x seq %zu, %zu micro-batch(es) "
+        "per step, %zu process(es), %zu thread(s)\n",
+        model.family.c_str(), model.layers, model.width, model.heads, model.ff, model.vocab, in.batch, in.seq,
+        in.accumulation, in.processes, in.threads);
+    put("  parameters        %.4g (stored %.4g%s)\n", parameters, stored_parameters,
+        in.block ? (", block-sparse B = " + std::to_string(in.block)).c_str() : "");
+    put("  precision %s, recompute %s, pipeline stages %zu (%s), optimiser %s with %zu-byte slots%s\n",
+        std::string(precision::name(in.compute)).c_str(), in.recompute_blocks ? "blocks" : "none", in.pipeline.stages,
+        in.pipeline.where == pipeline::placement::ranks ? "ranks" : "threads", in.optimizer.c_str(), in.slot_bytes,
+        in.shard_optimizer ? ", sharded" : "");
+    put("  memory per process:\n");
+    put("    weights         %s\n", size(weights).c_str());
+    put("    gradients       %s\n", size(gradients).c_str());
+    put("    optimiser slots %s\n", size(optimizer).c_str());
+    if (patterns > 0) put("    sparse patterns %s\n", size(patterns).c_str());
+    put("    activations     %s (%s per micro-batch in flight x %zu; %zu block cache(s) each)\n",
+        size(activations).c_str(), size(activations_per_slot).c_str(), slots_in_flight, caches_per_slot);
+    put("    scratch         %s (+ %s GEMM packing buffers)\n", size(scratch).c_str(), size(workspace).c_str());
+    put("    total           %s\n", size(total_bytes()).c_str());
+    put("  FLOPs per step    %.4g (dense %.4g, block-sparse %.4g, attention %.4g)\n", flops(), dense_flops,
+        sparse_flops, attention_flops);
+    if (dense_rate > 0)
+      put("  predicted step    %.3g s (measured: dense layer %.1f GFLOP/s, LM head %.1f, block-sparse %.1f)\n",
+          predicted_seconds(), dense_rate * 1e-9, head_rate * 1e-9, sparse_rate * 1e-9);
+    return o;
+  }
+
+ private:
+  template <class F>
+  static double timed_rate(double flops_per_call, double seconds, F&& call) {
+    call();  // warm-up: packing buffers, threads
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
+    std::size_t calls = 0;
+    double elapsed = 0;
+    do {
+      call();
+      ++calls;
+      elapsed = std::chrono::duration<double>(clock::now() - t0).count();
+    } while (elapsed < seconds || calls < 2);
+    return flops_per_call * double(calls) / elapsed;
+  }
+  // y = x·W, dx = dy·Wᵀ, dW += xᵀ·dy for x (m,k), W (k,n).
+  double time_linear(std::size_t m, std::size_t k, std::size_t n, double seconds) const {
+    aligned_vector<float> x(m * k), w(k * n), y(m * n), dx(m * k), dw(k * n);
+    counter_rng rng(7);
+    rng.fill_normal(std::span<float>(x.data(), x.size()), 1, 0.0f, 1.0f);
+    rng.fill_normal(std::span<float>(w.data(), w.size()), 2, 0.0f, 1.0f);
+    std::fill(dw.begin(), dw.end(), 0.0f);
+    const_matrix_view<float> X{x.data(), m, k}, W{w.data(), k, n}, Y{y.data(), m, n};
+    using kernels::trans;
+    return timed_rate(6.0 * double(m * k * n), seconds, [&] {
+      kernels::gemm_as(in.compute, trans::n, trans::n, 1.0f, X, W, 0.0f, matrix_view<float>{y.data(), m, n});
+      kernels::gemm_as(in.compute, trans::n, trans::t, 1.0f, Y, W, 0.0f, matrix_view<float>{dx.data(), m, k});
+      kernels::gemm_as(in.compute, trans::t, trans::n, 1.0f, X, Y, 1.0f, matrix_view<float>{dw.data(), k, n});
+    });
+  }
+  double time_bsr(std::size_t m, std::size_t k, std::size_t n, double seconds) const {
+    const std::size_t B = in.block;
+    k = k / B * B;
+    n = n / B * B;
+    const std::size_t nnz = std::max<std::size_t>(1, sparse::nnz_blocks("plan", k, n, B, in.sparsity));
+    counter_rng rng(11);
+    const auto p = sparse::random_pattern("plan", k, n, B, nnz, rng, 3);
+    aligned_vector<float> x(m * k), w(nnz * B * B), y(m * n);
+    rng.fill_normal(std::span<float>(x.data(), x.size()), 1, 0.0f, 1.0f);
+    rng.fill_normal(std::span<float>(w.data(), w.size()), 2, 0.0f, 1.0f);
+    const_matrix_view<float> X{x.data(), m, k};
+    matrix_view<float> Y{y.data(), m, n};
+    const bool bf16 = in.compute == dtype::bf16 && B != 1 &&
+                      (kernels::bsr_bf16_pays() || (B == 16 && kernels::bsr_bf16_amx_chosen()));
+    const double flops = 2.0 * double(m * nnz * B * B);
+    return timed_rate(flops, seconds, [&] {
+      auto run = [&]<std::size_t Bk>() {
+        if constexpr (Bk != 1)
+          if (bf16) return kernels::bsr_matmul_bf16<Bk>(X, p, w.data(), 0.0f, Y);
+        kernels::bsr_matmul<Bk>(X, p, w.data(), 0.0f, Y);
+      };
+      switch (B) {
+        case 1: return run.template operator()<1>();
+        case 4: return run.template operator()<4>();
+        case 8: return run.template operator()<8>();
+        default: return run.template operator()<16>();
+      }
+    });
+  }
+};
+
+// The plan of a run of model m under the inputs (no measurement: measure_rates() adds the rates).
+inline run_plan make_run_plan(const model_shape& m, const plan_inputs& in) {
+  run_plan p;
+  p.model = m;
+  p.in = in;
+  const double f = 4.0;  // bytes of an fp32 value
+  const std::size_t L = m.layers, C = m.width, HD = m.hd(), F = m.ff, Bt = in.batch, T = in.seq, N = Bt * T;
+  const std::size_t S = std::max<std::size_t>(1, in.pipeline.stages);
+  const bool ranks = S > 1 && in.pipeline.where == pipeline::placement::ranks;
+  p.data_replicas = std::max<std::size_t>(1, ranks ? in.processes / S : in.processes);
+
+  // Parameters: block-sparse projections keep their active blocks (uniform or ERK allocation).
+  std::vector<std::size_t> nnz(m.projections.size(), 0);
+  if (in.block > 0) {
+    std::vector<sparse::weight_shape> shapes;
+    std::vector<std::size_t> which;
+    for (std::size_t i = 0; i < m.projections.size(); ++i)
+      if (m.projections[i].sparse) {
+        shapes.push_back({m.projections[i].name, m.projections[i].in, m.projections[i].out});
+        which.push_back(i);
+      }
+    const auto counts = sparse::allocate_blocks(shapes, in.block, in.sparsity, in.allocation);
+    for (std::size_t k = 0; k < which.size(); ++k) nnz[which[k]] = counts[k];
+  }
+  double dense_fwd = 0, sparse_fwd = 0, pooled = 0, bias = 0;
+  for (std::size_t i = 0; i < m.projections.size(); ++i) {
+    const auto& q = m.projections[i];
+    const double full = double(q.in) * double(q.out);
+    const double kept = nnz[i] ? double(nnz[i]) * double(in.block * in.block) : full;
+    p.parameters += full;
+    p.stored_parameters += kept;
+    if (q.bias) bias += double(q.out);
+    p.sparse_active_blocks += double(nnz[i]);
+    if (nnz[i]) pooled += full / double(in.block * in.block);
+    const double rows = q.rows_per_seq ? double(Bt * q.rows_per_seq) : double(N);
+    (nnz[i] ? sparse_fwd : dense_fwd) += 2.0 * rows * kept;
+  }
+  p.parameters += bias + double(m.other_parameters);
+  p.stored_parameters += bias + double(m.other_parameters);
+  const double padding = double(m.tensors) * 8;  // 64-byte aligned tensors: half a line each on average
+
+  // The share of the largest pipeline stage (a pipeline over ranks that shards by stage keeps only it).
+  double share = 1.0;
+  if (ranks && in.shard_optimizer) {
+    const double per_block = (p.stored_parameters - double(m.other_parameters)) / double(std::max<std::size_t>(1, L));
+    const double blocks = std::ceil(double(L) / double(S));
+    share = std::min(1.0, (blocks * per_block + double(m.other_parameters)) / p.stored_parameters);
+  }
+  const double stored = (p.stored_parameters + padding) * share;
+  p.weights = stored * f;
+  p.gradients = stored * f;
+  double slots = stored * double(in.optimizer_slots * in.slot_bytes);
+  if (in.shard_optimizer && p.data_replicas > 1) slots /= double(p.data_replicas);
+  p.optimizer = slots;
+  if (in.block) p.patterns = (p.sparse_active_blocks * 16.0 + (in.rigl ? pooled * f : 0.0)) * share;
+
+  // Activations per micro-batch in flight (bytes); layers/block.hpp and the layers it holds.
+  const bool dense_compact = in.compute == dtype::bf16 && in.bf16_activations;
+  const bool sparse_bf16 = in.compute == dtype::bf16 && in.block != 1 && in.block != 0 &&
+                           (kernels::bsr_bf16_pays() || (in.block == 16 && kernels::bsr_bf16_amx_chosen()));
+  const bool compact = in.block ? (in.bf16_activations && sparse_bf16) : dense_compact;
+  const double lse = double(Bt * m.heads * T) * f, stats = 4.0 * double(N) * f;
+  const double fp32_cache = 3.0 * N * C * f + 4.0 * N * HD * f + 2.0 * N * F * f + lse + stats;
+  double compact_cache = 0;
+  if (m.post_ln)  // t1, x1, t2 stay fp32; qkv, the heads' output, h and a in bf16
+    compact_cache = 3.0 * N * C * f + 4.0 * N * HD * 2 + 2.0 * N * F * 2 + lse + stats;
+  else  // x1 fp32; the norms' outputs (kept by the branches), qkv, heads' output, h and a in bf16
+    compact_cache = 1.0 * N * C * f + 2.0 * N * C * 2 + 4.0 * N * HD * 2 + 2.0 * N * F * 2 + lse + stats;
+  double cache = compact ? compact_cache : fp32_cache;
+  // The fp32 buffers a compact cache lacks. RigL update steps keep x in fp32 (the pooled dense
+  // gradient reads it), so every cache gets them too; evaluation (fp32) gives them to the one cache
+  // it runs in. Buffers only grow: both sets stay.
+  const double fp32_extra = fp32_cache - ((m.post_ln ? 3.0 : 1.0) * N * C * f + lse + stats);
+  const bool every_cache_fp32 = compact && in.block && in.rigl;
+  if (every_cache_fp32) cache += fp32_extra;
+  p.caches_per_slot = in.recompute_blocks ? 1 : (ranks ? (L + S - 1) / S : L);
+  const double stream = double((L + 1) * N * C) * f + double(N * C) * f + (in.recompute_blocks || S > 1 ? N * C * f : 0.0);
+  // The embedding's and the head's caches.
+  double emb = 0, head = 0;
+  const std::size_t E = m.embed_width;
+  if (m.family == "bert") emb = double(N * C) * f + 2.0 * N * f;
+  if (E) emb = 4.0 * N * E * f + (m.embed_gelu ? double(N * C) * f : 0.0) + 6.0 * N * f;
+  switch (m.head) {
+    case head_kind::causal_lm:
+      head = double(N * C) * f + 2.0 * N * f + double(N) * 8;  // ln_f's output, stats, targets and weights
+      if (E) head += double(N * C) * f + 4.0 * N * E * f;      // S1: dxf, the bottleneck's z, dz, h, a
+      break;
+    case head_kind::bert_pretraining: head = 6.0 * double(Bt * m.mlm_per_seq * C) * f; break;
+    case head_kind::classification: head = 6.0 * double(Bt * C) * f; break;
+    case head_kind::span: head = 2.0 * N * f + 2.0 * N * f; break;
+  }
+  p.activations_per_slot = stream + double(p.caches_per_slot) * cache;
+  p.slots_in_flight = S > 1 ? pipeline::in_flight(in.pipeline.schedule, S, in.accumulation) : 1;
+  const double emb_caches = S > 1 ? double(in.accumulation) : 1.0;  // staged: per micro-batch
+  p.activations = double(p.slots_in_flight) * p.activations_per_slot + emb_caches * emb + head +
+                  (compact && !every_cache_fp32 && in.evaluation ? fp32_extra : 0.0) +
+                  (S > 1 ? double(in.accumulation * N * C) * f : 0.0);  // staged: the embedding's dx per micro-batch
+
+  // Scratch: the block's temporaries per pool (one per stage on threads), the head's once.
+  const double block_tmp = (m.post_ln ? 3.0 : 2.0) * N * C * f + double(N * F) * f + 4.0 * N * HD * f;
+  double head_tmp = 0;
+  const std::size_t chunk = 1024;
+  switch (m.head) {
+    case head_kind::causal_lm:
+      head_tmp = double(std::min(N, chunk) * m.vocab) * f + (E ? 0.0 : double(N * C) * f) + double(std::min(N, chunk)) * f;
+      break;
+    case head_kind::bert_pretraining:
+      head_tmp = double(std::min(Bt * m.mlm_per_seq, chunk) * m.vocab) * f + double(N * C) * f;
+      break;
+    default: head_tmp = double(N * C) * f; break;
+  }
+  if (E) head_tmp += 2.0 * N * E * f;
+  p.scratch = (S > 1 && !ranks ? double(S + 1) : 1.0) * block_tmp + head_tmp;
+  p.workspace = double(in.threads) * 3.0 * double(1 << 20);  // kernels/gemm.hpp: at most ~3 MiB per thread
+
+  // FLOPs: forward products of the projections, the attention (QKᵀ and PV; causal: the lower
+  // half), the tied LM head; backward twice the forward; recompute adds the blocks' forward again.
+  const double attn_pairs = m.causal ? double(T) * double(T + 1) / 2.0 : double(T) * double(T);
+  const double attn_fwd = 4.0 * double(Bt * m.heads * m.head_dim) * attn_pairs * m.attention_density * double(L);
+  double lm_fwd = 0;
+  if (m.head == head_kind::causal_lm) lm_fwd = 2.0 * double(N) * double(E ? E : C) * double(m.vocab);
+  if (m.head == head_kind::bert_pretraining) lm_fwd = 2.0 * double(Bt * m.mlm_per_seq) * double(C) * double(m.vocab);
+  dense_fwd += lm_fwd;
+  // The share of the blocks in the forward products (recompute re-runs them).
+  double block_dense = 0, block_sparse = 0;
+  for (std::size_t i = 0; i < m.projections.size(); ++i) {
+    const auto& q = m.projections[i];
+    if (q.name.find(".attn.") == std::string::npos && q.name.find(".mlp.") == std::string::npos) continue;
+    const double kept = nnz[i] ? double(nnz[i]) * double(in.block * in.block) : double(q.in) * double(q.out);
+    (nnz[i] ? block_sparse : block_dense) += 2.0 * double(N) * kept;
+  }
+  const double M = double(in.accumulation), re = in.recompute_blocks ? 1.0 : 0.0;
+  p.dense_flops = M * (3.0 * dense_fwd + re * block_dense);
+  p.head_flops = M * 3.0 * lm_fwd;
+  p.sparse_flops = M * (3.0 * sparse_fwd + re * block_sparse);
+  p.attention_flops = M * (3.0 + re) * attn_fwd;
+  if (S > 1 && !ranks) p.bubble = pipeline::predicted_bubble(S, in.accumulation);
+  return p;
+}
+
+// Peak resident memory of this process so far (VmHWM, bytes; 0 where /proc is absent).
+inline double peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) * 1024.0;
+  return 0;
+}
+
+// --dry-run: the plan on stderr (readable) and stdout (one JSON line, with the process's peak
+// resident memory before the rate measurement: the baseline a run adds its memory to).
+inline void print_run_plan(const model_shape& m, const plan_inputs& in, bool measure = true) {
+  run_plan p = make_run_plan(m, in);
+  const double baseline = peak_rss_bytes();
+  if (measure) p.measure_rates();
+  std::fputs(p.describe().c_str(), stderr);
+  json j = p.to_json();
+  j["baseline_rss_bytes"] = baseline;
+  std::printf("%s\n", j.dump().c_str());
+}
+
+}  // namespace sparselm
