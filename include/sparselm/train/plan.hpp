@@ -172,6 +172,7 @@ struct plan_inputs {
   double sparsity = 0.0;
   sparse::allocation allocation = sparse::allocation::uniform;
   bool rigl = false;                 // pattern updates that pool the dense gradient
+  std::size_t update_period = 0;     // steps between pattern updates (0: static patterns)
   bool evaluation = true;            // the run evaluates (in fp32) on the model's buffers
 };
 
@@ -196,6 +197,7 @@ inline plan_inputs plan_inputs_of(const run_settings& s, std::size_t seq, std::s
   in.sparsity = s.sparsity.sparsity;
   in.allocation = s.sparsity.allocation;
   in.rigl = s.sparsity.update && s.sparsity.update->regrow == sparse::regrow_method::rigl;
+  if (s.sparsity.update) in.update_period = s.sparsity.update->schedule.update_period;
   return in;
 }
 
@@ -229,19 +231,23 @@ struct run_plan {
     return t / (1.0 - bubble);
   }
 
-  // Times the library's own kernels at the model's sizes (capped; about 0.2 s each): a dense
-  // layer's forward and backward products (NN, NT, TN) in the run's compute type at the
-  // feed-forward's shape and at the LM head's, and with block-sparse projections the block-sparse
-  // product at the run's density. Attention runs at the dense rate in the prediction.
+  // Times the library's own kernels at the model's sizes (shrunk to at most 4M elements per matrix
+  // and 4 GFLOP per call; about 0.2 s each): a dense layer's forward and backward products (NN, NT,
+  // TN) in the run's compute type at the feed-forward's shape (every row of a micro-batch) and at
+  // the LM head's (a 1024-row chunk against the vocabulary), and with block-sparse projections the
+  // block-sparse product at the run's density. Attention runs at the dense rate in the prediction.
   void measure_rates(double seconds = 0.2) {
-    const std::size_t rows = std::clamp<std::size_t>(in.batch * in.seq, 64, 1024);
-    const std::size_t k = std::clamp<std::size_t>(model.width, 64, 2048);
-    const std::size_t n = std::clamp<std::size_t>(std::max(model.ff, 3 * model.hd()), 64, 2048);
-    dense_rate = time_linear(rows, k, n, seconds);
-    if (head_flops > 0)
-      head_rate = time_linear(rows, std::clamp<std::size_t>(model.embed_width ? model.embed_width : model.width, 64, 2048),
-                              std::clamp<std::size_t>(model.vocab, 64, 2048), seconds);
-    if (in.block > 0 && sparse_flops > 0) sparse_rate = time_bsr(rows, k, n, seconds);
+    const std::size_t N = in.batch * in.seq;
+    std::size_t m = std::min<std::size_t>(N, 4096), k = model.width, n = std::max(model.ff, 3 * model.hd());
+    fit(m, k, n);
+    dense_rate = time_linear(m, k, n, seconds);
+    if (head_flops > 0) {
+      std::size_t hm = std::min<std::size_t>(N, 1024), hk = model.embed_width ? model.embed_width : model.width,
+                  hn = model.vocab;
+      fit(hm, hk, hn);
+      head_rate = time_linear(hm, hk, hn, seconds);
+    }
+    if (in.block > 0 && sparse_flops > 0) sparse_rate = time_bsr(m, k, n, seconds);
   }
 
   json to_json() const {
@@ -328,6 +334,19 @@ struct run_plan {
       elapsed = std::chrono::duration<double>(clock::now() - t0).count();
     } while (elapsed < seconds || calls < 2);
     return flops_per_call * double(calls) / elapsed;
+  }
+  // Halves the largest of a product's sizes (not below 64) until its matrices and FLOPs are modest.
+  static void fit(std::size_t& m, std::size_t& k, std::size_t& n) {
+    const double cap = double(1 << 22);
+    auto big = [&] {
+      return double(m) * double(k) > cap || double(k) * double(n) > cap || double(m) * double(n) > cap ||
+             6.0 * double(m) * double(k) * double(n) > 4e9;
+    };
+    m = std::max<std::size_t>(m, 64), k = std::max<std::size_t>(k, 64), n = std::max<std::size_t>(n, 64);
+    while (big() && std::max({m, k, n}) > 64) {
+      std::size_t& d = m >= k && m >= n ? m : (n >= k ? n : k);
+      d = std::max<std::size_t>(64, d / 2);
+    }
   }
   // y = x·W, dx = dy·Wᵀ, dW += xᵀ·dy for x (m,k), W (k,n).
   double time_linear(std::size_t m, std::size_t k, std::size_t n, double seconds) const {
@@ -487,7 +506,11 @@ inline run_plan make_run_plan(const model_shape& m, const plan_inputs& in) {
     default: head_tmp = double(N * C) * f; break;
   }
   if (E) head_tmp += 2.0 * N * E * f;
-  p.scratch = (S > 1 && !ranks ? double(S + 1) : 1.0) * block_tmp + head_tmp;
+  // Stages on threads: a pool per stage (the last one also the head's), and the model's own pool,
+  // which evaluation (a branch output and the head) and the embedding's backward use.
+  const bool staged = S > 1 && !ranks;
+  p.scratch = staged ? double(S) * block_tmp + head_tmp + (in.evaluation ? double(N * C) * f + head_tmp : 0.0)
+                     : block_tmp + head_tmp;
   p.workspace = double(in.threads) * 3.0 * double(1 << 20);  // kernels/gemm.hpp: at most ~3 MiB per thread
 
   // FLOPs: forward products of the projections, the attention (QKᵀ and PV; causal: the lower
@@ -508,10 +531,14 @@ inline run_plan make_run_plan(const model_shape& m, const plan_inputs& in) {
   }
   const double M = double(in.accumulation), re = in.recompute_blocks ? 1.0 : 0.0;
   p.dense_flops = M * (3.0 * dense_fwd + re * block_dense);
+  // RigL: an update step also computes each sparse weight's dense gradient (2 x rows x in x out),
+  // spread here over the steps between updates.
+  if (in.rigl && in.block && in.update_period)
+    p.dense_flops += M * 2.0 * double(N) * pooled * double(in.block * in.block) / double(in.update_period);
   p.head_flops = M * 3.0 * lm_fwd;
   p.sparse_flops = M * (3.0 * sparse_fwd + re * block_sparse);
   p.attention_flops = M * (3.0 + re) * attn_fwd;
-  if (S > 1 && !ranks) p.bubble = pipeline::predicted_bubble(S, in.accumulation);
+  if (staged) p.bubble = pipeline::predicted_bubble(S, in.accumulation);
   return p;
 }
 
