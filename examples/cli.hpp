@@ -74,6 +74,7 @@ class run_flags {
         flags_.emplace_back();
         o = g->add_option(std::string(e.flag), v, help);
       }
+      options_.push_back(o);
       switch (e.kind) {
         case sparselm::option_kind::count:
           o->check(CLI::Validator([](std::string& s) { return detail::whole_at_most(s, UINT64_MAX); }, "", "count"))->type_name("N");
@@ -110,7 +111,9 @@ class run_flags {
       const auto& e = *entries_[i];
       nlohmann::json v;
       if (e.kind == sparselm::option_kind::boolean) {
-        if (!flags_[i]) continue;
+        // CLI11 runs a flag's callback with its default (false) when the flag is absent: only a
+        // given flag overrides the run config
+        if (!flags_[i] || options_[i]->count() == 0) continue;
         v = *flags_[i];
       } else {
         if (!values_[i]) continue;
@@ -209,6 +212,7 @@ class run_flags {
   std::vector<const sparselm::option_entry*> entries_;
   std::deque<std::optional<std::string>> values_;
   std::deque<std::optional<bool>> flags_;
+  std::vector<CLI::Option*> options_;  // each entry's flag
   std::vector<std::pair<std::string, CLI::Option_group*>> groups_;
   std::vector<std::string> sets_;
 };
