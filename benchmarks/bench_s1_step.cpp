@@ -2,7 +2,7 @@
 // model: hidden 1600, ff 6400, 16 heads x qkv 32, embedding 128, vocab 50257, sequence 256) with fewer layers: the
 // block-sparse model (B = 16, s = 0.9) against the same model dense, in one process, alternating
 // so that both see the same machine. One JSON line per variant, then the ratios. --precision bf16
-// (or fp16) trains both with that compute type (docs/precision.md says which products it reaches).
+// (or fp16) trains both with that compute type (docs/design/precision.md says which products it reaches).
 //
 //   ./build/benchmarks/bench_s1_step --layers 4 --batch 4 --seq 256 --steps 5 --threads 2 [--precision bf16]
 //

@@ -1,4 +1,4 @@
-// Trains the S1 dynamic-sparse language model (models/sparse_lm.hpp; docs/sparse_lm.md) on token files.
+// Trains the S1 dynamic-sparse language model (models/sparse_lm.hpp; docs/design/models.md) on token files.
 //
 //   ./build/examples/sparse_lm --config configs/s1-tiny-train.json --train runs/data/train.tok
 //       --valid runs/data/valid.tok --steps 200 --out runs/s1-tiny
