@@ -14,7 +14,7 @@
 // patterns, no updates): the same model FLOPs are reported (so "mfu" is the dense-equivalent rate),
 // and "flop_ceiling" is the dense model's FLOPs over the sparse one's (the encoder's projections
 // counted at their active blocks), the speed-up over the dense step if every FLOP ran at one rate.
-// `--precision bf16|fp16` trains with that compute type (trainer_options::precision, docs/precision.md);
+// `--precision bf16|fp16` trains with that compute type (trainer_options::precision, docs/design/precision.md);
 // "mfu" stays against the fp32 FMA peak.
 #include <sys/resource.h>
 

@@ -24,7 +24,7 @@
 // median times of each kernel, of the step (forward + bsr_backward / bsr_backward_bf16) and of the
 // step with the separate backward products, and fp32 time / bf16 time. --bf16-x (implies --bf16)
 // gives the bf16 forward and weight gradient X as bf16 values, as the block_sparse<B> layers do
-// when they keep their input in bf16 (docs/precision.md).
+// when they keep their input in bf16 (docs/design/precision.md).
 //
 // --paired adds a last column, "paired speed-up": the sparse step and our GEMM step timed in turn,
 // call after call (--reps pairs after one warm-up pair), and the median of the per-pair ratios
@@ -67,7 +67,7 @@ using namespace sparselm;
 using clock_type = std::chrono::steady_clock;
 // Operands 64-byte aligned, as the library's tensors are (arenas, scratch buffers): with
 // std::vector's 16-byte alignment every 16-float row segment a tile stores straddles two cache
-// lines, which cost the stores of Y and dX up to a fifth on the Zen 5 host (docs/sparsity.md).
+// lines, which cost the stores of Y and dX up to a fifth on the Zen 5 host (docs/design/kernels.md).
 using fbuf = std::vector<float, aligned_allocator<float>>;
 using hbuf = std::vector<bf16, aligned_allocator<bf16>>;
 

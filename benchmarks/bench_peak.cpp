@@ -46,7 +46,7 @@ BENCHMARK(BM_amx_peak)->Arg(1)->Arg(2)->Iterations(3)->Unit(benchmark::kMillisec
 
 // TDPBF16PS on smaller tiles, one thread: 16 rows x N fp32 columns x depth K bf16 per instruction
 // (args K, N). What one instruction gives a 16 x 16, 8 x 8 or 4 x 4 block (K = N = B), or blocks
-// gathered four or eight deep (K = 32): docs/precision.md, "Not done yet".
+// gathered four or eight deep (K = 32): docs/design/precision.md, "Not done yet".
 static void BM_amx_shape(benchmark::State& state) {
   const int k = int(state.range(0)), n = int(state.range(1));
   if (!sparselm::kernels::gemm_bf16_amx_usable()) {

@@ -1,8 +1,8 @@
-// The S1 dynamic-sparse LM's training step at its large shapes (configs/s1-large.json: hidden 1600,
-// ff 6400, 16 heads x qkv 32, embedding 128, vocab 50000, sequence 256) with fewer layers: the
+// The S1 dynamic-sparse LM's training step at its large shapes (configs/recipes/s1-gpt2-size.json's
+// model: hidden 1600, ff 6400, 16 heads x qkv 32, embedding 128, vocab 50257, sequence 256) with fewer layers: the
 // block-sparse model (B = 16, s = 0.9) against the same model dense, in one process, alternating
 // so that both see the same machine. One JSON line per variant, then the ratios. --precision bf16
-// (or fp16) trains both with that compute type (docs/precision.md says which products it reaches).
+// (or fp16) trains both with that compute type (docs/design/precision.md says which products it reaches).
 //
 //   ./build/benchmarks/bench_s1_step --layers 4 --batch 4 --seq 256 --steps 5 --threads 2 [--precision bf16]
 //
@@ -82,7 +82,7 @@ void print(const char* name, const result& r, std::size_t B, std::size_t T, int 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string config = SPARSELM_SOURCE_DIR "/configs/s1-large.json";
+  std::string config = SPARSELM_SOURCE_DIR "/configs/recipes/s1-gpt2-size.json";
   std::size_t B = 4, T = 256, steps = 5, warmup = 1, layers = 4;
   int threads = 2;
   double sparsity = 0.9;

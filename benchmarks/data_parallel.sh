@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Data-parallel throughput and memory on one machine (docs/distributed.md): GPT-2 small (12 layers,
+# Data-parallel throughput and memory on one machine (docs/design/distribution.md): GPT-2 small (12 layers,
 # 12 heads, width 768, vocabulary 50,257, dropout 0.1), global batch 8 x 128, AdamW:
 #   1 process x 2 threads (batch 8)       against
 #   mpirun -np 2, 1 thread per rank (batch 4 per rank), with and without --shard-optimizer,
 # the three interleaved REPS times. Prints one JSON line per run (median tokens/s over steps 3..STEPS,
 # from the per-step metrics; peak RSS of every process in MiB, in rank order) and the ratios of the medians.
-# With MICRO = M > 0, also the stage pipelines over M micro-batches of 8/M rows (docs/distributed.md):
+# With MICRO = M > 0, also the stage pipelines over M micro-batches of 8/M rows (docs/design/distribution.md):
 #   1 process x 2 threads, M micro-batches, one stage       (the same accumulation, no pipeline)
 #   1 process, 2 stages x 1 thread (--pipeline-stages 2)
 #   mpirun -np 2, 1 thread per rank, one stage per rank (--pipeline-placement ranks), also with

@@ -1,4 +1,4 @@
-// The collectives a data-parallel GPT-2 small step uses, timed alone over MPI (docs/distributed.md):
+// The collectives a data-parallel GPT-2 small step uses, timed alone over MPI (docs/design/distribution.md):
 // a sum of the 124.4 M fp32 gradients (497.8 MB) as one blocking MPI_Allreduce, as one
 // MPI_Iallreduce, as 13 pieces (the trainer's per-part sums) blocking and non-blocking, and the
 // sharded optimiser's collectives: a reduce-scatter of the gradients (whole and in 13 parts) and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stage pipelining on one machine (docs/distributed.md): the GPT-2 small training step (8 x 128
+# Stage pipelining on one machine (docs/design/distribution.md): the GPT-2 small training step (8 x 128
 # global batch, AdamW, bench_gpt_step) as
 #   1 stage  x 2 threads, the batch in one micro-batch            (the usual step)
 #   1 stage  x 2 threads, M micro-batches of 8/M rows             (the same accumulation, no pipeline)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Memory of each rank of a GPT-2 small pipeline over 2 ranks (docs/distributed.md, "Stage-local
+# Memory of each rank of a GPT-2 small pipeline over 2 ranks (benchmarks/results/2026-11-29-zen4-distributed.md, "Stage-local
 # ranks"): the arguments of benchmarks/data_parallel.sh's pipeline rows (12 layers, width 768,
 # vocabulary 50,257, 8 micro-batches of 1 row x 128, one thread per rank), with and without
 # --shard-optimizer. Samples every rank's resident set (VmRSS, /proc) every 0.3 s while it trains

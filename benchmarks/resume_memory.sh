@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Peak RSS of a resume against the run it resumes (docs/precision.md, "Resuming 16-bit slots"):
+# Peak RSS of a resume against the run it resumes (docs/design/precision.md, "Resuming 16-bit slots"):
 # GPT-2 small's shapes (12 layers, 12 heads, width 768, vocabulary 50,257) on 1 x 64 tokens per step,
 # so that the arenas, not the activations, set the peak. For bf16 and float optimiser slots, one
 # process with 2 threads: 2 steps from scratch, then --resume to step 3; and for bf16 slots, the same

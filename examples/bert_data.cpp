@@ -4,7 +4,7 @@
 //   bert_data -i data/corpus/train -o runs/bert/train-128.bex --seq-len 128 --max-predictions 20
 //   bert_data -i data/corpus/train -o runs/bert/train-384.bex --seq-len 384 --max-predictions 56
 //
-// Rules and file format: sparselm/data/bert_pretraining.hpp, bert_examples.hpp, docs/data.md.
+// Rules and file format: sparselm/data/bert_pretraining.hpp, bert_examples.hpp, docs/design/data.md.
 
 #include <CLI/CLI.hpp>
 

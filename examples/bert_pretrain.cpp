@@ -65,9 +65,9 @@ int main(int argc, char** argv) {
   const int status = run_program("bert_pretrain", [&]() -> int {
     replicas.start(argc, argv);
     examples::training_cli cli("bert_pretrain", "BERT pre-training (MLM + NSP) on bert_data example files.",
-                               {examples::bert_model_options(), pretrain_options()});
+                               {examples::bert_model_options(), pretrain_options()}, pretrain_defaults());
     if (auto status = cli.parse(argc, argv)) return *status;
-    json j = cli.run_json(pretrain_defaults());
+    json j = cli.run_json();
     run_settings s = run_settings::from_json(j, cli.context(), {"model", "data"});
     const json data = s.task.value("data", json::object());
     json_fields d(data, cli.context() + " data");

@@ -11,11 +11,11 @@
 // --max-answer tokens that start in a token's max-context window, mapped back to the context text.
 // Training: AdamW without bias correction (ε 1e-6), the linear schedule, checkpoints, exact
 // --resume, SIGINT saves and stops. <out>/predictions.json and <out>/eval.json hold the results.
-// Under mpirun the fine-tuning is data parallel (docs/distributed.md): --batch-size examples per
+// Under mpirun the fine-tuning is data parallel (docs/design/distribution.md): --batch-size examples per
 // rank, --shard-optimizer for ZeRO-1; rank 0 writes the run directory and evaluates.
 // A block-sparse --init-from checkpoint (bert_pretrain --block-size B) gives a block-sparse encoder
 // of its block size with the checkpoint's patterns, --block-size B one pruned from a dense
-// checkpoint; --update-period N prunes and regrows its patterns while fine-tuning (docs/bert.md,
+// checkpoint; --update-period N prunes and regrows its patterns while fine-tuning (docs/guide/bert.md,
 // "Fine-tuning programs"). Every option of the common schema applies (docs/reference/options.md).
 // --predict-only scores the --init-from model (a bert_squad checkpoint or a HuggingFace QA
 // directory) on --predict without training.

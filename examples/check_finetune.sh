@@ -100,7 +100,7 @@ grep -q "block-sparse encoder (B = 16" "$work/squad-sparse.log" ||
   2> "$work/cls-pruned.log"
 grep -q "block-sparse encoder (B = 16) pruned from $work/pre/checkpoints/step-000004 .* patterns fixed" \
   "$work/cls-pruned.log" || { echo "FAIL: bert_classify --block-size: $(cat "$work/cls-pruned.log")"; exit 1; }
-if "$classify" "${cls_sparse[@]}" --out "$work/cls-prune-bad" --steps 1 --block-size 16 > /dev/null \
+if "$classify" "${cls_sparse[@]}" --out "$work/cls-prune-bad" --steps 1 --block-size 8 > /dev/null \
   2> "$work/prune-bad.log"; then
   echo "FAIL: --block-size accepted a block-sparse checkpoint"; exit 1
 fi

@@ -74,6 +74,7 @@ class run_flags {
         flags_.emplace_back();
         o = g->add_option(std::string(e.flag), v, help);
       }
+      options_.push_back(o);
       switch (e.kind) {
         case sparselm::option_kind::count:
           o->check(CLI::Validator([](std::string& s) { return detail::whole_at_most(s, UINT64_MAX); }, "", "count"))->type_name("N");
@@ -110,7 +111,9 @@ class run_flags {
       const auto& e = *entries_[i];
       nlohmann::json v;
       if (e.kind == sparselm::option_kind::boolean) {
-        if (!flags_[i]) continue;
+        // CLI11 runs a flag's callback with its default (false) when the flag is absent: only a
+        // given flag overrides the run config
+        if (!flags_[i] || options_[i]->count() == 0) continue;
         v = *flags_[i];
       } else {
         if (!values_[i]) continue;
@@ -129,7 +132,33 @@ class run_flags {
   // Writes the overlay into the run config j: objects merge key by key, anything else replaces;
   // a new optimiser type starts a new "optimizer" object (the fields of one optimiser are not
   // another's), keeping its common fields.
-  void apply(nlohmann::json& j) const { merge(j, overlay(), ""); }
+  // A flag replaces the run config's other names of its quantity: --steps its "epochs" (and the
+  // reverse), --global-batch its accumulation steps (and the reverse), --lr its schedule's peak_lr
+  // or lr, --warmup-steps its warmup_frac or warmup_proportion (and the reverse).
+  void apply(nlohmann::json& j) const {
+    const nlohmann::json over = overlay();
+    auto drop_others = [](nlohmann::json& into, const nlohmann::json& given,
+                          std::initializer_list<std::initializer_list<const char*>> groups) {
+      if (!into.is_object() || !given.is_object()) return;
+      for (auto group : groups)
+        for (const char* k : group)
+          if (given.contains(k))
+            for (const char* other : group)
+              if (std::string_view(other) != k) into.erase(other);
+    };
+    drop_others(j, over, {{"steps", "epochs"}});
+    if (over.contains("schedule") && j.contains("schedule"))
+      drop_others(j["schedule"], over["schedule"],
+                  {{"max_lr", "peak_lr", "lr"}, {"warmup_steps", "warmup_frac", "warmup_proportion"}});
+    const bool acc_given = over.contains("trainer") && over["trainer"].is_object() &&
+                           over["trainer"].contains("accumulation") && over["trainer"]["accumulation"].is_object() &&
+                           over["trainer"]["accumulation"].contains("steps");
+    if (acc_given) j.erase("global_batch");
+    if (over.contains("global_batch") && j.contains("trainer") && j["trainer"].is_object() &&
+        j["trainer"].contains("accumulation") && j["trainer"]["accumulation"].is_object())
+      j["trainer"]["accumulation"].erase("steps");
+    merge(j, over, "");
+  }
 
   // The value of a flag as its key holds it.
   static nlohmann::json value_of(const sparselm::option_entry& e, const std::string& text) {
@@ -183,6 +212,7 @@ class run_flags {
   std::vector<const sparselm::option_entry*> entries_;
   std::deque<std::optional<std::string>> values_;
   std::deque<std::optional<bool>> flags_;
+  std::vector<CLI::Option*> options_;  // each entry's flag
   std::vector<std::pair<std::string, CLI::Option_group*>> groups_;
   std::vector<std::string> sets_;
 };

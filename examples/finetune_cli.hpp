@@ -44,13 +44,16 @@ class finetune_cli {
   // task: the task's option table; defaults: the task's, over fine-tuning's.
   finetune_cli(std::string program, std::string description, std::span<const sparselm::option_entry> task,
                nlohmann::json defaults)
-      : cli(program, std::move(description), {bert_model_options(), task}), defaults_(std::move(defaults)) {
+      : cli(program, std::move(description), {bert_model_options(), task}, with_finetune_defaults(std::move(defaults))) {
     job.program = std::move(program);
+  }
+  static nlohmann::json with_finetune_defaults(nlohmann::json d) {
     sparselm::apply_defaults(
-        defaults_, {{"optimizer", {{"type", "adamw"}, {"eps", 1e-6}, {"bias_correction", false}, {"weight_decay", 0.01}}},
-                    {"schedule", {{"type", "linear"}, {"max_lr", 1e-4}, {"warmup_frac", 0.1}}},
-                    {"epochs", 2.0},
-                    {"batch_size", 8}});
+        d, {{"optimizer", {{"type", "adamw"}, {"eps", 1e-6}, {"bias_correction", false}, {"weight_decay", 0.01}}},
+            {"schedule", {{"type", "linear"}, {"max_lr", 1e-4}, {"warmup_frac", 0.1}}},
+            {"epochs", 2.0},
+            {"batch_size", 8}});
+    return d;
   }
 
   std::optional<int> parse(int argc, char** argv) { return cli.parse(argc, argv); }
@@ -60,7 +63,7 @@ class finetune_cli {
   void read(std::vector<std::string_view> task_keys) {
     task_keys.push_back("model");
     task_keys.push_back("data");
-    settings = sparselm::run_settings::from_json(cli.run_json(defaults_), cli.context(), task_keys);
+    settings = sparselm::run_settings::from_json(cli.run_json(), cli.context(), task_keys);
     if (settings.threads > 0) sparselm::set_num_threads(int(settings.threads));
     job.out = settings.out;
     job.init_from = settings.init_from;
@@ -228,9 +231,6 @@ class finetune_cli {
   sparselm::run_settings settings;
   sparselm::finetune_job_options job;
   bool pruning = false;  // set by with_encoder_sparsity: a fresh run pruning --init-from (start_pruned)
-
- private:
-  nlohmann::json defaults_;
 };
 
 }  // namespace examples

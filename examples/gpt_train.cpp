@@ -100,10 +100,10 @@ int main(int argc, char** argv) {
         "by encode_dataset. Writes <out>/config.json, <out>/metrics.jsonl (JSON lines) and <out>/checkpoints/\n"
         "(step-NNNNNN/{config.json, model.safetensors, training_state.safetensors}, latest). Flags override the\n"
         "run config's keys; --set overrides any key.",
-        {gpt_model_options(), lm_task_options()});
+        {gpt_model_options(), lm_task_options()}, lm_run_config::defaults());
     if (auto status = cli.parse(argc, argv)) return *status;
 
-    json j = cli.run_json(lm_run_config::defaults());
+    json j = cli.run_json();
     const std::string ctx = cli.context();
     gpt_job job;
     job.options = {.resume = cli.resume, .overwrite = cli.overwrite, .verify = cli.verify};

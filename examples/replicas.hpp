@@ -12,7 +12,7 @@
 //     return replicas.finish(status);
 //   }
 //
-//   mpirun -np 2 ./build/examples/gpt_train --config ... --threads 1   (docs/distributed.md)
+//   mpirun -np 2 ./build/examples/gpt_train --config ... --threads 1   (docs/design/distribution.md)
 
 #include "sparselm/parallel/replica_group.hpp"
 #if SPARSELM_HAVE_MPI

@@ -1,4 +1,4 @@
-// Trains the S1 dynamic-sparse language model (models/sparse_lm.hpp; docs/sparse_lm.md) on token files.
+// Trains the S1 dynamic-sparse language model (models/sparse_lm.hpp; docs/design/models.md) on token files.
 //
 //   ./build/examples/sparse_lm --config configs/s1-tiny-train.json --train runs/data/train.tok
 //       --valid runs/data/valid.tok --steps 200 --out runs/s1-tiny
@@ -114,10 +114,10 @@ int main(int argc, char** argv) {
         "Train the S1 dynamic-sparse language model (block-sparse projections, RigL/random pattern updates,\n"
         "factorised embedding, weighted repeated-token loss) on token files written by encode_dataset.\n"
         "Weights are fp32 (--dtype float32); --precision bf16 or fp16 computes the GEMMs in 16 bits.",
-        {s1_model_options(), lm_task_options()});
+        {s1_model_options(), lm_task_options()}, s1_defaults());
     if (auto status = cli.parse(argc, argv)) return *status;
 
-    json j = cli.run_json(s1_defaults());
+    json j = cli.run_json();
     const std::string ctx = cli.context();
     {  // S1 is the dynamic-sparse LM: a block-sparse model without an update config updates every 100 steps
       const json sp = j.value("sparsity", json::object());

@@ -10,7 +10,7 @@
 //                attention, embedding projections and head) match the block-sparse model's
 //   static       projections block_sparse<B> at sparsity s; the initial pattern never changes
 //   rigl         the same, pattern updated every update_period steps: prune the smallest-L1
-//                blocks, regrow by pooled dense-gradient magnitude (docs/sparsity_algorithm.md)
+//                blocks, regrow by pooled dense-gradient magnitude (docs/design/sparsity-algorithm.md)
 //   random       the same, regrowing uniformly at random among the inactive blocks
 //
 // Sparse variants run once per block size of --blocks (names static-b16, rigl-b1, ...). Two model
@@ -25,7 +25,7 @@
 // with) beside its metrics <out>/runs/<run>.jsonl; a later invocation with the same settings
 // reuses it, so a study can be split over processes (disjoint --variants or --blocks, same
 // --out) or continued after an interruption; a run file trained with other settings is an error.
-// Writes <out>/summary.json and prints a table. docs/sparsity.md ("Does it learn?") has the
+// Writes <out>/summary.json and prints a table. docs/guide/train-sparse.md ("Comparing dynamic, static and dense on your data") has the
 // results on the bundled corpus and the commands.
 #include <CLI/CLI.hpp>
 #include <algorithm>

@@ -6,7 +6,7 @@
 //   {"exact_match": 71.25, "f1": 80.4}
 //   questions: 80, without a prediction: 3
 //
-// Rules: sparselm/data/squad_eval.hpp and squad.hpp, docs/data.md ("SQuAD").
+// Rules: sparselm/data/squad_eval.hpp and squad.hpp, docs/design/data.md ("SQuAD").
 
 #include <cstdio>
 #include <filesystem>

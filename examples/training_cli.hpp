@@ -5,9 +5,10 @@
 // --overwrite, --no-verify, --dry-run). Flags and --set override the run config's keys; the
 // program's defaults fill what neither gives.
 //
-//   examples::training_cli cli("gpt_train", "Train a GPT ...", {gpt_model_options(), sparselm::lm_task_options()});
+//   examples::training_cli cli("gpt_train", "Train a GPT ...", {gpt_model_options(), sparselm::lm_task_options()},
+//                              defaults);
 //   if (auto status = cli.parse(argc, argv)) return *status;
-//   json j = cli.run_json(defaults);        // run config + defaults + flags + --set
+//   json j = cli.run_json();                // run config + flags + --set, then the defaults
 //   auto rc = sparselm::lm_run_config::from_json(j, cli.context(), cli.base());
 //
 // `--options-reference` prints the program's own keys and flags as Markdown, and
@@ -35,10 +36,12 @@ namespace examples {
 
 class training_cli {
  public:
-  // tables: the program's own option tables (the task's and the model's), after the common one.
+  // tables: the program's own option tables (the task's and the model's), after the common one;
+  // defaults: what the program uses for keys that neither the run config nor a flag gives.
   training_cli(std::string program, std::string description,
-               std::initializer_list<std::span<const sparselm::option_entry>> tables)
-      : program_(std::move(program)), app_(std::move(description)), tables_(tables) {
+               std::initializer_list<std::span<const sparselm::option_entry>> tables,
+               nlohmann::json defaults = nlohmann::json::object())
+      : program_(std::move(program)), app_(std::move(description)), tables_(tables), defaults_(std::move(defaults)) {
     app_.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
     app_.add_option("-c,--config", config_path_, "Run config JSON (its keys: docs/reference/options.md)");
     app_.add_flag("--resume", resume, "Continue the run in --out from its newest checkpoint (exact resume)");
@@ -66,6 +69,7 @@ class training_cli {
     if (reference_) {
       std::printf("### %s\n", program_.c_str());
       for (auto t : tables_) std::printf("%s", sparselm::options_reference(t).c_str());
+      std::printf("\nIts defaults (under the run config and the flags):\n\n```json\n%s\n```\n", defaults_.dump(2).c_str());
       return 0;
     }
     if (common_reference_) {
@@ -79,16 +83,16 @@ class training_cli {
   nlohmann::json overlay() const { return flags_.overlay(); }
 
   // The run config (-c, or {}), with a "model" given as a file name inlined, the flags and --set
-  // overrides applied, then `defaults` under what is still missing.
+  // overrides applied, then the program's defaults under what is still missing.
   // A run config naming another program ("program") is refused.
-  nlohmann::json run_json(const nlohmann::json& defaults = nlohmann::json::object()) {
+  nlohmann::json run_json() {
     auto [j, base] = sparselm::read_run_json(config_path_);
     base_ = base;
     flags_.apply(j);
     if (j.contains("program"))
       SPARSELM_CHECK(j["program"] == program_, context(), ": this run config is for ", j["program"].dump(),
                      ", not ", program_);
-    sparselm::apply_defaults(j, defaults);
+    sparselm::apply_defaults(j, defaults_);
     return j;
   }
   // The run config's name in errors, and its directory (relative model files).
@@ -113,6 +117,7 @@ class training_cli {
   run_flags flags_;
   std::string config_path_;
   std::filesystem::path base_;
+  nlohmann::json defaults_;
   bool reference_ = false, common_reference_ = false;
 };
 

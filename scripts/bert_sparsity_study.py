@@ -19,7 +19,7 @@ masked-LM predictions, L layers of width C, feed-forward F, vocabulary V, projec
     pooler + NSP         3 * 2 * (C^2 + 2C)
 The dense baseline's width is the multiple of its head count whose total is closest to the sparse
 models' (the embedding lookups and LayerNorms are left out: they are < 1 % here). Pattern updates
-add a dense weight gradient every update period; that cost is left out and stated in docs/bert.md.
+add a dense weight gradient every update period; that cost is left out and stated in docs/guide/bert.md.
 Only the Python standard library is needed (and gnuplot for the plot).
 """
 import argparse

@@ -1,6 +1,6 @@
 // The attention kernels' forward + backward in three forms: fp32 products, bf16 products over fp32
 // qkv and out, and bf16 products over qkv and out held in bf16 (what the attention layer keeps under
-// bf16 activations; docs/precision.md, "bf16 attention"). Dense causal attention on one GPT-2 small
+// bf16 activations; benchmarks/results/2026-11-29-zen4-precision.md, "bf16 attention"). Dense causal attention on one GPT-2 small
 // layer's shapes (B = 8, T = 128, 12 heads of 64), or with --block-sparse DENSITY the static
 // block-sparse kernels (blocks of 16, that density) on the S1 heads (B = 4, T = 256, 16 heads of
 // 32). An experiment, not a benchmark target; not built by CMake:

@@ -2,8 +2,8 @@
 // bench_bsr's step adds the forward and its noise. kernels::bsr_backward<B> (fp32), or
 // kernels::bsr_backward_bf16<B> with X in bf16 as the layers keep it; s = 0.9, the four transformer
 // shapes of bench_bsr, M rows; prints the minimum and the median over `reps` calls. An experiment,
-// not a benchmark target (docs/precision.md, "The data gradient's panels from the strips";
-// docs/sparsity.md, "The lanes-M one-pass backward"). Not built by CMake; build it once per
+// not a benchmark target (benchmarks/results/2026-11-29-zen4-precision.md, "The data gradient's panels from the strips";
+// benchmarks/results/2026-11-30-zen5-sparsity.md, "The lanes-M one-pass backward"). Not built by CMake; build it once per
 // checkout and run the binaries in alternation:
 //
 //   g++ -std=c++20 -O3 -march=native -fopenmp -DNDEBUG -Iinclude -Ibenchmarks \

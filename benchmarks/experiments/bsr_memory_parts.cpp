@@ -1,5 +1,5 @@
 // Where the B = 16 block-sparse products spend the time that does not shrink with density: an
-// experiment, not a benchmark target (docs/sparsity.md, "What moving X and Y costs"). It times
+// experiment, not a benchmark target (benchmarks/results/2026-11-27-zen5-sparsity.md, "What moving X and Y costs"). It times
 // variants of the lanes-N forward driver of kernels/detail/bsr_matmul.hpp, a data gradient fused
 // with the weight gradient per chunk of rows, and this core's memory bandwidth. Variants that skip
 // work compute wrong results on purpose: they are timings only. Not built by CMake:

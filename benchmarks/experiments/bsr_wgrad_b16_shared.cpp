@@ -2,7 +2,7 @@
 // strip row loaded and 16 X values broadcast per row of M) against a variant in which 3 slots of
 // one block row share each X broadcast (8 block rows x 3 slots per pass, 24 accumulators), over the
 // strips of one chunk (default 64 rows of a 768 x 768 product at density 0.1, in L2), one thread,
-// against the one-thread FMA peak. An experiment, not a benchmark target (docs/sparsity.md, "Left
+// against the one-thread FMA peak. An experiment, not a benchmark target (benchmarks/results/2026-11-30-all-hosts-sparsity-left-to-do.md, "Left
 // to do"). Needs AVX-512. Not built by CMake:
 //
 //   g++ -std=c++20 -O3 -march=native -fopenmp -DNDEBUG -Iinclude -Ibenchmarks \

@@ -1,6 +1,6 @@
 // kernels::bsr_weight_grad<1> timed alone at M = 64, 1024 and 4096 rows (s = 0.9, the four
 // transformer shapes of bench_bsr), minimum and median of 20 calls on the same pattern, for
-// comparing two versions of the kernel (docs/sparsity.md, "B = 1: the slot order kept with the
+// comparing two versions of the kernel (benchmarks/results/2026-11-30-zen4-sparsity.md, "B = 1: the slot order kept with the
 // pattern"). At M = 64 the products are one 128-row chunk, so the time is mostly what a call pays
 // besides them. An experiment, not a benchmark target. Not built by CMake; build it once per
 // checkout and run the binaries in alternation:

@@ -2,7 +2,7 @@
 // on one thread, with their strips in L1 / L2: each call takes one X strip and U dY strips chosen
 // at random from a pool of `strips` strips of 64 rows (192 strips of B = 4 are the 768 columns of
 // a chunk), against the one-thread FMA peak. An experiment, not a benchmark target
-// (docs/sparsity.md, "B = 4: panel vectors in registers, the weight gradient four rows at a
+// (benchmarks/results/2026-11-27-zen5-sparsity.md, "B = 4: panel vectors in registers, the weight gradient four rows at a
 // time"). Needs AVX-512. Not built by CMake:
 //
 //   g++ -std=c++20 -O3 -march=native -fopenmp -DNDEBUG -Iinclude -Ibenchmarks \

@@ -1,7 +1,7 @@
 // The bf16 GEMM's micro-kernel alone (kernels/detail/gemm_bf16_kernel.hpp), on packed panels that
 // stay in L1 / L2: 12 A micro-panels x 4 B micro-panels at depth 768 (one GEMM block of
 // 168 x 128), called repeatedly on one thread, against the one-thread bf16 dot-product peak. An
-// experiment, not a benchmark target (docs/precision.md, "bf16 GEMM against our fp32 GEMM"). Needs
+// experiment, not a benchmark target (benchmarks/results/2026-11-25-zen5-precision.md, "bf16 GEMM against our fp32 GEMM"). Needs
 // AVX512-BF16. Not built by CMake:
 //
 //   g++ -std=c++20 -O3 -march=native -fopenmp -DNDEBUG -Iinclude -Ibenchmarks \

@@ -1,7 +1,7 @@
 // Narrow NN products (C at most 128 columns wide per thread) with A read in place, as the GEMM now
 // does (kernels/detail/gemm_driver.hpp), against the same driver with A packed, alternating in
 // one process; the FMA peak measured in the same process. An experiment, not a benchmark target
-// (docs/performance.md, "Narrow products read A in place"). Not built by CMake:
+// (benchmarks/results/2026-11-25-zen5-performance.md, "Narrow products read A in place"). Not built by CMake:
 //
 //   g++ -std=c++20 -O3 -march=native -fopenmp -DNDEBUG -Iinclude -Ibenchmarks \
 //       benchmarks/experiments/gemm_in_place.cpp -o gemm_in_place

@@ -1,4 +1,4 @@
-// The three GEMMs of a tied LM head at the S1 step's shapes (docs/sparsity.md, "Where the sparse
+// The three GEMMs of a tied LM head at the S1 step's shapes (benchmarks/results/2026-11-27-zen5-sparsity.md, "Where the sparse
 // step's time goes"): logits = x·Eᵀ (1024 x 128 x 50000, NT), dx = dlogits·E (NN, depth 50000,
 // 128 columns) and dE += dlogitsᵀ·x (TN, 50000 rows of output), median of 7 calls each, with the
 // FMA peak measured in the same process. An experiment, not a benchmark target. Not built by CMake:

@@ -7,7 +7,7 @@
 //   row+pfN    row order with a software prefetch N floats ahead of each read
 //   memcpy     the panel's 24*K contiguous floats copied as they are (the lower bound)
 // Median of 7 passes, one thread; GB/s = bytes of X read / time. An experiment, not a benchmark
-// target (docs/sparsity.md, "Zen 5 host, 30 Nov 2026 late morning"). Not built by CMake:
+// target (benchmarks/results/2026-11-30-zen5-sparsity.md, "Zen 5 host, 30 Nov 2026 late morning"). Not built by CMake:
 //
 //   g++ -std=c++20 -O3 -march=native -DNDEBUG benchmarks/experiments/panel_pack_order.cpp -o panel_pack_order
 //   ./panel_pack_order [K = 768] [rounds = 3]

@@ -8,7 +8,7 @@ input.json:  {"cases": [{"name", "optimizer": "adamw" | "adam" | "sgd" | "lamb",
 output.json: {name: {"params": [[...] per tensor], "slots": {slot: [[...] per tensor]}}}
 
 AdamW, Adam and SGD are torch.optim's own; LAMB has no torch.optim class and is written here from
-its formula (You et al. 2019, as in docs/optimisers.md). Frozen tensors are left out of the
+its formula (You et al. 2019, as in docs/design/optimisers.md). Frozen tensors are left out of the
 optimiser; no_decay tensors form a param group with weight_decay 0. All arithmetic in float32.
 
 Run only with Debian's /usr/bin/python3 (python3-torch 1.13); never imported by the library.

@@ -1,5 +1,5 @@
 #pragma once
-// Text files -> token files with the GPT-2 tokenizer, in the two layouts of docs/data.md.
+// Text files -> token files with the GPT-2 tokenizer, in the two layouts of docs/design/data.md.
 //
 // gpt mode (S2): documents joined into one stream with <|endoftext|> between them. A document is
 //   a whole input file (document_split::file) or one non-empty line (document_split::line).

@@ -1,7 +1,7 @@
 #pragma once
 // Causal-LM batches from token files: GPT windows, a resumable sampler, validation passes.
 //
-// Windows (GPT data, docs/data.md). With T = seq_len and stride S (default T), window k holds the
+// Windows (GPT data, docs/design/data.md). With T = seq_len and stride S (default T), window k holds the
 // T + 1 tokens starting at k·S; its inputs are ids[0:T] and its targets ids[1:T+1]. After the last
 // full window, a *tail* window (fewer than T + 1 tokens, starting at the next multiple of S) is
 // kept when it has at least T/2 targets (2·(len − 1) ≥ T) and keep_tail is on; its missing

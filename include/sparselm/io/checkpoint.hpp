@@ -327,7 +327,7 @@ nlohmann::json load_training_state(const std::filesystem::path& path, Trainer& t
   // Each slot tensor is read straight into the optimiser's own arenas in their storage type (for a
   // run-time slot choice, the 16-bit arenas inside it; F32 tensors rounded, BF16 / F16 ones bit for
   // bit), and sharded, only the tensors this rank keeps: a resume allocates no float copies and no
-  // whole-layout arenas (docs/precision.md, "Resuming 16-bit slots").
+  // whole-layout arenas (docs/design/precision.md, "Resuming 16-bit slots").
   auto read_slots = [&]<class O>(O& o) {
     using S = typename O::slot_type;
     std::size_t expected = 0;

@@ -452,7 +452,7 @@ class safetensors_file {
   // Gives back the mapped pages wholly inside tensor t's bytes once they have been read (checked or
   // copied out): the mapping is private and never written, so the pages read the file again if
   // touched later, and a checkpoint's bytes do not stay in the process's resident memory beside
-  // the arenas they were copied into (a resume's peak RSS; docs/precision.md).
+  // the arenas they were copied into (a resume's peak RSS; docs/design/precision.md).
   void drop_pages(const st_tensor_info& t) const noexcept {
     if (!owned_ || map_ == nullptr) return;
     static const std::size_t page = std::size_t(::sysconf(_SC_PAGESIZE));

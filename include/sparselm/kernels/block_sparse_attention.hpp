@@ -374,7 +374,7 @@ inline void block_sparse_decode_attention(const_matrix_view<float> qkv, const fl
 }  // namespace sparselm::kernels
 
 // Block-sparse attention, qkv in fp32 or bf16, for the compiled ISA.
-// Precompiled instances (docs/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
+// Precompiled instances (docs/design/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
 // (src/kernels_attention.cpp), declared extern where that library is linked.
 #if defined(SPARSELM_INSTANTIATE_ATTENTION) || defined(SPARSELM_PRECOMPILED_KERNELS)
 #ifdef SPARSELM_INSTANTIATE_ATTENTION

@@ -17,7 +17,7 @@
 // given thread count (bsr_matmul, bsr_matmul_t and dense_grad_pooled for any thread count). After the
 // first call of a given shape they allocate nothing (thread-local scratch buffers are reused).
 //
-// See docs/sparsity.md ("Block-sparse kernels") for the micro-kernels and measured speed.
+// See docs/design/kernels.md ("Block-sparse kernels") for the micro-kernels and measured speed.
 
 #include <cstddef>
 #include <cstdint>
@@ -163,7 +163,7 @@ void dense_grad_pooled(const_matrix_view<float> X, const_matrix_view<float> dY, 
 }  // namespace sparselm::kernels
 
 // The fp32 block-sparse products for every block size, for the compiled ISA.
-// Precompiled instances (docs/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
+// Precompiled instances (docs/design/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
 // (src/kernels_bsr.cpp), declared extern where that library is linked.
 #if defined(SPARSELM_INSTANTIATE_BSR) || defined(SPARSELM_PRECOMPILED_KERNELS)
 #ifdef SPARSELM_INSTANTIATE_BSR

@@ -32,7 +32,7 @@
 // whether the B = 16 products run on AMX. The block_sparse<B> layers use these products under
 // bf16 compute only where one of them holds: on the Intel Xeon (Sapphire Rapids class) of the
 // project's VM vdpbf16ps runs at half the FMA rate and the native kernels at 0.64-0.89x the fp32
-// ones (docs/precision.md), so there B = 16 runs on AMX and B = 4, 8 in fp32; the portable path
+// ones (docs/design/precision.md), so there B = 16 runs on AMX and B = 4, 8 in fp32; the portable path
 // only adds rounding passes.
 
 #include <cstddef>
@@ -287,7 +287,7 @@ void bsr_backward_bf16(const_matrix_view<TX> X, const_matrix_view<float> dY, con
 }  // namespace sparselm::kernels
 
 // The bf16 block-sparse products for every block size, X in fp32 or bf16, for the compiled ISA.
-// Precompiled instances (docs/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
+// Precompiled instances (docs/design/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
 // (src/kernels_bsr_bf16.cpp), declared extern where that library is linked.
 #if defined(SPARSELM_INSTANTIATE_BSR_BF16) || defined(SPARSELM_PRECOMPILED_KERNELS)
 #ifdef SPARSELM_INSTANTIATE_BSR_BF16

@@ -178,7 +178,7 @@ cross_entropy_stats cross_entropy(matrix_view<float> logits, std::span<const std
 }  // namespace sparselm::kernels
 
 // The fused softmax cross-entropy for the compiled ISA.
-// Precompiled instances (docs/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
+// Precompiled instances (docs/design/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
 // (src/kernels_pointwise.cpp), declared extern where that library is linked.
 #if defined(SPARSELM_INSTANTIATE_POINTWISE) || defined(SPARSELM_PRECOMPILED_KERNELS)
 #ifdef SPARSELM_INSTANTIATE_POINTWISE

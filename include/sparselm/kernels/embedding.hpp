@@ -106,7 +106,7 @@ void embedding_backward(std::span<const std::int32_t> ids, const_matrix_view<flo
 }  // namespace sparselm::kernels
 
 // The embedding gather and scatter-add for the compiled ISA.
-// Precompiled instances (docs/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
+// Precompiled instances (docs/design/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
 // (src/kernels_pointwise.cpp), declared extern where that library is linked.
 #if defined(SPARSELM_INSTANTIATE_POINTWISE) || defined(SPARSELM_PRECOMPILED_KERNELS)
 #ifdef SPARSELM_INSTANTIATE_POINTWISE

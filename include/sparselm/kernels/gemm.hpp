@@ -71,7 +71,7 @@ void gemm(trans ta, trans tb, float alpha, const_matrix_view<float> A, const_mat
 }  // namespace sparselm::kernels
 
 // The fp32 GEMM for the compiled ISA.
-// Precompiled instances (docs/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
+// Precompiled instances (docs/design/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
 // (src/kernels_gemm.cpp), declared extern where that library is linked.
 #if defined(SPARSELM_INSTANTIATE_GEMM) || defined(SPARSELM_PRECOMPILED_KERNELS)
 #ifdef SPARSELM_INSTANTIATE_GEMM

@@ -249,7 +249,7 @@ inline std::string describe_compute(dtype d) {
 }  // namespace sparselm::kernels
 
 // The bf16 / f16 GEMMs for the compiled ISA, every operand pairing.
-// Precompiled instances (docs/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
+// Precompiled instances (docs/design/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
 // (src/kernels_gemm.cpp), declared extern where that library is linked.
 #if defined(SPARSELM_INSTANTIATE_GEMM) || defined(SPARSELM_PRECOMPILED_KERNELS)
 #ifdef SPARSELM_INSTANTIATE_GEMM

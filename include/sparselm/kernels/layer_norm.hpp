@@ -158,7 +158,7 @@ void layer_norm_backward(const_matrix_view<float> dy, const_matrix_view<float> x
 }  // namespace sparselm::kernels
 
 // Layer norm for the compiled ISA.
-// Precompiled instances (docs/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
+// Precompiled instances (docs/design/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
 // (src/kernels_pointwise.cpp), declared extern where that library is linked.
 #if defined(SPARSELM_INSTANTIATE_POINTWISE) || defined(SPARSELM_PRECOMPILED_KERNELS)
 #ifdef SPARSELM_INSTANTIATE_POINTWISE

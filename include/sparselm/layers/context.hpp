@@ -3,7 +3,7 @@
 // (for counter-based dropout), and a scratch pool for backward temporaries.
 //
 // Layers hold arena *indices* (param_ref); the step context says which arenas those index into.
-// See docs/architecture.md, "Parameters live in arenas; layers hold indices".
+// See docs/design/architecture.md, "Parameters live in arenas; layers hold indices".
 
 #include <concepts>
 #include <cstddef>

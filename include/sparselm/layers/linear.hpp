@@ -13,7 +13,7 @@
 // once forward returns: the layer keeps its own copy, in bf16 where its GEMMs round x to bf16
 // anyway (dense layer, bf16 compute: compact_input(s), half the memory and the same products),
 // else in fp32. A dense layer also takes a bf16 x directly under bf16 compute (the caller keeps
-// it). This is how the stack stores activations in 16 bits under bf16 (docs/precision.md).
+// it). This is how the stack stores activations in 16 bits under bf16 (docs/design/precision.md).
 // The sparsity type is a template parameter: `dense` stores W in full; `block_sparse<B>` (see
 // layers/sparse_linear.hpp, included at the end of this header) stores only its active blocks.
 

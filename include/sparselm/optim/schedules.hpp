@@ -41,7 +41,7 @@
 
 namespace sparselm::optim {
 
-// The sparse learning-rate multiplier η(s)/η₀ = exp(1.969 s² + 0.2905 s) (docs/sparsity_algorithm.md);
+// The sparse learning-rate multiplier η(s)/η₀ = exp(1.969 s² + 0.2905 s) (docs/design/sparsity-algorithm.md);
 // a schedule JSON may ask for it with "sparse_lr_rescale": s.
 using sparse::sparse_lr_scale;
 

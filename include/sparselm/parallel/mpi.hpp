@@ -26,7 +26,7 @@
 // Gradient sums (start_sum) are blocking by default: each part's sum runs as soon as backward
 // finishes the part. A float sum of at least split_sum_min elements is split (split_sum): each rank
 // adds up 1/P of the range (sum_scatter, below), then MPI_Allgatherv gives every rank the others'
-// sums. Measured with benchmarks/mpi_collectives.cpp (docs/distributed.md), a 500 MB sum over 2
+// sums. Measured with benchmarks/mpi_collectives.cpp (docs/design/distribution.md), a 500 MB sum over 2
 // ranks on one machine took 0.11 s this way against 1.3-1.5 s in OpenMPI's MPI_Allreduce (Zen 5
 // host; 0.19-0.23 s on an Intel Xeon host). Every rank gets the same bits: each part is added up by one rank,
 // in rank order. SPARSELM_MPI_ALLREDUCE=1 keeps MPI_Allreduce for every sum (an MPI whose

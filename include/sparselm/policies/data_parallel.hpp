@@ -7,7 +7,7 @@
 // normalisers and the gradients over the ranks (one sum per model part, started as backward
 // finishes the part), and every rank then applies the same update to the same weights.
 // The replica group is given at run time (trainer::set_replicas); a group of one process makes
-// `mpi` behave exactly as `none`, so one program serves both launches. docs/distributed.md.
+// `mpi` behave exactly as `none`, so one program serves both launches. docs/design/distribution.md.
 
 #include <concepts>
 

@@ -14,10 +14,10 @@
 //   fp16_mixed  - the same with IEEE half operands (kernels::gemm_f16) and dynamic loss scaling
 //                 (the trainer turns it on when the options leave loss scaling at its default).
 //   configured  - the compute type is read from trainer_options::precision at run time (what the
-//                 programs use: one instantiation serves every precision, see docs/precision.md).
+//                 programs use: one instantiation serves every precision, see docs/design/precision.md).
 //
 // Softmax statistics, the loss, layer norms, attention, the block-sparse kernels and the
-// optimiser run in fp32 under every policy (docs/precision.md says where each precision acts).
+// optimiser run in fp32 under every policy (docs/design/precision.md says where each precision acts).
 
 #include <concepts>
 #include <optional>

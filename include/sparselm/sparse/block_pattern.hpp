@@ -4,7 +4,7 @@
 // Arena slot s holds block (row[s], col[s]): rows in*B.. of the input dimension, columns of the
 // output dimension; its values are B*B floats, row-major, at values + s*B*B. Slots never move
 // when the pattern changes: a regrown block takes the slot of a pruned one (see
-// docs/architecture.md), so values and optimiser slots of surviving blocks stay in place.
+// docs/design/architecture.md), so values and optimiser slots of surviving blocks stay in place.
 //
 // Kernels walk blocks by output column (Y = X·W) or by input row (dX = dY·Wᵀ); finalize() rebuilds
 // both orderings after row/col change and validates the pattern.

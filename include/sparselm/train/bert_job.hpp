@@ -16,7 +16,7 @@
 // Data parallelism (a trainer with data_parallel::mpi and a replica group of P ranks): every rank
 // draws the same global batch of P x batch_size examples and assembles its own batch_size of them;
 // validation batches are global too; only rank 0 writes the run directory and prints
-// (docs/distributed.md).
+// (docs/design/distribution.md).
 // Metrics (<out>/metrics.jsonl): "train" lines with mlm_loss, mlm_accuracy, nsp_loss,
 // nsp_accuracy, loss, lr, grad_norm, samples_per_s, tokens_per_s (and loss_scale, overflow_steps
 // when the trainer scales the loss); "eval" lines with the same losses on the validation file.

@@ -1,5 +1,5 @@
 #pragma once
-// Wires a pattern updater (sparse/update.hpp; docs/sparsity_algorithm.md) into a trainer: on RigL update steps the
+// Wires a pattern updater (sparse/update.hpp; docs/design/sparsity-algorithm.md) into a trainer: on RigL update steps the
 // sparse layers compute pooled dense gradients during backward; after the optimiser step the
 // patterns are pruned and regrown, the optimiser slots of regrown blocks are zeroed, and the
 // statistics of the last update are offered to the metrics log.

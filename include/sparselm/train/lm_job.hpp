@@ -118,12 +118,6 @@ class lm_job {
          .inputs = {rc_.train_data, rc_.valid_data},
          .nonfinite_advice = " (trainer.on_nonfinite: \"stop\", or \"skip\" with trainer.max_skipped_steps)"},
         ds);
-    if (const auto& rep = model.last_pipeline(); rep.stages > 1)
-      summary["pipeline"] = {{"stages", rep.stages},
-                             {"split", rep.split},
-                             {"balanced", rep.balanced},
-                             {"predicted_bubble", rep.predicted_bubble},
-                             {"measured_bubble", rep.measured_bubble}};
     if (o.print_summary && rank0_) std::printf("%s\n", summary.dump().c_str());
     return summary;
   }

@@ -8,7 +8,7 @@
 //   p.measure_rates();                                            // the host's GEMM (and BSR) rate
 //   std::fputs(p.describe().c_str(), stderr);  std::puts(p.to_json().dump().c_str());
 //
-// What is counted (docs/training.md, "Plan a run"):
+// What is counted (docs/planning.md):
 //   weights, gradients     4 bytes per stored parameter each (block-sparse: active blocks only)
 //   optimiser slots        per slot (Adam/LAMB m and v, SGD momentum) the slot type's bytes per
 //                          stored parameter; 1/D of it per rank under shard_optimizer

@@ -22,7 +22,8 @@
 //     never saved (the run stops naming the last good checkpoint, which pruning has kept); a
 //     non-finite step stops the run with an error naming the last good checkpoint;
 //   - returns the summary JSON (steps, resumed_from, interrupted, train_seconds, samples_per_s,
-//     valid, checkpoint, pattern_updates, and the task's keys).
+//     valid, checkpoint, pattern_updates, pipeline (a staged run: stages, split, bubbles), and the
+//     task's keys).
 // Checkpoint layout: io/checkpoint.hpp (<out>/checkpoints/step-NNNNNN/, latest); the training
 // state's run record holds the task's data_state(), "config" and "replicas".
 
@@ -177,6 +178,13 @@ nlohmann::json run_training(Model& model, Trainer& t, Task& task, const run_opti
   if (auto l = cd.latest()) summary["checkpoint"] = l->string();
   if constexpr (!std::is_same_v<Sparsity, std::nullptr_t>)
     if (ds) summary["pattern_updates"] = ds->updates();
+  if constexpr (requires { model.last_pipeline(); })  // what the last staged step did
+    if (const auto& rep = model.last_pipeline(); rep.stages > 1)
+      summary["pipeline"] = {{"stages", rep.stages},
+                             {"split", rep.split},
+                             {"balanced", rep.balanced},
+                             {"predicted_bubble", rep.predicted_bubble},
+                             {"measured_bubble", rep.measured_bubble}};
   task.summary(r, summary);
   return summary;
 }

@@ -124,6 +124,8 @@ inline std::span<const option_entry> common_options() {
        "Activation memory: none keeps every block's activations; blocks keeps each block's input and re-runs the "
        "block in backward (~1/3 more compute, one block's activations)",
        "none blocks", "none", "precision and memory"},
+      {"dropout", "--dropout", k::number, "Every dropout rate of the model (absent: the model config's)", "", "",
+       "precision and memory"},
       // processes
       {"trainer.pipeline.stages", "--pipeline-stages", k::count,
        "Split the blocks over N pipeline stages fed by the accumulation's micro-batches", "", "1", "processes"},
@@ -138,8 +140,6 @@ inline std::span<const option_entry> common_options() {
        "Under mpirun: each rank keeps and updates 1/P of the optimiser state (ZeRO stage 1)", "", "false",
        "processes"},
       {"threads", "--threads", k::count, "Threads per process (0: all cores)", "", "0", "processes"},
-      {"dropout", "--dropout", k::number, "Every dropout rate of the model (absent: the model config's)", "", "",
-       "precision and memory"},
       // sparsity
       {"sparsity.block_size", "--block-size", k::choice,
        "Block-sparse projections with B x B blocks (0: dense); fine-tuning a dense checkpoint: magnitude-prune it "

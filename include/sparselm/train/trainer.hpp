@@ -3,7 +3,7 @@
 // (gradient accumulation), global-norm or per-tensor clipping, the scheduled learning rate, the
 // optimiser update, and the hooks a dynamic-sparsity updater needs.
 //
-// The policy bundle fixes at compile time what a step does (docs/architecture.md, "Policies"):
+// The policy bundle fixes at compile time what a step does (docs/design/architecture.md, "Policies"):
 //
 //   struct my_policies : sparselm::default_policies {
 //     using recompute = sparselm::recompute::blocks;   // trade ~1/3 more compute for memory

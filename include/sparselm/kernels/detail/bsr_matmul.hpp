@@ -50,7 +50,7 @@ struct bsr_tiling {
   static constexpr bool row_blocks = lanes_n && !arch_is_avx512<Arch>;
   // Lanes-N panels on AVX-512 up to this depth hold each block row of A as MR x B (row-major, a
   // plain copy), deeper ones k-major (K x MR, transposed while packed). Measured on a Zen 5
-  // (docs/sparsity.md): row-major 3-10 % faster at K = 768-2304; at 3072 1-4 % slower while the
+  // (docs/design/kernels.md): row-major 3-10 % faster at K = 768-2304; at 3072 1-4 % slower while the
   // packing read A block row by block row, 2-3 % faster on one thread (equal on two) since it reads
   // row by row; equal at 6400.
   static constexpr std::size_t row_major_max_depth = 3072;
@@ -68,7 +68,7 @@ inline std::size_t bsr_block_rows(std::size_t K) noexcept {
 // MR rows in block rows of MR x B. Row by row: one sequential read stream (the panel's rows are
 // usually contiguous in A), writes MR*B floats apart into the panel, which is in cache. Reading
 // block row by block row instead (MR read streams, sequential writes) measured 3-6 % slower for the
-// whole K = 768 forward on the Zen 5 host, AVX-512 and AVX2 builds alike (docs/sparsity.md).
+// whole K = 768 forward on the Zen 5 host, AVX-512 and AVX2 builds alike (docs/design/kernels.md).
 template <std::size_t B, std::size_t MR>
 inline void pack_row_panel(const float* src, std::size_t lds, std::size_t rows, std::size_t K, float* dst) {
   const std::size_t nb = K / B;
@@ -158,7 +158,7 @@ inline void tile_lanes_m(const float* P, std::size_t n, const std::uint32_t* kb,
     for (std::size_t k = 0; k < B; ++k) {
       // The next block's panel rows (not with B = 1: as many prefetches as FMAs). For B = 4 on
       // AVX-512 (96-row panels, 24 FMAs per k) measured on the Zen 5 host: forward and data
-      // gradient 3-12 % faster with it (docs/sparsity.md).
+      // gradient 3-12 % faster with it (docs/design/kernels.md).
       if constexpr (B >= 4) prefetch_span<MR>(pn + k * MR);
       vec x[NV];
 #pragma GCC unroll 8

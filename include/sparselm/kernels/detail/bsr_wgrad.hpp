@@ -370,7 +370,7 @@ void wgrad_chunk_slots(const sparse::block_pattern& p, const float* Xs, const fl
     // AVX-512: groups of 6 slots, 24 accumulators (a shorter group, the end of a block row,
     // its own kernel of 1 to 5 slots): B = 4 four rows at a time (wgrad_b4_rows4), B = 8 in
     // block lanes (wgrad_block_lanes; 6 slots 0-13 % faster than 4 on the Zen 5 host on
-    // three of four shapes, docs/sparsity.md).
+    // three of four shapes, docs/design/kernels.md).
     constexpr std::size_t NG = B == 4 && vec_regs<Arch> == 16 && W == 8 ? 3 : 2;
     constexpr std::size_t U = lanes ? 6 : NG * (W / B);
     float* dummy = bsr_scratch(U * B * B, 2);

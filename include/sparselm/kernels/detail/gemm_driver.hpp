@@ -13,7 +13,7 @@
 // A packed panel of op(A) serves the region's columns of C; when they are few (<= 128: the
 // gradient of a narrow projection, dx = dlogits * E of a tied head 128 wide), the copy is hardly
 // reused and costs up to a fifth of the product (Zen 5 host, one thread: 1024 x 128 x 50000 at
-// 72-74 % of the FMA peak packed, 89 % in place; docs/performance.md). There, with the fp32
+// 72-74 % of the FMA peak packed, 89 % in place; benchmarks/results/2026-11-25-zen5-performance.md). There, with the fp32
 // family, A not transposed is read in place by whole MR-row tiles (rows lda apart, the B panel
 // packed as usual); only a last partial tile is packed.
 //

@@ -34,7 +34,7 @@ struct gemm_config {
   //   KC: depth of one pass. On AVX-512 the B micro-panel (KC x NR) lives in L2, not L1: a deep
   //       pass amortises the write-out of C (one load+store of the C tile per KC rank-1 updates)
   //       and measured best on Zen 4 (1 thread, M = 4096: KC 128 -> 81 %, 256 -> 86 %,
-  //       512 -> 90 %, 1024 -> 93 % of peak; docs/performance.md).
+  //       512 -> 90 %, 1024 -> 93 % of peak; benchmarks/results/2026-11-23-zen4-performance.md).
   //   MC: rows of the packed A block (MC x KC, 0.7 MB at KC = 1024), kept in L2.
   //   NC: columns of the packed B panel (KC x NC), kept in L3.
   static constexpr std::size_t KC = many_regs ? 1024 : 256;
@@ -62,7 +62,7 @@ struct gemm_epilogue {
 // Starts an MR x NR tile: prefetches the rows of C it will write (every 64-byte line of a row: an
 // AVX-512 tile row is 128 bytes; prefetching only its first line left the second to be fetched
 // when the tile is written, and the bf16 GEMM's deep products measured 3-7 % slower that way on
-// the Zen 5 host, docs/performance.md), zeroes the accumulators.
+// the Zen 5 host, benchmarks/results/2026-11-30-zen5-performance.md), zeroes the accumulators.
 template <class Arch, std::size_t MR, std::size_t NV>
 [[gnu::always_inline]] inline void gemm_start_tile(xsimd::batch<float, Arch> (&acc)[MR][NV], const float* c,
                                                    std::size_t ldc, std::size_t mr) {
