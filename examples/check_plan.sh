@@ -12,8 +12,8 @@
 #   time is printed next to the measured one (median of the steps after the second) with their ratio.
 #   The comparison can fail: the plan of configuration A at batch 2 is checked to miss the batch-8
 #   run's memory by more than 15 %.
-#   Then a GPT-3 2.7B-shaped --dry-run (32 layers, width 2560, 32 heads, sequence 2048) prints a
-#   plan of about 2.65e9 parameters and exits 0 within seconds without allocating the model (its
+#   Then --dry-run of the GPT-3 2.7B recipe (configs/recipes/gpt3-2.7b.json: 32 layers, width 2560,
+#   32 heads, sequence 2048, 512 micro-batches per step) prints a plan of about 2.65e9 parameters and exits 0 within seconds without allocating the model (its
 #   peak resident memory stays under 512 MiB).
 #
 #   check_plan.sh GPT_TRAIN ENCODE_DATASET BERT_DATA BERT_PRETRAIN SOURCE_DIR WORK_DIR
@@ -87,13 +87,12 @@ print(f"the plan at batch 2 against the batch-8 run: {100 * miss:.1f} % off")
 if miss <= 0.15:
     failed.append(f"the batch-2 plan passes for the batch-8 run (error {100 * miss:.1f} %): the check cannot tell them apart")
 
-# GPT-3 2.7B shape: a plan, exit 0, quickly, without the model's memory.
-big = [gpt, "--config", f"{src}/configs/gpt-mini-train.json", "--layers", "32", "--embd", "2560", "--heads", "32",
-       "--positions", "2048", "--seq-len", "2048", "--vocab", "50257", "--batch-size", "1", "--threads", "2"]
+# The GPT-3 2.7B recipe: a plan, exit 0, quickly, without the model's memory.
+big = [gpt, "--config", f"{src}/configs/recipes/gpt3-2.7b.json", "--threads", "2"]
 rc, out, peak, secs = run(big + ["--dry-run"], f"{work}/gpt3.log")
 assert rc == 0, f"GPT-3 2.7B --dry-run exited {rc}: {open(f'{work}/gpt3.log').read()}"
 p = json.loads(out.strip().splitlines()[-1])
-print(f"GPT-3 2.7B shape: {p['parameters']:.4g} parameters, {p['memory_gib_total']:.1f} GiB planned, "
+print(f"GPT-3 2.7B recipe: {p['parameters']:.4g} parameters, {p['memory_gib_total']:.1f} GiB planned, "
       f"{p['predicted_step_seconds']:.1f} s per step predicted; the dry run took {secs:.1f} s and {peak / 2**20:.0f} MiB")
 if not (2.6e9 < p["parameters"] < 2.7e9):
     failed.append(f"GPT-3 2.7B: {p['parameters']} parameters")
