@@ -77,13 +77,45 @@ inline std::string num(double v) {
 }
 }  // namespace detail
 
-// Parses JSON text; errors name `context` and the parse position.
+namespace detail {
+// Parses `text` refusing an object that names a key twice (nlohmann keeps the last, so a repeated
+// "steps" would silently win): the error names `context`, the key and the object's path.
+inline json parse_unique_keys(std::string_view text, const std::string& context) {
+  struct level {
+    std::set<std::string> keys;
+    std::string last;  // the key being read, for the path of nested objects
+  };
+  std::vector<level> open;
+  auto check = [&](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start: open.emplace_back(); break;
+      case json::parse_event_t::object_end: open.pop_back(); break;
+      case json::parse_event_t::key: {
+        const auto& key = parsed.get_ref<const std::string&>();
+        if (!open.back().keys.insert(key).second) {
+          std::string path;
+          for (std::size_t i = 0; i + 1 < open.size(); ++i) path += open[i].last + ".";
+          fail(context, ": duplicate key '", path + key, "' (each key may appear once in an object)");
+        }
+        open.back().last = key;
+        break;
+      }
+      default: break;
+    }
+    return true;
+  };
+  return json::parse(text, check);
+}
+}  // namespace detail
+
+// Parses JSON text; errors name `context` and the parse position. An object naming a key twice is
+// an error naming the key.
 inline json parse_json(std::string_view text, const std::string& context) {
   const std::size_t depth = detail::json_depth(text);
   SPARSELM_CHECK(depth <= max_json_depth, context, ": JSON nested ", depth, " levels deep (the limit is ",
                  max_json_depth, ")");
   try {
-    return json::parse(text);
+    return detail::parse_unique_keys(text, context);
   } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     fail(context, " is not valid JSON: ", e.what());
   }
@@ -299,9 +331,14 @@ inline void apply_override(json& j, const std::string& assignment) {
   const auto eq = assignment.find('=');
   SPARSELM_CHECK(eq != std::string::npos && eq > 0, "override '", assignment, "': expected key.path=value");
   const std::string path = assignment.substr(0, eq), text = assignment.substr(eq + 1);
-  json value = detail::json_depth(text) <= max_json_depth ? json::parse(text, nullptr, /*allow_exceptions=*/false)
-                                                          : json(text);
-  if (value.is_discarded()) value = text;
+  json value = text;  // not JSON: the plain string
+  if (detail::json_depth(text) <= max_json_depth && json::accept(text)) {
+    try {
+      value = detail::parse_unique_keys(text, "--set " + assignment);
+    } catch (const json::exception& e) {  // a number beyond double range
+      fail("--set ", assignment, ": ", e.what());
+    }
+  }
   json* node = &j;
   std::size_t start = 0;
   while (true) {

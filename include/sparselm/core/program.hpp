@@ -13,8 +13,15 @@
 // std::filesystem::error, any other exception), 2 for sparselm::usage_error. An exception that
 // escapes where C++ would call std::terminate (a destructor, an OpenMP worker, a noexcept
 // function) is reported the same way and exits with status 1 instead of aborting.
+//
+// SIGPIPE is ignored: a program whose standard output is a closed pipe (`gpt_train ... | head -1`)
+// goes on with its work (checkpoints, files) and then exits with status 1 and a message, instead of
+// dying by the signal part-way.
 
+#include <csignal>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -100,14 +107,24 @@ template <class Body>
 int run_program(const char* name, Body&& body) noexcept {
   detail::program_name() = name;
   std::set_terminate(detail::on_terminate);
+  std::signal(SIGPIPE, SIG_IGN);  // a closed pipe is a write error (EPIPE), reported below
+  int status = 0;
   try {
-    return body();
+    status = body();
   } catch (...) {
-    int status = 1;
+    status = 1;
     const std::string what = detail::describe(std::current_exception(), &status);
     detail::report(what, status);
     return status;
   }
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    const int e = errno;
+    detail::report(std::string("cannot write to standard output") + (e ? std::string(": ") + std::strerror(e) : "") +
+                   " (files it writes are complete; only what it printed is lost)");
+    return status == 0 ? 1 : status;
+  }
+  return status;
 }
 
 }  // namespace sparselm

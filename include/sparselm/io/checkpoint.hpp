@@ -136,7 +136,9 @@ inline nlohmann::json read_model_config(const std::filesystem::path& dir) {
   const auto path = dir / config_file;
   SPARSELM_CHECK(std::filesystem::exists(path), path.string(), ": no model config (is '", dir.string(),
                  "' a checkpoint directory?)");
-  return parse_json(read_text_file(path, "config file"), path.string());
+  nlohmann::json j = parse_json(read_text_file(path, "config file"), path.string());
+  SPARSELM_CHECK(j.is_object(), path.string(), ": expected a JSON object (a model config), got ", j.type_name());
+  return j;
 }
 
 struct load_options {
@@ -449,6 +451,10 @@ class checkpoint_dir {
     if (fs::exists(root_ / "latest")) {
       std::string name = read_text_file(root_ / "latest", "checkpoint pointer", 4096);
       while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+      // a checkpoint of this run, by name: never a path that leads out of it (another run's)
+      SPARSELM_CHECK(name.empty() || (name.find('/') == std::string::npos && name != "." && name != ".."),
+                     (root_ / "latest").string(), ": names '", name,
+                     "', not a checkpoint of this run (expected a step-NNNNNN directory name)");
       if (!name.empty() && complete(root_ / name)) return root_ / name;
     }
     auto all = steps();

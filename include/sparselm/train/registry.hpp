@@ -26,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sparselm/core/checked.hpp"
 #include "sparselm/core/error.hpp"
 #include "sparselm/kernels/gelu.hpp"
 #include "sparselm/core/json.hpp"
@@ -215,6 +216,7 @@ decltype(auto) with_optimizer(const json& cfg, F&& f, const std::string& what = 
 template <class Activations = all_activations, class Families = causal_lm_families, class F>
 decltype(auto) with_model(const json& config, const std::string& context, F&& f) {
   SPARSELM_CHECK(config.is_object(), context, ": expected a JSON object");
+  check_model_limits(config, context);  // every program that builds a model from a config: the size limits
   const std::string type = config.contains("model_type") && config["model_type"].is_string()
                                ? config["model_type"].get<std::string>()
                                : std::string(gpt_family::name);

@@ -237,7 +237,7 @@ inline void load_gpt2_encoder(gpt2_vocab& v, std::string_view text, const std::s
   SPARSELM_CHECK(depth <= max_json_depth, name, ": JSON nested ", depth, " levels deep (the limit is ", max_json_depth,
                  ")");
   try {
-    j = nlohmann::json::parse(text);
+    j = ::sparselm::detail::parse_unique_keys(text, name);  // a token spelled twice: refused, naming it
   } catch (const nlohmann::json::parse_error& e) {
     fail(name, ":", line_of_offset(text, e.byte > 0 ? e.byte - 1 : 0), ": invalid JSON: ", e.what());
   } catch (const nlohmann::json::exception& e) {  // out_of_range: a number such as 1e999
