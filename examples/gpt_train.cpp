@@ -30,23 +30,20 @@
 #include "sparselm/train/registry.hpp"
 #include "sparselm/train/run_config.hpp"
 
-namespace fs = std::filesystem;
 using namespace sparselm;
 
 namespace {
 
-// The model's keys with a flag (the rest of gpt_config's keys: --set model.KEY=VALUE).
-std::span<const option_entry> gpt_model_options() {
-  using k = option_kind;
-  static const option_entry table[] = {
-      {"model.n_layer", "--layers", k::count, "Transformer blocks", "", "", "model"},
-      {"model.n_head", "--heads", k::count, "Attention heads", "", "", "model"},
-      {"model.n_embd", "--embd", k::count, "Width C", "", "", "model"},
-      {"model.vocab_size", "--vocab", k::count, "Vocabulary size (token ids must be below it)", "", "", "model"},
-      {"model.n_positions", "--positions", k::count, "Maximum sequence length", "", "", "model"},
-  };
-  return table;
-}
+// The model's keys with a flag (the rest of gpt_config's keys: --set model.KEY=VALUE): whole numbers.
+const option_entry gpt_model_table[] = {
+    {"model.n_layer", "--layers", option_kind::count, "Transformer blocks", "", "", "model"},
+    {"model.n_head", "--heads", option_kind::count, "Attention heads", "", "", "model"},
+    {"model.n_embd", "--embd", option_kind::count, "Width C", "", "", "model"},
+    {"model.vocab_size", "--vocab", option_kind::count, "Vocabulary size (token ids must be below it)", "", "",
+     "model"},
+    {"model.n_positions", "--positions", option_kind::count, "Maximum sequence length", "", "", "model"},
+};
+std::span<const option_entry> gpt_model_options() { return gpt_model_table; }
 
 struct gpt_job {
   lm_run_config run;
@@ -88,19 +85,20 @@ int dispatch(const gpt_job& job, parallel::replica_group& replicas) {
   }, job.run.settings.context + ": field 'sparsity.block_size'");
 }
 
+constexpr const char* description =
+    "Train a GPT (pre-LN decoder, tied LM head; dense or with block-sparse projections) on token files written\n"
+    "by encode_dataset. Writes <out>/config.json, <out>/metrics.jsonl (JSON lines) and <out>/checkpoints/\n"
+    "(step-NNNNNN/{config.json, model.safetensors, training_state.safetensors}, latest). Flags override the\n"
+    "run config's keys; --set overrides any key.";
+
 }  // namespace
 
 int main(int argc, char** argv) {
   examples::replicas replicas;  // outlives the body: a failed rank of several ends the job
   const int status = run_program("gpt_train", [&]() -> int {
     replicas.start(argc, argv);
-    examples::training_cli cli(
-        "gpt_train",
-        "Train a GPT (pre-LN decoder, tied LM head; dense or with block-sparse projections) on token files written\n"
-        "by encode_dataset. Writes <out>/config.json, <out>/metrics.jsonl (JSON lines) and <out>/checkpoints/\n"
-        "(step-NNNNNN/{config.json, model.safetensors, training_state.safetensors}, latest). Flags override the\n"
-        "run config's keys; --set overrides any key.",
-        {gpt_model_options(), lm_task_options()}, lm_run_config::defaults());
+    examples::training_cli cli("gpt_train", description, {gpt_model_options(), lm_task_options()},
+                               lm_run_config::defaults());
     if (auto status = cli.parse(argc, argv)) return *status;
 
     json j = cli.run_json();

@@ -27,7 +27,6 @@
 #include "sparselm/train/registry.hpp"
 #include "sparselm/train/run_config.hpp"
 
-namespace fs = std::filesystem;
 using namespace sparselm;
 
 namespace {

@@ -98,8 +98,10 @@ struct sparse_lm_config {
                             positive);
     c.sparsity = r.get("sparsity", c.sparsity, in_range(0.0, 1.0));
     c.block_size = r.get("block_size", c.block_size, [](std::size_t b) {
-      return (b == 0 || b == 1 || b == 4 || b == 8 || b == 16) ? std::string()
-                                                               : "must be 0 (dense), 1, 4, 8 or 16, got " + std::to_string(b);
+      if (b == 0 || is_block_size(b)) return std::string();
+      std::string all = "0 (dense)";
+      for (std::size_t s : block_sizes) all += ", " + std::to_string(s);
+      return "must be one of " + all + ", got " + std::to_string(b);
     });
     c.allocation = r.get("allocation", c.allocation, one_of({"uniform", "erk"}));
     c.dropout = r.get("dropout", c.dropout, in_range(0.0, 1.0));

@@ -68,6 +68,12 @@ inline std::vector<std::string> option_choices(const option_entry& e) {
 // The keys every training program reads. Order: as --help and the reference list them.
 inline std::span<const option_entry> common_options() {
   using k = option_kind;
+  // 0 (dense) and sparselm::block_sizes, the kernels' list
+  static const std::string block_choices = [] {
+    std::string c = "0";
+    for (std::size_t b : block_sizes) c += " " + std::to_string(b);
+    return c;
+  }();
   static const option_entry table[] = {
       // run length and batch
       {"steps", "--steps", k::count, "Optimiser steps in total (a resumed run continues up to it); not with epochs", "", "",
@@ -144,7 +150,7 @@ inline std::span<const option_entry> common_options() {
       {"sparsity.block_size", "--block-size", k::choice,
        "Block-sparse projections with B x B blocks (0: dense); fine-tuning a dense checkpoint: magnitude-prune it "
        "into this block size",
-       "0 1 4 8 16", "0", "sparsity"},
+       block_choices, "0", "sparsity"},
       {"sparsity.sparsity", "--sparsity", k::number, "Fraction of zero blocks in the sparse projections", "", "0.9",
        "sparsity"},
       {"sparsity.allocation", "--allocation", k::choice,
