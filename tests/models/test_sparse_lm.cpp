@@ -73,7 +73,7 @@ TEST_CASE("sparse_lm config: S1 defaults, round trip, and errors naming the fiel
     CAPTURE(key);
     CHECK_THROWS_WITH_AS(sparse_lm_config::from_json(j, "cfg"), doctest::Contains(msg), error);
   };
-  bad("block_size", 3, "cfg: field 'block_size' must be 0 (dense), 1, 4, 8 or 16, got 3");
+  bad("block_size", 3, "cfg: field 'block_size' must be one of 0 (dense), 1, 4, 8, 16, got 3");
   bad("hidden_length", 30, "field 'hidden_length' (30) is not a multiple of block_size (4)");
   bad("dtype", "float16", "field 'dtype' must be float32 (the stored weights), got 'float16': bf16 or fp16 compute is the trainer's precision");
   bad("sparsity", 1.0, "field 'sparsity' must be in [0, 1)");
