@@ -76,9 +76,12 @@ class run_flags {
       }
       options_.push_back(o);
       switch (e.kind) {
-        case sparselm::option_kind::count:
-          o->check(CLI::Validator([](std::string& s) { return detail::whole_at_most(s, UINT64_MAX); }, "", "count"))->type_name("N");
+        case sparselm::option_kind::count: {
+          const std::uint64_t limit = count_limit(e.key);
+          o->check(CLI::Validator([limit](std::string& s) { return detail::whole_at_most(s, limit); }, "", "count"))
+              ->type_name("N");
           break;
+        }
         case sparselm::option_kind::number:
           o->check(CLI::Validator(
               [](std::string& s) -> std::string {
@@ -97,6 +100,19 @@ class run_flags {
         case sparselm::option_kind::boolean: break;
       }
     }
+  }
+  // The largest value a count key may take (core/checked.hpp's limits), so that a flag beyond it is
+  // a usage error naming the flag.
+  static std::uint64_t count_limit(std::string_view key) {
+    namespace L = sparselm::limits;
+    if (key.starts_with("model."))
+      if (const std::size_t l = sparselm::model_field_limit(key.substr(key.rfind('.') + 1))) return l;
+    if (key == "threads") return L::threads;
+    if (key == "steps") return L::steps;
+    if (key == "batch_size" || key == "global_batch") return L::batch;
+    if (key == "trainer.accumulation.steps") return L::accumulation;
+    if (key == "seq_len" || key == "max_seq") return L::positions;
+    return UINT64_MAX;
   }
   // --set key.path=value (repeatable), applied after the flags.
   void add_set(CLI::App& app) {
