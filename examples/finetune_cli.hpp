@@ -133,8 +133,8 @@ class finetune_cli {
                    ": field 'sparsity.block_size' ", want.block_size, " contradicts ", sp.file.string(),
                    ", which is block-sparse already (blocks of ", sp.block, "); it fine-tunes block-sparse as it is");
     SPARSELM_CHECK(!want.update || pruning || sp.block != 0, job.program,
-                   ": --update-period (sparsity.update) needs a block-sparse encoder: a block-sparse --init-from "
-                   "checkpoint (bert_pretrain --block-size B) or --block-size B to prune a dense one",
+                   ": --update-period needs a block-sparse encoder: a block-sparse --init-from checkpoint "
+                   "(bert_pretrain --block-size B) or --block-size B to prune a dense one (sparsity.update)",
                    sp.file.empty() ? std::string() : "; " + sp.file.string() + " is dense");
     nlohmann::json& rec = job.config["sparsity"];
     if (pruning) {
