@@ -181,12 +181,12 @@ a = [(j["step"], j["loss"], j["grad_norm"], j.get("sparsity_update")) for j in l
 b = [(j["step"], j["loss"], j["grad_norm"], j.get("sparsity_update")) for j in lines("cls-dynamic-resumed", "train")
      if j["step"] > 3]
 assert len(a) == 3 and a == b, f"FAIL: resumed dynamic run differs:\n{a}\n{b}"
-pat = lines("cls-dynamic", "run")[0]["config"]["sparsity"]["patterns"]
-assert pat["kind"] == "dynamic" and pat["update_period"] == 2 and pat["regrow"] == "rigl", f"FAIL: run config {pat}"
+pat = lines("cls-dynamic", "run")[0]["config"]["sparsity"]["update"]
+assert pat["update_period"] == 2 and pat["regrow"] == "rigl", f"FAIL: run config {pat}"
 ups = [j["sparsity_update"]["step"] for j in lines("squad-dynamic", "train") if "sparsity_update" in j]
 assert ups == [1, 2], f"FAIL: bert_squad pattern updates logged at steps {ups}, expected [1, 2] (--log-every 2)"
 rc = [json.loads(l) for l in open(f"{w}/cls-sparse/metrics.jsonl")]
-assert rc[0]["config"]["sparsity"]["block"] == 16, rc[0]["config"]["sparsity"]
+assert rc[0]["config"]["sparsity"]["block_size"] == 16, rc[0]["config"]["sparsity"]
 ev = json.load(open(f"{w}/cls/eval.json"))
 n_test = sum(1 for _ in open(f"{w}/test.jsonl"))
 assert ev["examples"] == n_test, f"FAIL: {ev['examples']} evaluated, {n_test} held out"
