@@ -39,7 +39,7 @@ namespace {
 std::span<const option_entry> gpt_model_options() {
   using k = option_kind;
   static const option_entry table[] = {
-      {"model.n_layer", "--layers", k::count, "Transformer blocks", "", "", "model"},
+      {"model.n_layer", "--layers", k::count, "Transformer blocks", "", "", "model", 1, double(limits::layers)},
       {"model.n_head", "--heads", k::count, "Attention heads", "", "", "model"},
       {"model.n_embd", "--embd", k::count, "Width C", "", "", "model"},
       {"model.vocab_size", "--vocab", k::count, "Vocabulary size (token ids must be below it)", "", "", "model"},
@@ -105,11 +105,13 @@ int main(int argc, char** argv) {
 
     json j = cli.run_json(lm_run_config::defaults());
     const std::string ctx = cli.context();
+    std::string model_ctx = cli.model_context();
     gpt_job job;
     job.options = {.resume = cli.resume, .overwrite = cli.overwrite, .verify = cli.verify};
     if (j.contains("init_from") && j["init_from"].is_string()) {  // the model is the checkpoint's, then the flags'
       job.init_from = io::resolve_checkpoint(j["init_from"].get<std::string>());
       json m = io::read_model_config(job.init_from);
+      model_ctx = (job.init_from / io::config_file).string();
       m.erase("sparselm");  // a block-sparse source: the sparsity comes from this run's settings
       const json over = cli.overlay();
       if (over.contains("model") && over["model"].is_object()) m.update(over["model"]);
@@ -119,8 +121,8 @@ int main(int argc, char** argv) {
     job.run = lm_run_config::from_json(j, ctx, cli.base(), {}, replicas.group().size());
     json m = job.run.model;
     if (job.run.settings.dropout) m["embd_pdrop"] = m["attn_pdrop"] = m["resid_pdrop"] = *job.run.settings.dropout;
-    check_model_limits(m, ctx + " model");
-    job.model = gpt_config::from_json(m, ctx + " model");
+    check_model_limits(m, model_ctx);
+    job.model = gpt_config::from_json(m, model_ctx);
     job.run.model = job.model.to_json();
     SPARSELM_CHECK(job.run.seq_len <= job.model.n_positions, ctx, ": seq_len ", job.run.seq_len,
                    " exceeds the model's n_positions ", job.model.n_positions);
