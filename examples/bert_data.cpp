@@ -20,6 +20,7 @@
 
 #include "sparselm/data/bert_examples.hpp"
 #include "sparselm/data/dataset_encoder.hpp"
+#include "sparselm/io/output_rule.hpp"
 
 namespace sd = sparselm::data;
 
@@ -33,10 +34,11 @@ int main(int argc, char** argv) {
     std::filesystem::path output;
     std::string vocab = std::string(SPARSELM_SOURCE_DIR) + "/data/bert/vocab.txt";
     sd::bert_example_options o;
-    app.add_option("-i,--input", inputs, "Text files or directories (their *.txt and *.raw files, recursively)")
-        ->required();
-    app.add_option("-o,--output", output, "Example file to write")->required();
-    app.add_option("--vocab", vocab, "BERT vocab.txt")->capture_default_str();
+    examples::reads(
+        app.add_option("-i,--input", inputs, "Text files or directories (their *.txt and *.raw files, recursively)")
+            ->required());
+    examples::writes(app.add_option("-o,--output", output, "Example file to write")->required());
+    examples::reads(app.add_option("--vocab", vocab, "BERT vocab.txt")->capture_default_str());
     app.add_option("--seq-len", o.seq_len, "Tokens per example, [CLS] and [SEP]s included")
         ->check(CLI::Range(5, 65535))
         ->capture_default_str();
@@ -66,9 +68,11 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto wp = sd::wordpiece::from_file(vocab);
     const auto files = sd::collect_text_files(inputs);
-    for (const auto& f : files)
-      SPARSELM_CHECK(std::filesystem::weakly_canonical(f) != std::filesystem::weakly_canonical(output), "output ",
-                     output.string(), " is also an input");
+    {  // the one output rule (io/output_rule.hpp): not an input file, nor a link to one
+      std::vector<sparselm::io::named_path> in{{vocab, "--vocab"}};
+      for (const auto& f : files) in.push_back({f, "-i"});
+      sparselm::io::check_output(output, in, "-o");
+    }
     sd::bert_example_stats st;
     std::vector<sd::bert_document> docs;
     std::size_t bytes = 0;
@@ -83,7 +87,8 @@ int main(int argc, char** argv) {
         sparselm::fail(f.string(), ": ", e.what());
       }
     }
-    SPARSELM_CHECK(!docs.empty(), "no text in the inputs (", files.size(), " files, ", bytes, " bytes)");
+    SPARSELM_CHECK(!docs.empty(), "no text in the inputs (", sd::detail::describe_inputs(files), ": ", files.size(),
+                   " files, ", bytes, " bytes)");
     const auto examples = sd::make_bert_examples(docs, wp, o, st);
     SPARSELM_CHECK(!examples.empty(), "no examples: every document has fewer than two sentences");
     if (output.has_parent_path()) std::filesystem::create_directories(output.parent_path());

@@ -22,7 +22,7 @@ namespace examples {
 
 inline std::span<const sparselm::option_entry> bert_model_options() {
   static const sparselm::option_entry table[] = {
-      {"model", "--model", sparselm::option_kind::text,
+      {"model", "--model", sparselm::option_kind::input,
        "BERT model config (HF config.json keys; absent: the --init-from checkpoint's, else configs/bert-tiny.json)", "",
        "", "model"},
   };

@@ -41,8 +41,8 @@ namespace {
 std::span<const option_entry> pretrain_options() {
   using k = option_kind;
   static const option_entry table[] = {
-      {"data.train", "--train", k::text, "Training example file (bert_data)", "", "", "data"},
-      {"data.valid", "--valid", k::text, "Validation example file (absent: no evaluation)", "", "", "data"},
+      {"data.train", "--train", k::input, "Training example file (bert_data)", "", "", "data"},
+      {"data.valid", "--valid", k::input, "Validation example file (absent: no evaluation)", "", "", "data"},
   };
   return table;
 }

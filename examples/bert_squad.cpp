@@ -23,6 +23,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@
 #include "sparselm/data/wordpiece.hpp"
 #include "sparselm/io/atomic_file.hpp"
 #include "sparselm/io/crc32c.hpp"
+#include "sparselm/io/run_dir.hpp"
 #include "sparselm/models/bert_finetune.hpp"
 
 using namespace sparselm;
@@ -108,13 +110,13 @@ struct span_task {
 std::span<const option_entry> squad_options() {
   using k = option_kind;
   static const option_entry table[] = {
-      {"data.train", "--train", k::text, "SQuAD v1.1 training JSON", "", "", "data"},
-      {"data.predict", "--predict", k::text, "SQuAD v1.1 JSON to answer and score after training", "", "", "data"},
+      {"data.train", "--train", k::input, "SQuAD v1.1 training JSON", "", "", "data"},
+      {"data.predict", "--predict", k::input, "SQuAD v1.1 JSON to answer and score after training", "", "", "data"},
       {"predict_only", "--predict-only", k::boolean,
        "Score the --init-from model (a bert_squad checkpoint or a HuggingFace BERT QA directory) on data.predict "
        "without training",
        "", "false", "data"},
-      {"vocab", "--vocab", k::text, "WordPiece vocab.txt", "", "data/bert/vocab.txt", "data"},
+      {"vocab", "--vocab", k::input, "WordPiece vocab.txt", "", "data/bert/vocab.txt", "data"},
       {"max_seq", "--max-seq", k::count, "Tokens per feature", "", "384", "data"},
       {"doc_stride", "--doc-stride", k::count, "Tokens between the starts of a context's windows", "", "128", "data"},
       {"max_query", "--max-query", k::count, "Question tokens kept", "", "64", "data"},
@@ -164,6 +166,11 @@ int main(int argc, char** argv) {
     } else {
       SPARSELM_CHECK(!train_path.empty(), "bert_squad: no training questions (--train, data.train; or --predict-only)");
     }
+    if (!predict_path.empty()) {  // before any training: a file without a question to answer scores nothing
+      const data::squad_dataset dev = data::read_squad(predict_path);
+      SPARSELM_CHECK(!data::squad_examples(dev).empty(), predict_path.string(), ": no usable question to answer (",
+                     dev.skipped.total(), " skipped): nothing to score");
+    }
 
     const auto wp = data::wordpiece::from_file(vocab);
     const bert_config cfg = cli.model_config();
@@ -204,7 +211,9 @@ int main(int argc, char** argv) {
       model.init(cli.job.seed);
       cli.start_pruned<bert_qa<>>(model, rank0, cfg);
       json summary;
+      std::optional<io::run_lock> lock;  // --predict-only writes --out too: one job per directory
       if (predict_only) {  // the model as it is: its span head must be in the file
+        if (rank0) lock.emplace(cli.job.out);
         const auto from = io::resolve_checkpoint(cli.job.init_from);
         const auto loaded = io::load_pretrained(from, model, io::hf_bert_map());
         SPARSELM_CHECK(loaded.absent_groups.empty(), "bert_squad: --predict-only: ", from.string(),

@@ -7,7 +7,14 @@
 // parse() first gives every unsigned option (CLI11 type UINT, plain or std::optional) a check
 // that refuses negative numbers: CLI11 2.1 reads "-1" into a std::size_t as 2^64 - 1, which turned
 // `--max-new-tokens -1` into "for ever". A value that does not fit its type is refused too, and
-// every floating-point option refuses nan and inf.
+// every floating-point option refuses nan and inf, and every option that takes a value refuses an
+// empty one (`--top-k ''` is not 0).
+//
+// Every program also answers `--options-json` (hidden): its options as JSON — names, whether they
+// take a value, CLI11's type, what the value is (kind: count, integer, number, choice, boolean,
+// text, input, output), bounds and choices — which tests/hostile/ reads to probe each option. Mark
+// an option naming a file the program reads with examples::reads(o), one it writes with
+// examples::writes(o).
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -16,10 +23,15 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <algorithm>
+#include <cstdio>
 #include <deque>
+#include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sparselm/core/checked.hpp"
@@ -41,6 +53,21 @@ inline std::string whole_at_most(const std::string& s, std::uint64_t limit) {
   return "";
 }
 }  // namespace detail
+
+// What --options-json says about an option beyond CLI11's own view of it (its kind, bounds, role).
+inline std::map<const CLI::Option*, nlohmann::json>& option_notes() {
+  static std::map<const CLI::Option*, nlohmann::json> notes;
+  return notes;
+}
+// Marks an option whose value names a file or directory the program reads / writes.
+inline CLI::Option* reads(CLI::Option* o) {
+  option_notes()[o]["kind"] = "input";
+  return o;
+}
+inline CLI::Option* writes(CLI::Option* o) {
+  option_notes()[o]["kind"] = "output";
+  return o;
+}
 
 // A whole number in [0, limit].
 inline CLI::Validator at_most(std::uint64_t limit) {
@@ -77,28 +104,92 @@ class run_flags {
       options_.push_back(o);
       switch (e.kind) {
         case sparselm::option_kind::count: {
-          const std::uint64_t limit = count_limit(e.key);
-          o->check(CLI::Validator([limit](std::string& s) { return detail::whole_at_most(s, limit); }, "", "count"))
+          // The entry's bounds, or the limit of core/checked.hpp for the key: beyond it is a usage
+          // error naming the flag.
+          const std::uint64_t limit = e.bounded() ? std::uint64_t(e.hi) : count_limit(e.key);
+          o->check(CLI::Validator(
+                       [&e, limit](std::string& s) {
+                         std::string m = detail::whole_at_most(s, limit);
+                         if (m.empty() && e.bounded() && std::strtod(s.c_str(), nullptr) < e.lo)
+                           m = sparselm::out_of_bounds(e, std::strtod(s.c_str(), nullptr));
+                         return m;
+                       },
+                       "", "count"))
               ->type_name("N");
           break;
         }
         case sparselm::option_kind::number:
           o->check(CLI::Validator(
-              [](std::string& s) -> std::string {
+              [&e](std::string& s) -> std::string {
                 char* end = nullptr;
                 const double d = std::strtod(s.c_str(), &end);
                 if (s.empty() || end != s.c_str() + s.size()) return "must be a number, got '" + s + "'";
-                return std::isfinite(d) ? "" : "must be a finite number, got " + s;
+                if (!std::isfinite(d)) return "must be a finite number, got " + s;
+                return sparselm::out_of_bounds(e, d);  // the bounds every program shares
               },
               "", "number"))->type_name("X");
           break;
         case sparselm::option_kind::choice: o->check(CLI::IsMember(sparselm::option_choices(e))); break;
         case sparselm::option_kind::text:
+        case sparselm::option_kind::input:
+        case sparselm::option_kind::output:
           o->check(CLI::Validator([](std::string& s) { return s.empty() ? std::string("must not be empty") : ""; },
-                                  "", "text"))->type_name("TEXT");
+                                  "", "text"))->type_name(e.kind == sparselm::option_kind::text ? "TEXT" : "PATH");
           break;
         case sparselm::option_kind::boolean: break;
       }
+      static const char* kinds[] = {"count", "number", "choice", "boolean", "text", "input", "output"};
+      nlohmann::json& note = option_notes()[o];
+      note = {{"kind", kinds[int(e.kind)]}, {"key", std::string(e.key)}};
+      if (e.bounded()) note["lo"] = e.lo, note["hi"] = e.hi;
+      if (e.kind == sparselm::option_kind::choice) note["choices"] = sparselm::option_choices(e);
+    }
+  }
+
+  // The value of a --set assignment for a key of the tables, checked as its flag would be: kind,
+  // choices and bounds; errors name the --set (a usage error). Keys outside the tables are
+  // checked by their readers.
+  void check_set(const std::string& assignment) const {
+    const auto eq = assignment.find('=');
+    if (eq == std::string::npos) return;  // apply_override names it
+    const std::string key = assignment.substr(0, eq);
+    nlohmann::json probe = nlohmann::json::object();
+    sparselm::apply_override(probe, assignment);
+    const nlohmann::json* v = sparselm::find_key(probe, key);
+    for (const auto* e : entries_) {
+      if (e->key != key || !v) continue;
+      using k = sparselm::option_kind;
+      std::string msg;
+      switch (e->kind) {
+        case k::count: {  // as the readers take it: 1e15 is a whole number
+          const bool whole = v->is_number_unsigned() ||
+                             (v->is_number_float() && v->get<double>() >= 0 && std::floor(v->get<double>()) == v->get<double>());
+          if (!whole) msg = "must be a whole number >= 0, got " + v->dump();
+          else msg = sparselm::out_of_bounds(*e, v->get<double>());
+          break;
+        }
+        case k::number:
+          if (!v->is_number()) msg = "must be a number, got " + v->dump();
+          else msg = sparselm::out_of_bounds(*e, v->get<double>());
+          break;
+        case k::boolean:
+          if (!v->is_boolean()) msg = "must be true or false, got " + v->dump();
+          break;
+        case k::choice: {
+          const std::string text = v->is_string() ? v->get<std::string>() : v->dump();
+          const auto c = sparselm::option_choices(*e);
+          if (std::find(c.begin(), c.end(), text) == c.end())
+            msg = "must be one of: " + std::string(e->choices) + ", got " + v->dump();
+          break;
+        }
+        case k::text:
+        case k::input:
+        case k::output:
+          if (e->key != "trainer.loss_scaling" && !(v->is_string() && !v->get<std::string>().empty()))
+            msg = "must be a non-empty string, got " + v->dump();
+          break;
+      }
+      if (!msg.empty()) throw sparselm::usage_error("--set " + assignment + ": field '" + key + "' " + msg);
     }
   }
   // The largest value a count key may take (core/checked.hpp's limits), so that a flag beyond it is
@@ -142,7 +233,10 @@ class run_flags {
         node = &(*node)[key.substr(start, dot - start)];
       (*node)[key.substr(start)] = std::move(v);
     }
-    for (const auto& s : sets_) sparselm::apply_override(j, s);
+    for (const auto& s : sets_) {
+      check_set(s);
+      sparselm::apply_override(j, s);
+    }
     return j;
   }
   // Writes the overlay into the run config j: objects merge key by key, anything else replaces;
@@ -258,11 +352,70 @@ inline void refuse_non_finite(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands(std::function<bool(CLI::App*)>{})) refuse_non_finite(*sub);
 }
 
+// Adds a check that refuses an empty value to every option of `app` that takes one.
+inline void refuse_empty(CLI::App& app) {
+  for (CLI::Option* o : app.get_options())
+    if (o->get_expected_max() > 0 && o->get_type_size_max() > 0)
+      o->check(CLI::Validator([](std::string& s) { return s.empty() ? std::string("must not be empty") : ""; }, "",
+                              "not empty"));
+  for (CLI::App* sub : app.get_subcommands(std::function<bool(CLI::App*)>{})) refuse_empty(*sub);
+}
+
+// The options of `app` and its option groups as JSON (see --options-json above).
+inline nlohmann::json options_json(CLI::App& app) {
+  nlohmann::json list = nlohmann::json::array();
+  std::function<void(CLI::App&)> walk = [&](CLI::App& a) {
+    for (CLI::Option* o : a.get_options()) {
+      if (o->get_lnames().empty() && o->get_snames().empty() && o->get_name(true).empty()) continue;
+      const std::string type = o->get_type_name();
+      const bool positional = o->get_lnames().empty() && o->get_snames().empty();
+      std::vector<std::string> names;
+      for (const auto& n : o->get_snames()) names.push_back("-" + n);
+      for (const auto& n : o->get_lnames()) names.push_back("--" + n);
+      if (std::find(names.begin(), names.end(), "--help") != names.end()) continue;
+      const bool value = o->get_expected_max() > 0 && o->get_type_size_max() > 0;
+      nlohmann::json j = {{"flag", positional ? o->get_name(true) : names.back()},
+                          {"names", names},
+                          {"positional", positional},
+                          {"value", value},
+                          {"required", o->get_required()},
+                          {"many", o->get_expected_max() > 1},
+                          {"type", type}};
+      std::string kind = !value                          ? "boolean"
+                         : type.rfind("UINT", 0) == 0    ? "count"
+                         : type.rfind("INT", 0) == 0     ? "integer"
+                         : type.rfind("FLOAT", 0) == 0   ? "number"
+                                                         : "text";
+      j["kind"] = kind;
+      std::vector<std::string> checks;  // CLI11's descriptions: "[lo - hi]" of a range, "{a,b}" of a set
+      for (int i = 0;; ++i) {
+        try {
+          if (auto d = o->get_validator(i)->get_description(); !d.empty()) checks.push_back(d);
+        } catch (const CLI::OptionNotFound&) {
+          break;
+        }
+      }
+      j["checks"] = checks;
+      if (auto it = option_notes().find(o); it != option_notes().end()) j.update(it->second);
+      list.push_back(std::move(j));
+    }
+    for (CLI::App* sub : a.get_subcommands(std::function<bool(CLI::App*)>{})) walk(*sub);
+  };
+  walk(app);
+  return {{"program", sparselm::detail::program_name()}, {"options", list}};
+}
+
 // Parses the command line: nullopt to go on, or the exit status (0 after --help, 2 for a usage
 // error, whose message CLI11 has printed).
 inline std::optional<int> parse(CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(argv[i]) == "--options-json") {
+      std::printf("%s\n", options_json(app).dump(1).c_str());
+      return 0;
+    }
   refuse_negative_unsigned(app);
   refuse_non_finite(app);
+  refuse_empty(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

@@ -46,11 +46,13 @@ int main(int argc, char** argv) {
     app.add_option("--mode", mode, "Output layout: gpt (one stream) or wikitext (fixed-length articles)")
         ->check(CLI::IsMember({"gpt", "wikitext"}))
         ->capture_default_str();
-    app.add_option("-i,--input", o.inputs, "Text files or directories (their *.txt and *.raw files, recursively)")
-        ->required();
-    app.add_option("-o,--output", o.output, "Training token file to write")->required();
-    app.add_option("--validation-input", o.validation_inputs, "Separate validation text files or directories");
-    app.add_option("--validation-output", o.validation_output, "Validation token file to write");
+    examples::reads(
+        app.add_option("-i,--input", o.inputs, "Text files or directories (their *.txt and *.raw files, recursively)")
+            ->required());
+    examples::writes(app.add_option("-o,--output", o.output, "Training token file to write")->required());
+    examples::reads(
+        app.add_option("--validation-input", o.validation_inputs, "Separate validation text files or directories"));
+    examples::writes(app.add_option("--validation-output", o.validation_output, "Validation token file to write"));
     app.add_option("--validation-fraction", o.validation_fraction,
                    "gpt mode: hold out this fraction of the token stream (its tail) for validation")
         ->check(CLI::Range(0.0, 0.99));
@@ -59,7 +61,8 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--seq-len", o.seq_len, "wikitext mode: tokens per sequence (shorter articles are discarded)")
         ->check(examples::at_most(sparselm::limits::positions));
-    app.add_option("--vocab", vocab_dir, "Directory with GPT-2's encoder.json and vocab.bpe")->capture_default_str();
+    examples::reads(
+        app.add_option("--vocab", vocab_dir, "Directory with GPT-2's encoder.json and vocab.bpe")->capture_default_str());
     app.add_option("--threads", threads, "Encoding threads (0: OpenMP default)")
         ->check(CLI::Range(0, int(sparselm::limits::threads)));
     if (auto status = examples::parse(app, argc, argv)) return *status;

@@ -20,6 +20,8 @@
 #include "cli.hpp"
 #include "sparselm/core/program.hpp"
 #include "sparselm/io/huggingface.hpp"
+#include "sparselm/io/output_rule.hpp"
+#include "sparselm/io/run_dir.hpp"
 #include "sparselm/io/pretrained.hpp"
 #include "sparselm/train/registry.hpp"
 
@@ -52,10 +54,18 @@ int main(int argc, char** argv) {
         "Write a HuggingFace-layout copy (config.json + model.safetensors, HF tensor names, Linear (out, in),\n"
         "F32) of a BERT or GPT-2 checkpoint."};
     fs::path checkpoint, out;
-    app.add_option("--checkpoint", checkpoint, "Checkpoint or run directory (its newest checkpoint)")->required();
-    app.add_option("--out", out, "Directory to write")->required();
+    bool overwrite = false;
+    examples::reads(
+        app.add_option("--checkpoint", checkpoint, "Checkpoint or run directory (its newest checkpoint)")->required());
+    examples::writes(app.add_option("--out", out, "Directory to write")->required());
+    app.add_flag("--overwrite", overwrite, "Write into an existing --out that holds other files (they stay)");
     if (auto status = examples::parse(app, argc, argv)) return *status;
     const fs::path from = io::resolve_checkpoint(checkpoint);
+    // the one output rule (io/output_rule.hpp): never into the checkpoint or its run, nor over
+    // another directory without --overwrite
+    io::check_output(out, {{checkpoint, "--checkpoint"}, {from, "checkpoint"}}, "--out");
+    io::check_output_dir(out, "--out", overwrite, {});
+    io::run_lock lock(out);  // one writer per directory
     using families = registry::type_list<registry::gpt_family, registry::bert_family>;
     return registry::with_checkpoint<registry::all_activations, families>(
         from, [&]<class Model, class Family>(const auto& spec) {

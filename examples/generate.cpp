@@ -92,10 +92,10 @@ int main(int argc, char** argv) {
     s.top_k = 40;
     s.top_p = 0.95f;
     s.seed = 1;
-    app.add_option("--checkpoint", ro.checkpoint,
-                   "Checkpoint directory (config.json + model.safetensors; ours or HuggingFace GPT-2's), or a run "
-                   "directory (its latest checkpoint)")
-        ->required();
+    examples::reads(app.add_option("--checkpoint", ro.checkpoint,
+                                   "Checkpoint directory (config.json + model.safetensors; ours or HuggingFace "
+                                   "GPT-2's), or a run directory (its latest checkpoint)")
+                        ->required());
     app.add_option("--prompt", ro.prompt, "Prompt text (must encode to at least one token)")->required();
     app.add_option("--max-new-tokens", ro.gen.max_new_tokens, "Tokens to generate at most")
         ->check(examples::at_most(limits::tokens))
@@ -112,8 +112,8 @@ int main(int argc, char** argv) {
                    "Context longer than n_positions: error, or restart (keep the last half of the context)")
         ->check(CLI::IsMember({"error", "restart"}))
         ->capture_default_str();
-    app.add_option("--vocab-dir", vocab_dir, "Directory with GPT-2's encoder.json and vocab.bpe")
-        ->capture_default_str();
+    examples::reads(app.add_option("--vocab-dir", vocab_dir, "Directory with GPT-2's encoder.json and vocab.bpe")
+                        ->capture_default_str());
     app.add_option("--threads", threads, "Threads (0: OpenMP default)")->check(CLI::Range(0, int(limits::threads)));
     if (auto status = examples::parse(app, argc, argv)) return *status;
     ro.gen.use_cache = !no_cache;

@@ -36,7 +36,8 @@ namespace {
 
 // The model's keys with a flag (the rest of gpt_config's keys: --set model.KEY=VALUE): whole numbers.
 const option_entry gpt_model_table[] = {
-    {"model.n_layer", "--layers", option_kind::count, "Transformer blocks", "", "", "model"},
+    {"model.n_layer", "--layers", option_kind::count, "Transformer blocks", "", "", "model", 1,
+     double(limits::layers)},
     {"model.n_head", "--heads", option_kind::count, "Attention heads", "", "", "model"},
     {"model.n_embd", "--embd", option_kind::count, "Width C", "", "", "model"},
     {"model.vocab_size", "--vocab", option_kind::count, "Vocabulary size (token ids must be below it)", "", "",
@@ -103,11 +104,13 @@ int main(int argc, char** argv) {
 
     json j = cli.run_json();
     const std::string ctx = cli.context();
+    std::string model_ctx = cli.model_context();
     gpt_job job;
     job.options = {.resume = cli.resume, .overwrite = cli.overwrite, .verify = cli.verify};
     if (j.contains("init_from") && j["init_from"].is_string()) {  // the model is the checkpoint's, then the flags'
       job.init_from = io::resolve_checkpoint(j["init_from"].get<std::string>());
       json m = io::read_model_config(job.init_from);
+      model_ctx = (job.init_from / io::config_file).string();
       m.erase("sparselm");  // a block-sparse source: the sparsity comes from this run's settings
       const json over = cli.overlay();
       if (over.contains("model") && over["model"].is_object()) m.update(over["model"]);
@@ -117,8 +120,8 @@ int main(int argc, char** argv) {
     job.run = lm_run_config::from_json(j, ctx, cli.base(), {}, replicas.group().size());
     json m = job.run.model;
     if (job.run.settings.dropout) m["embd_pdrop"] = m["attn_pdrop"] = m["resid_pdrop"] = *job.run.settings.dropout;
-    check_model_limits(m, ctx + " model");
-    job.model = gpt_config::from_json(m, ctx + " model");
+    check_model_limits(m, model_ctx);
+    job.model = gpt_config::from_json(m, model_ctx);
     job.run.model = job.model.to_json();
     SPARSELM_CHECK(job.run.seq_len <= job.model.n_positions, ctx, ": seq_len ", job.run.seq_len,
                    " exceeds the model's n_positions ", job.model.n_positions);

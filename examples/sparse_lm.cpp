@@ -35,7 +35,8 @@ namespace {
 std::span<const option_entry> s1_model_options() {
   using k = option_kind;
   static const option_entry table[] = {
-      {"model.layers", "--layers", k::count, "Transformer layers (S1 --encoder-layers)", "", "", "model"},
+      {"model.layers", "--layers", k::count, "Transformer layers (S1 --encoder-layers)", "", "", "model", 1,
+       double(limits::layers)},
       {"model.hidden_length", "--hidden", k::count, "Hidden width H (S1 --hidden-length)", "", "", "model"},
       {"model.ff_length", "--ff", k::count, "Feed-forward width F (S1 --ff-length)", "", "", "model"},
       {"model.attention_heads", "--heads", k::count, "Attention heads (S1 --attention-heads)", "", "", "model"},
@@ -91,6 +92,11 @@ int dispatch(const run_inputs& in, parallel::replica_group& replicas) {
     const auto& rc = in.run;
     Model model(in.model, block_pooling_of(update ? update->pooling : sparse::grad_pooling::avg));
     model.init(rc.seed);
+    if (!rc.settings.init_from.empty() && !in.job.resume) {  // --init-from: our checkpoint of this model
+      const auto from = io::resolve_checkpoint(rc.settings.init_from);
+      io::load_model(from, model);
+      std::fprintf(stderr, "sparse_lm: model weights from %s\n", from.string().c_str());
+    }
     trainer_t t(model, rc.trainer, registry::any_optimizer(rc.optimizer), optim::make_schedule(rc.schedule_json()));
     t.set_replicas(replicas);
     std::optional<dynamic_sparsity<Model, trainer_t>> ds;
@@ -133,8 +139,8 @@ int main(int argc, char** argv) {
     if (s.sparsity.sparsity_given) m["sparsity"] = s.sparsity.sparsity;
     if (j.contains("sparsity") && j["sparsity"].contains("allocation")) m["allocation"] = sparse::to_string(s.sparsity.allocation);
     if (s.dropout) m["dropout"] = *s.dropout;
-    check_model_limits(m, ctx + " model");
-    in.model = sparse_lm_config::from_json(m, ctx + " model");
+    check_model_limits(m, cli.model_context());
+    in.model = sparse_lm_config::from_json(m, cli.model_context());
     in.run.model = in.model.to_json();
     SPARSELM_CHECK(in.run.seq_len <= in.model.sequence_length, ctx, ": seq_len ", in.run.seq_len,
                    " exceeds the model's sequence_length ", in.model.sequence_length);

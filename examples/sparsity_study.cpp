@@ -45,6 +45,9 @@
 #include "sparselm/core/program.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/data/token_file.hpp"
+#include "sparselm/io/atomic_file.hpp"
+#include "sparselm/io/output_rule.hpp"
+#include "sparselm/io/run_dir.hpp"
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/models/sparse_lm.hpp"
 #include "sparselm/train/dynamic_sparsity.hpp"
@@ -496,7 +499,11 @@ int run_study(Family fam, study& st, const std::string& train_path, const std::s
   SPARSELM_CHECK(train0.size() > 0, train_path, ": empty token file");
   SPARSELM_CHECK(valid0.size() > 0, valid_path, ": empty token file");
   std::optional<data::token_file> train_l, valid_l;
-  if (vocab_limit) {
+  if (vocab_limit) {  // it merges ids: a limit above the files' vocabulary would only make the model larger
+    const std::size_t have = std::max(train0.vocab_size(), valid0.vocab_size());
+    if (vocab_limit > have)
+      throw usage_error("--vocab-limit " + std::to_string(vocab_limit) + " is above the token files' vocabulary " +
+                        std::to_string(have) + " (it merges the rarest ids into one)");
     const fs::path dir = st.out / ("data-v" + std::to_string(vocab_limit));
     limit_vocabulary(train0, valid0, vocab_limit, dir);
     train_l.emplace(dir / "train.tok");
@@ -569,7 +576,7 @@ int run_study(Family fam, study& st, const std::string& train_path, const std::s
                                    {"valid_loss_max", v.hi},
                                    {"runs", seeds}});
   }
-  std::ofstream(st.out / "summary.json") << summary.dump(2) << "\n";
+  io::atomic_write_text(st.out / "summary.json", summary.dump(2) + "\n");
   return 0;
 }
 
@@ -590,14 +597,14 @@ int main(int argc, char** argv) {
       std::size_t vocab_limit = 0;
       int threads = 0;
       auto& so = st.so;
-      app.add_option("--train", train_path, "Training token file (encode_dataset)")->required();
-      app.add_option("--valid", valid_path, "Validation token file")->required();
+      examples::reads(app.add_option("--train", train_path, "Training token file (encode_dataset)")->required());
+      examples::reads(app.add_option("--valid", valid_path, "Validation token file")->required());
       app.add_option("--family", family, "Model family: gpt (models/gpt.hpp) or s1 (models/sparse_lm.hpp)")
           ->check(CLI::IsMember({"gpt", "s1"}))
           ->capture_default_str();
-      app.add_option("--model", model_path,
+      examples::reads(app.add_option("--model", model_path,
                      "Model config JSON (default configs/gpt-mini.json for gpt, configs/s1-study.json for s1); its "
-                     "width is the sparse and dense variants'");
+                     "width is the sparse and dense variants'"));
       app.add_option("--variants", st.variants, "Variants: dense, dense-flops, static, rigl, random")
           ->delimiter(',')
           ->check(CLI::IsMember({"dense", "dense-flops", "static", "rigl", "random"}))
@@ -646,13 +653,16 @@ int main(int argc, char** argv) {
       app.add_option("--threads", threads, "Threads (0: all cores)")
           ->check(CLI::Range(0, int(limits::threads)))
           ->capture_default_str();
-      app.add_option("-o,--out", out, "Output directory")->capture_default_str();
+      bool overwrite = false;
+      examples::writes(app.add_option("-o,--out", out, "Output directory")->capture_default_str());
+      app.add_flag("--overwrite", overwrite, "Use an --out that holds files other than a study's");
       if (auto status = examples::parse(app, argc, argv)) return *status;
       if (vocab_limit) SPARSELM_CHECK(vocab_limit >= 2, "--vocab-limit ", vocab_limit, ": at least 2");
 
       for (double lr : st.lrs)
-        if (!(lr >= 1e-7 && lr <= 1.0))
-          throw usage_error("--lr: " + study::lr_text(lr) + " is outside [1e-7, 1]");
+        if (!(lr >= 1e-7 && lr <= limits::max_learning_rate))  // the upper bound: every program's
+          throw usage_error("--lr: " + study::lr_text(lr) + " is outside [1e-7, " +
+                            study::lr_text(limits::max_learning_rate) + "]");
       if (threads > 0) set_num_threads(threads);
       {  // drop repeated seeds, keeping the order (the first tunes the learning rate)
         std::vector<std::uint64_t> s;
@@ -663,7 +673,12 @@ int main(int argc, char** argv) {
       std::sort(st.lrs.begin(), st.lrs.end());
       st.lrs.erase(std::unique(st.lrs.begin(), st.lrs.end()), st.lrs.end());
       st.out = out;
-      fs::create_directories(st.out);
+      // the one output rule (io/output_rule.hpp) and one study per directory (its lock, held to the end)
+      io::check_output(st.out, {{train_path, "--train"}, {valid_path, "--valid"}, {model_path, "--model"}}, "--out");
+      io::check_output_dir(st.out, "--out", overwrite, {"summary.json", "runs", "data-v*"});
+      io::run_lock lock(st.out);
+      for (const auto& p : io::remove_stale_temporaries(st.out))
+        std::fprintf(stderr, "sparsity_study: removed '%s', left by an interrupted write\n", p.string().c_str());
       if (model_path.empty())
         model_path =
             std::string(SPARSELM_SOURCE_DIR) + (family == "gpt" ? "/configs/gpt-mini.json" : "/configs/s1-study.json");

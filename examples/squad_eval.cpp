@@ -27,8 +27,8 @@ int main(int argc, char** argv) {
   return sparselm::run_program("squad_eval", [&]() -> int {
     CLI::App app{"Score SQuAD v1.1 predictions ({\"question id\": \"answer text\"}) against a dataset file"};
     std::filesystem::path dataset, predictions;
-    app.add_option("dataset", dataset, "SQuAD v1.1 dataset JSON")->required();
-    app.add_option("predictions", predictions, "Predictions JSON")->required();
+    examples::reads(app.add_option("dataset", dataset, "SQuAD v1.1 dataset JSON")->required());
+    examples::reads(app.add_option("predictions", predictions, "Predictions JSON")->required());
     if (auto status = examples::parse(app, argc, argv)) return *status;
 
     const sd::squad_dataset d = sd::read_squad(dataset);

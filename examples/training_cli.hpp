@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
+#include "sparselm/io/output_rule.hpp"
 #include "sparselm/train/plan.hpp"
 #include "sparselm/train/run_config.hpp"
 #include "sparselm/train/run_settings.hpp"
@@ -43,7 +44,7 @@ class training_cli {
                nlohmann::json defaults = nlohmann::json::object())
       : program_(std::move(program)), app_(std::move(description)), tables_(tables), defaults_(std::move(defaults)) {
     app_.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
-    app_.add_option("-c,--config", config_path_, "Run config JSON (its keys: docs/reference/options.md)");
+    reads(app_.add_option("-c,--config", config_path_, "Run config JSON (its keys: docs/reference/options.md)"));
     app_.add_flag("--resume", resume, "Continue the run in --out from its newest checkpoint (exact resume)");
     app_.add_flag("--overwrite", overwrite,
                   "Start again in a used --out: delete its checkpoints, metrics.jsonl and config.json first");
@@ -86,17 +87,51 @@ class training_cli {
   // overrides applied, then the program's defaults under what is still missing.
   // A run config naming another program ("program") is refused.
   nlohmann::json run_json() {
-    auto [j, base] = sparselm::read_run_json(config_path_);
+    auto [j, base] = sparselm::read_run_json(config_path_, &model_file_);
     base_ = base;
     flags_.apply(j);
     if (j.contains("program"))
       SPARSELM_CHECK(j["program"] == program_, context(), ": this run config is for ", j["program"].dump(),
                      ", not ", program_);
     sparselm::apply_defaults(j, defaults_);
+    check_outputs(j);
     return j;
+  }
+
+  // The one output rule (io/output_rule.hpp): the run directory is not, does not contain, does
+  // not lie inside and does not link to an input of the run: the run config, its model file, the
+  // files of the input keys (data, vocabulary, --init-from). A resumed run rewrites its own
+  // config.json and may have been started from it.
+  void check_outputs(const nlohmann::json& j) const {
+    const nlohmann::json* out = sparselm::find_key(j, "out");
+    if (!out || !out->is_string() || out->get<std::string>().empty()) return;
+    const std::filesystem::path dir = out->get<std::string>();
+    std::vector<sparselm::io::named_path> inputs;
+    if (!config_path_.empty()) inputs.push_back({config_path_, "run config (-c)"});
+    if (!model_file_.empty()) inputs.push_back({model_file_, "model file"});
+    auto add = [&](const sparselm::option_entry& e) {
+      if (e.kind != sparselm::option_kind::input || (resume && e.key == "init_from")) return;
+      const nlohmann::json* v = sparselm::find_key(j, e.key);
+      if (!v || !v->is_string()) return;
+      const std::filesystem::path p = v->get<std::string>();
+      const std::string what = e.flag.empty() ? "'" + std::string(e.key) + "'" : std::string(e.flag);
+      inputs.push_back({p, what});
+      if (p.is_relative() && !base_.empty()) inputs.push_back({base_ / p, what});
+    };
+    for (auto t : tables_)
+      for (const auto& e : t) add(e);
+    for (const auto& e : sparselm::common_options()) add(e);
+    if (resume)
+      std::erase_if(inputs, [&](const auto& in) {
+        std::error_code ec;
+        return std::filesystem::equivalent(in.path, dir / "config.json", ec);
+      });
+    sparselm::io::check_output(dir, inputs, "--out");
   }
   // The run config's name in errors, and its directory (relative model files).
   std::string context() const { return config_path_.empty() ? std::string("run config") : config_path_; }
+  // Where the run config's "model" came from, for errors: the model file it names, else the run config.
+  std::string model_context() const { return model_file_.empty() ? context() + " model" : model_file_; }
   const std::filesystem::path& base() const { return base_; }
   const std::string& program() const { return program_; }
   bool has_config() const { return !config_path_.empty(); }
@@ -115,7 +150,7 @@ class training_cli {
   CLI::App app_;
   std::vector<std::span<const sparselm::option_entry>> tables_;
   run_flags flags_;
-  std::string config_path_;
+  std::string config_path_, model_file_;
   std::filesystem::path base_;
   nlohmann::json defaults_;
   bool reference_ = false, common_reference_ = false;

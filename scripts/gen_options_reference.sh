@@ -22,7 +22,11 @@ own; a flag sets its key, and `--set key.path=value` sets any key. What the flag
 overrides the run config, and the program's defaults fill what neither gives. An unknown key, or
 two keys that contradict each other (`steps` and `epochs`; `global_batch` and a different
 `trainer.accumulation.steps`; `schedule.warmup_steps` and `schedule.warmup_frac`), is an error that
-names the key. Keys without a flag are set in the run config or with `--set`.
+names the key. Keys without a flag are set in the run config or with `--set`. A number with a
+range in the table (learning rates, weight decay, ...) is held to it as a flag, a run-config key
+and a `--set` alike, in every program; `schedule.min_lr` must not exceed the peak rate. Values
+are file names "(read)" or a directory "(written)": the run directory must not be, hold, lie
+inside or link to any file the run reads (`include/sparselm/io/output_rule.hpp`).
 
 Beyond the table: `optimizer` takes its type's own fields (`beta1`, `beta2`, `eps`,
 `bias_correction`, `momentum`, ...; `include/sparselm/optim/`), `schedule` its type's

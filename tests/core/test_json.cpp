@@ -136,4 +136,19 @@ TEST_CASE("apply_override sets nested keys and names a path through a non-object
   CHECK(error_of([&] { apply_override(j, "novalue"); }) == "override 'novalue': expected key.path=value");
 }
 
+TEST_CASE("a key named twice in one object is an error naming the key, its path and the source") {
+  // nlohmann keeps the last of two equal keys: {"steps": 2, "steps": 99999} trained 99,999 steps
+  CHECK(error_of([] { parse_json(R"({"steps": 2, "steps": 99999})", "run.json"); }) ==
+        "run.json: duplicate key 'steps' (each key may appear once in an object)");
+  CHECK(error_of([] { parse_json(R"({"optimizer": {"type": "sgd", "lr": 1, "type": "adamw"}})", "run.json"); }) ==
+        "run.json: duplicate key 'optimizer.type' (each key may appear once in an object)");
+  // the same key in sibling objects, or in objects of an array, is fine
+  CHECK(parse_json(R"({"a": {"x": 1}, "b": {"x": 2}, "c": [{"x": 1}, {"x": 2}]})", "ok.json")["b"]["x"] == 2);
+  json j = json::object();
+  CHECK(error_of([&] { apply_override(j, R"(model={"n_layer": 1, "n_layer": 2})"); }) ==
+        R"(--set model={"n_layer": 1, "n_layer": 2}: duplicate key 'n_layer' (each key may appear once in an object))");
+  apply_override(j, "steps=1e999");  // beyond double range: not JSON, the text itself (its reader refuses it)
+  CHECK(j["steps"] == "1e999");
+}
+
 }  // namespace SPARSELM_UNITY_ID

@@ -37,6 +37,10 @@ inline constexpr std::size_t tokens = std::size_t(1) << 20;     // tokens to gen
 // Elements of one parameter arena (values, gradients and each optimiser slot are one arena each):
 // 2^40 floats are 4 TiB, more than any machine this runs on.
 inline constexpr std::size_t arena_elements = std::size_t(1) << 40;
+// Shared bounds of a quantity in every program (flag, run-config key, --set): an Adam step moves a
+// weight by about the learning rate, so rates above 100 are typing errors, not experiments;
+// decoupled weight decay above 10 empties the weights in a step.
+inline constexpr double max_learning_rate = 100, max_weight_decay = 10;
 }  // namespace limits
 
 // a · b, or sparselm::error naming `what` when the product does not fit std::size_t.

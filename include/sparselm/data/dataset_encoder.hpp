@@ -264,6 +264,14 @@ inline gpt_stream encode_gpt_stream(const gpt2_bpe& tok, const std::vector<std::
   return s;
 }
 
+// The input files, for a message: "'a.txt'", "'a.txt', 'b.txt', 'c.txt' and 5 more".
+inline std::string describe_inputs(const std::vector<std::filesystem::path>& files) {
+  std::string s;
+  for (std::size_t i = 0; i < files.size() && i < 3; ++i) s += (i ? ", '" : "'") + files[i].string() + "'";
+  if (files.size() > 3) s += " and " + std::to_string(files.size() - 3) + " more";
+  return s.empty() ? "no files" : s;
+}
+
 inline encoded_split write_split(const std::filesystem::path& path, std::span<const std::int32_t> ids,
                                  std::uint64_t vocab, std::uint64_t seq_len, std::uint64_t docs, std::uint64_t bytes,
                                  const std::string& what) {
@@ -351,11 +359,13 @@ inline encode_dataset_result encode_dataset(const gpt2_bpe& tok, const encode_da
       r.validation = detail::write_split(o.validation_output, all.subspan(cut), V, 0, docs_total - docs_train, 0,
                                          "the validation split");
     } else {
-      r.train = detail::write_split(o.output, train.ids, V, 0, train.doc_starts.size(), train.bytes, "the input");
+      r.train = detail::write_split(o.output, train.ids, V, 0, train.doc_starts.size(), train.bytes,
+                                    "the input (" + detail::describe_inputs(files) + ")");
       if (!o.validation_inputs.empty()) {
-        auto valid = detail::encode_gpt_stream(tok, collect_text_files(o.validation_inputs), o.documents);
+        const auto vfiles = collect_text_files(o.validation_inputs);
+        auto valid = detail::encode_gpt_stream(tok, vfiles, o.documents);
         r.validation = detail::write_split(o.validation_output, valid.ids, V, 0, valid.doc_starts.size(), valid.bytes,
-                                           "the validation input");
+                                           "the validation input (" + detail::describe_inputs(vfiles) + ")");
       }
     }
   }

@@ -38,8 +38,8 @@ namespace sparselm {
 inline std::span<const option_entry> lm_task_options() {
   using k = option_kind;
   static const option_entry table[] = {
-      {"data.train", "--train", k::text, "Training token file (encode_dataset)", "", "", "data"},
-      {"data.valid", "--valid", k::text, "Validation token file (absent: no evaluation)", "", "", "data"},
+      {"data.train", "--train", k::input, "Training token file (encode_dataset)", "", "", "data"},
+      {"data.valid", "--valid", k::input, "Validation token file (absent: no evaluation)", "", "", "data"},
       {"seq_len", "--seq-len", k::count, "Input positions per sequence (a window holds seq_len + 1 tokens)", "",
        "128", "data"},
       {"order", "--order", k::choice, "Training windows: shuffled (seeded) or sequential", "shuffled sequential",
@@ -142,7 +142,7 @@ struct lm_run_config {
 
 // Reads a run-config file (or starts from {} when path is empty) and inlines a "model" given as a
 // file name, resolved against the config's directory. Returns the JSON and that directory.
-inline std::pair<json, std::filesystem::path> read_run_json(const std::string& path) {
+inline std::pair<json, std::filesystem::path> read_run_json(const std::string& path, std::string* model_file = nullptr) {
   json j = json::object();
   std::filesystem::path base;
   if (!path.empty()) {
@@ -153,7 +153,8 @@ inline std::pair<json, std::filesystem::path> read_run_json(const std::string& p
   if (j.contains("model") && j["model"].is_string()) {
     std::filesystem::path p = j["model"].get<std::string>();
     if (p.is_relative() && !base.empty()) p = base / p;
-    j["model"] = read_json_file(p.string());
+    j["model"] = read_json_file(p.string(), "model file");
+    if (model_file) *model_file = p.string();
   }
   return {std::move(j), std::move(base)};
 }

@@ -45,8 +45,10 @@ namespace sparselm {
 // --- the schema ------------------------------------------------------------------------------------
 
 // What a key holds, which decides how its flag is checked: a whole number >= 0, a finite number,
-// one of `choices`, true/false (a flag without value), or text (a file name, ...).
-enum class option_kind { count, number, choice, boolean, text };
+// one of `choices`, true/false (a flag without value), text, a file the run reads (input) or the
+// directory it writes (output). Input and output keys are what the output rule
+// (io/output_rule.hpp) compares, and what tests/hostile/ probes.
+enum class option_kind { count, number, choice, boolean, text, input, output };
 
 struct option_entry {
   std::string_view key;      // dotted run-config path, e.g. "trainer.accumulation.steps"
@@ -56,7 +58,19 @@ struct option_entry {
   std::string_view choices;  // kind choice: the values, separated by spaces
   std::string_view fallback; // the value when absent ("" when it depends on the program or the run)
   std::string_view group;    // heading in --help and the reference
+  // kind number or count: the closed range every program accepts for this quantity, as a flag, a
+  // run-config key or a --set (lo > hi: no range)
+  double lo = 1, hi = 0;
+  bool bounded() const { return lo <= hi; }
 };
+
+// "" when v is within e's bounds, else the phrase that follows the field or flag name.
+inline std::string out_of_bounds(const option_entry& e, double v) {
+  if (!e.bounded() || (v >= e.lo && v <= e.hi)) return "";
+  std::ostringstream o;
+  o << "must be in [" << e.lo << ", " << e.hi << "], got " << v;
+  return o.str();
+}
 
 inline std::vector<std::string> option_choices(const option_entry& e) {
   std::vector<std::string> v;
@@ -80,7 +94,7 @@ inline std::span<const option_entry> common_options() {
        "length and batch"},
       {"epochs", "--epochs", k::number,
        "Passes over the training data instead of steps: steps = ceil(epochs x examples / global batch)", "", "",
-       "length and batch"},
+       "length and batch", 1e-9, 1e6},
       {"batch_size", "--batch-size", k::count, "Rows (sequences or examples) per micro-batch on each process", "", "",
        "length and batch"},
       {"global_batch", "--global-batch", k::count,
@@ -101,20 +115,20 @@ inline std::span<const option_entry> common_options() {
        "Storage type of the optimiser's slots (Adam m and v, momentum); updates compute in fp32", "float bf16 half",
        "float", "optimiser and schedule"},
       {"optimizer.weight_decay", "--weight-decay", k::number, "Decoupled weight decay (not on norms and biases)", "", "",
-       "optimiser and schedule"},
+       "optimiser and schedule", 0, limits::max_weight_decay},
       {"schedule.type", "--schedule", k::choice, "Learning-rate schedule",
        "constant warmup_cosine linear up_down bert_power", "", "optimiser and schedule"},
       {"schedule.max_lr", "--lr", k::number, "Peak learning rate (bert_power: its peak_lr; constant: its lr)", "", "",
-       "optimiser and schedule"},
-      {"schedule.min_lr", "--min-lr", k::number, "Final (or floor) learning rate of the schedule", "", "",
-       "optimiser and schedule"},
+       "optimiser and schedule", 0, limits::max_learning_rate},
+      {"schedule.min_lr", "--min-lr", k::number, "Final (or floor) learning rate of the schedule; at most the peak", "",
+       "", "optimiser and schedule", 0, limits::max_learning_rate},
       {"schedule.warmup_steps", "--warmup-steps", k::count, "Linear warm-up steps; not with warmup_frac", "", "",
        "optimiser and schedule"},
       {"schedule.warmup_frac", "--warmup-frac", k::number, "Linear warm-up as a fraction of the steps; not with warmup_steps",
-       "", "", "optimiser and schedule"},
+       "", "", "optimiser and schedule", 0, 1},
       {"trainer.clip", "--clip", k::choice, "Gradient clipping", "global_norm per_tensor none", "global_norm",
        "optimiser and schedule"},
-      {"trainer.max_norm", "--max-norm", k::number, "Clipping norm", "", "1", "optimiser and schedule"},
+      {"trainer.max_norm", "--max-norm", k::number, "Clipping norm", "", "1", "optimiser and schedule", 0, 1e30},
       {"trainer.on_nonfinite", "--on-nonfinite", k::choice,
        "A step with a non-finite loss or gradient: stop the run, or skip the step (at most max_skipped_steps in a row)",
        "stop skip", "stop", "optimiser and schedule"},
@@ -131,7 +145,7 @@ inline std::span<const option_entry> common_options() {
        "block in backward (~1/3 more compute, one block's activations)",
        "none blocks", "none", "precision and memory"},
       {"dropout", "--dropout", k::number, "Every dropout rate of the model (absent: the model config's)", "", "",
-       "precision and memory"},
+       "precision and memory", 0, 1},
       // processes
       {"trainer.pipeline.stages", "--pipeline-stages", k::count,
        "Split the blocks over N pipeline stages fed by the accumulation's micro-batches", "", "1", "processes"},
@@ -145,14 +159,15 @@ inline std::span<const option_entry> common_options() {
       {"trainer.shard_optimizer", "--shard-optimizer", k::boolean,
        "Under mpirun: each rank keeps and updates 1/P of the optimiser state (ZeRO stage 1)", "", "false",
        "processes"},
-      {"threads", "--threads", k::count, "Threads per process (0: all cores)", "", "0", "processes"},
+      {"threads", "--threads", k::count, "Threads per process (0: all cores)", "", "0", "processes", 0,
+       double(limits::threads)},
       // sparsity
       {"sparsity.block_size", "--block-size", k::choice,
        "Block-sparse projections with B x B blocks (0: dense); fine-tuning a dense checkpoint: magnitude-prune it "
        "into this block size",
        block_choices, "0", "sparsity"},
       {"sparsity.sparsity", "--sparsity", k::number, "Fraction of zero blocks in the sparse projections", "", "0.9",
-       "sparsity"},
+       "sparsity", 0, 1},
       {"sparsity.allocation", "--allocation", k::choice,
        "Blocks per projection: uniform (the same density) or erk (Erdos-Renyi-kernel: denser small projections)",
        "uniform erk", "uniform", "sparsity"},
@@ -163,7 +178,7 @@ inline std::span<const option_entry> common_options() {
        "Prune and regrow the patterns every N steps (dynamic sparsity; 0 or absent: static patterns)", "", "0",
        "sparsity"},
       {"sparsity.update.prune_ratio", "--prune-ratio", k::number,
-       "Fraction of each projection's active blocks an update replaces, before the decay", "", "0.3", "sparsity"},
+       "Fraction of each projection's active blocks an update replaces, before the decay", "", "0.3", "sparsity", 0, 1},
       {"sparsity.update.period", "--prune-period", k::number,
        "Decay of the prune ratio: cosine periods over the run (0.5: from 1 to 0; 0: no decay)", "", "0.5",
        "sparsity"},
@@ -188,8 +203,8 @@ inline std::span<const option_entry> common_options() {
        "loop and outputs"},
       {"seed", "--seed", k::count, "Seed of initialisation, data order, dropout and pattern updates", "", "1234",
        "loop and outputs"},
-      {"out", "-o,--out", k::text, "Run directory: config.json, metrics.jsonl, checkpoints/", "", "", "loop and outputs"},
-      {"init_from", "--init-from", k::text,
+      {"out", "-o,--out", k::output, "Run directory: config.json, metrics.jsonl, checkpoints/", "", "", "loop and outputs"},
+      {"init_from", "--init-from", k::input,
        "Start from these weights: a checkpoint or run directory of ours, or a HuggingFace directory", "", "",
        "loop and outputs"},
       // a preset's record (configs/recipes/)
@@ -201,6 +216,44 @@ inline std::span<const option_entry> common_options() {
        "", "", "about the run"},
   };
   return table;
+}
+
+// The value at a dotted key of j, or null.
+inline const json* find_key(const json& j, std::string_view dotted) {
+  const json* node = &j;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t dot = dotted.find('.', start);
+    const std::string part(dotted.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
+    if (!node->is_object() || !node->contains(part)) return nullptr;
+    node = &(*node)[part];
+    if (dot == std::string_view::npos) return node;
+    start = dot + 1;
+  }
+}
+
+// Checks the bounded numbers of `entries` in the run config j (their other names too: the
+// schedule's peak_lr and lr are its max_lr), and that the schedule's min_lr is at most its peak;
+// errors name `context`, the key and the bounds.
+inline void check_option_bounds(const json& j, std::span<const option_entry> entries, const std::string& context) {
+  auto check = [&](const option_entry& e, std::string_view key) {
+    const json* v = find_key(j, key);
+    if (!v || !v->is_number()) return;  // absent, or the wrong type: the key's reader names it
+    const std::string msg = out_of_bounds(e, v->get<double>());
+    SPARSELM_CHECK(msg.empty(), context, ": field '", key, "' ", msg);
+  };
+  for (const auto& e : entries) {
+    if (!e.bounded()) continue;
+    check(e, e.key);
+    if (e.key == "schedule.max_lr")
+      for (auto alias : {"schedule.peak_lr", "schedule.lr"}) check(e, alias);
+  }
+  const json* lo = find_key(j, "schedule.min_lr");
+  if (!lo || !lo->is_number()) return;
+  for (auto peak : {"schedule.max_lr", "schedule.peak_lr", "schedule.lr"})
+    if (const json* hi = find_key(j, peak); hi && hi->is_number())
+      SPARSELM_CHECK(lo->get<double>() <= hi->get<double>(), context, ": field 'schedule.min_lr' (--min-lr) is ",
+                     lo->get<double>(), ", above the peak learning rate '", peak, "' (--lr) ", hi->get<double>());
 }
 
 // --- defaults --------------------------------------------------------------------------------------
@@ -271,6 +324,7 @@ struct run_settings {
   // itself (copied to `task`). Anything else is an error naming the key.
   static run_settings from_json(const json& j, const std::string& context, const std::vector<std::string_view>& task_keys) {
     SPARSELM_CHECK(j.is_object(), context, ": expected a JSON object, got ", j.type_name());
+    check_option_bounds(j, common_options(), context);
     json common = json::object();
     std::set<std::string, std::less<>> own;
     for (const auto& e : common_options()) own.insert(std::string(e.key.substr(0, e.key.find('.'))));
@@ -531,8 +585,16 @@ inline std::string options_reference(std::span<const option_entry> entries) {
     }
     std::string values;
     switch (e.kind) {
-      case option_kind::count: values = "whole number"; break;
-      case option_kind::number: values = "number"; break;
+      case option_kind::count:
+      case option_kind::number: {
+        std::ostringstream b;
+        b << (e.kind == option_kind::count ? "whole number" : "number");
+        if (e.bounded()) b << " in [" << e.lo << ", " << e.hi << "]";
+        values = b.str();
+        break;
+      }
+      case option_kind::input: values = "file name (read)"; break;
+      case option_kind::output: values = "directory (written)"; break;
       case option_kind::boolean: values = "true, false"; break;
       case option_kind::text: values = "text"; break;
       case option_kind::choice: {
