@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -70,16 +72,14 @@ TEST_CASE_TEMPLATE("arena works for every storage type", T, float, bf16, half) {
   CHECK(to_float(s[w][32]) == 0.5f);
 }
 
-TEST_CASE("tensor aliases are 64-byte aligned and view as matrices") {
-  tensor<float, 2> t({7, 33});
-  CHECK(reinterpret_cast<std::uintptr_t>(t.data()) % 64 == 0);
-  auto v = view_of(t);
-  CHECK(v.rows == 7);
-  CHECK(v.cols == 33);
-  v(6, 32) = 3.0f;
-  CHECK(t(6, 32) == 3.0f);
-  array<float> d(std::vector<std::size_t>{2, 3, 4});
-  CHECK(reinterpret_cast<std::uintptr_t>(d.data()) % 64 == 0);
+TEST_CASE("aligned vectors are 64-byte aligned and zero-initialised") {
+  for (std::size_t n : {1, 7, 33, 1000}) {
+    aligned_vector<float> v(n);
+    CHECK(reinterpret_cast<std::uintptr_t>(v.data()) % 64 == 0);
+    CHECK(std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; }));
+    aligned_vector<bf16> h(n);
+    CHECK(reinterpret_cast<std::uintptr_t>(h.data()) % 64 == 0);
+  }
 }
 
 TEST_CASE("view checks name the argument and the shape") {

@@ -85,13 +85,58 @@ TEST_CASE("xtensor: hidden states and parameters are adaptors over the model's s
   CHECK(g.size() == v.size());
 }
 
+TEST_CASE("tensor aliases are 64-byte aligned and view as matrices") {
+  tensor<float, 2> t({7, 33});
+  CHECK(reinterpret_cast<std::uintptr_t>(t.data()) % 64 == 0);
+  auto v = view_of(t);
+  CHECK(v.rows == 7);
+  CHECK(v.cols == 33);
+  v(6, 32) = 3.0f;
+  CHECK(t(6, 32) == 3.0f);
+  array<float> d(std::vector<std::size_t>{2, 3, 4});
+  CHECK(reinterpret_cast<std::uintptr_t>(d.data()) % 64 == 0);
+}
+
+TEST_CASE("xtensor: a view of whole rows is read from its own rows; other layouts are copied or refused") {
+  gpt<> m(tiny());
+  m.init(4);
+  const auto big = tokens(5, 6, 7), big_targets = tokens(5, 6, 8);
+  const auto rows = xt::view(big, xt::range(2, 4), xt::all());  // rows 2 and 3, data_offset 12
+  const auto trows = xt::view(big_targets, xt::range(2, 4), xt::all());
+  const xt::xtensor<std::int32_t, 2> own = rows, own_targets = trows;  // the same tokens, owned
+
+  const token_batch b = xt_batch(rows, trows);
+  CHECK(b.ids.data() == big.data() + 12);  // the view's rows, not rows 0-1, and no copy
+  CHECK(b.targets.data() == big_targets.data() + 12);
+  CHECK((b.batch == 2 && b.seq == 6));
+  CHECK(xt::all(xt::equal(xt_logits(m, rows), xt_logits(m, own))));
+  CHECK(xt::all(xt::equal(xt_token_losses(m, rows, trows), xt_token_losses(m, own, own_targets))));
+  const xt::xtensor<float, 3> h_rows = xt_hidden_states(m, rows);
+  const xt::xtensor<float, 3> h_own = xt_hidden_states(m, own);
+  CHECK(xt::all(xt::equal(h_rows, h_own)));
+
+  // Columns 1..4 of rows 1..2: a strided layout. The functions that own their result copy it;
+  // xt_batch, which returns a view, refuses it by name.
+  const auto cols = xt::view(big, xt::range(1, 3), xt::range(1, 5));
+  const xt::xtensor<std::int32_t, 2> own_cols = cols;
+  CHECK(xt::all(xt::equal(xt_logits(m, cols), xt_logits(m, own_cols))));
+  const auto every_other = xt::view(big, xt::range(0, 5, 2), xt::all());  // rows 0, 2, 4
+  const xt::xtensor<std::int32_t, 2> own_other = every_other;
+  CHECK(xt::all(xt::equal(xt_logits(m, every_other), xt_logits(m, own_other))));
+  CHECK_THROWS_WITH_AS(xt_batch(cols), doctest::Contains("xt_batch: ids are not stored row by row"), error);
+  CHECK_THROWS_WITH_AS(xt_batch(own, cols), doctest::Contains("xt_batch: targets (2x4) do not match ids (2x6)"), error);
+  // An expression (no storage) is evaluated by the owning functions.
+  CHECK(xt::all(xt::equal(xt_logits(m, own + 0), xt_logits(m, own))));
+}
+
 TEST_CASE("xtensor: bad arrays are errors") {
   gpt<> m(tiny());
   m.init(1);
   xt::xtensor<std::int32_t, 2, xt::layout_type::column_major> col = xt::zeros<std::int32_t>(std::array<std::size_t, 2>{2, 3});
-  CHECK_THROWS_WITH_AS(xt_batch(col), doctest::Contains("row-major"), error);
+  CHECK_THROWS_WITH_AS(xt_batch(col), doctest::Contains("xt_batch: ids are not stored row by row"), error);
   const auto ids = tokens(2, 3, 1), wrong = tokens(3, 3, 1);
   CHECK_THROWS_WITH_AS(xt_batch(ids, wrong), doctest::Contains("do not match"), error);
+  CHECK_THROWS_WITH_AS(xt_token_losses(m, ids, wrong), doctest::Contains("xt_token_losses: targets (3x3) do not match"), error);
   xt::xtensor<std::int32_t, 2> big = tokens(1, 3, 1);
   big(0, 1) = 61;
   CHECK_THROWS_WITH_AS(xt_logits(m, big), doctest::Contains("61"), error);

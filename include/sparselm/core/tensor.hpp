@@ -1,16 +1,16 @@
 #pragma once
-// Owning tensors: xtensor containers over 64-byte aligned storage.
+// 64-byte aligned storage for buffers the kernels read (scratch, caches):
 //
-//   sparselm::tensor<float, 2> x({B * T, C});   // aligned, row-major, fixed rank
-//   sparselm::array<float> y;                   // dynamic rank
-//   auto v = sparselm::view_of(x);              // matrix_view<float> for the kernels
+//   sparselm::aligned_vector<float> x(n);       // zero-initialised, data() 64-byte aligned
+//   std::span<float> s = sparselm::span_of(x);
+//
+// The owning xtensor types over the same storage (sparselm::tensor<T, N>, sparselm::array<T>) are in
+// sparselm/interop/xtensor.hpp: xtensor stays at the user's boundary, so a translation unit that
+// does not use it does not parse it.
 
 #include <cstddef>
 #include <span>
-
-#include <xtensor/xarray.hpp>
-#include <xtensor/xtensor.hpp>
-#include <xtensor/xadapt.hpp>
+#include <vector>
 
 #include "sparselm/core/dtype.hpp"
 #include "sparselm/core/error.hpp"
@@ -25,25 +25,7 @@ template <class T>
 using aligned_allocator = xsimd::aligned_allocator<T, alignment>;
 
 template <class T>
-using aligned_vector = xt::uvector<T, aligned_allocator<T>>;
-
-// Fixed-rank, row-major, 64-byte aligned tensor.
-template <class T, std::size_t N>
-using tensor = xt::xtensor_container<aligned_vector<T>, N, xt::layout_type::row_major>;
-
-// Dynamic-rank, row-major, 64-byte aligned tensor.
-template <class T>
-using array = xt::xarray_container<aligned_vector<T>, xt::layout_type::row_major>;
-
-// Matrix view of a rank-2 tensor.
-template <class T>
-matrix_view<T> view_of(tensor<T, 2>& t) noexcept {
-  return {t.data(), t.shape()[0], t.shape()[1], t.shape()[1]};
-}
-template <class T>
-matrix_view<const T> view_of(const tensor<T, 2>& t) noexcept {
-  return {t.data(), t.shape()[0], t.shape()[1], t.shape()[1]};
-}
+using aligned_vector = std::vector<T, aligned_allocator<T>>;
 
 // Flat span over any contiguous tensor.
 template <class E>
