@@ -98,28 +98,7 @@ inline void pin_register([[maybe_unused]] V& v) noexcept {
 // Threads a kernel may use here: one inside an enclosing parallel region.
 inline int team_size() noexcept { return in_parallel() ? 1 : num_threads(); }
 
-// Runs f(t, T) on a team of up to nt threads (serially, f(0, 1), when nt == 1 or when already
-// inside a parallel region).
-template <class F>
-void run_team([[maybe_unused]] int nt, F&& f) {
-#if defined(_OPENMP)
-  if (nt > 1 && !in_parallel()) {
-#pragma omp parallel num_threads(nt)
-    f(omp_get_thread_num(), omp_get_num_threads());
-    return;
-  }
-#endif
-  f(0, 1);
-}
-
-// Barrier of a run_team team of T threads (nothing for one thread).
-inline void team_barrier([[maybe_unused]] int T) {
-#if defined(_OPENMP)
-  if (T > 1) {
-#pragma omp barrier
-  }
-#endif
-}
+// run_team and team_barrier: core/threads.hpp.
 
 // After a barrier of the team: thread t of T adds its share of positions to dvalues, each the T
 // threads' partial gradients of that position in thread order (position q: block slot

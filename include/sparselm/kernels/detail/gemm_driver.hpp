@@ -238,12 +238,9 @@ void gemm_run(const gemm_problem<SA, SB>& p) {
   const gemm_split s = nt > 1 ? gemm_choose_split<F>(p, nt) : gemm_split{};
   nt = s.pm * s.pn;
   if (nt <= 1) return gemm_region<F>(p, 0, p.M, 0, p.N);
-#if defined(_OPENMP)
   const std::size_t mt = gemm_ceil_div(p.M, cfg::MR), ntl = gemm_ceil_div(p.N, cfg::NR);
-#pragma omp parallel num_threads(nt)
-  {
-    const int t = omp_get_thread_num();
-    if (t < s.pm * s.pn && omp_get_num_threads() == s.pm * s.pn) {
+  run_team(nt, [&](int t, int T) {
+    if (t < s.pm * s.pn && T == s.pm * s.pn) {
       const std::size_t tm = std::size_t(t / s.pn), tn = std::size_t(t % s.pn);
       const std::size_t m0 = std::min(p.M, mt * tm / s.pm * cfg::MR), m1 = std::min(p.M, mt * (tm + 1) / s.pm * cfg::MR);
       const std::size_t n0 = std::min(p.N, ntl * tn / s.pn * cfg::NR), n1 = std::min(p.N, ntl * (tn + 1) / s.pn * cfg::NR);
@@ -251,8 +248,7 @@ void gemm_run(const gemm_problem<SA, SB>& p) {
     } else if (t == 0) {
       gemm_region<F>(p, 0, p.M, 0, p.N);  // the runtime gave us fewer threads than asked
     }
-  }
-#endif
+  });
 }
 
 }  // namespace sparselm::kernels::detail
