@@ -102,7 +102,7 @@ void run_team([[maybe_unused]] int nt, F&& f) {
 #elif defined(SPARSELM_STD_THREADS)
   if (nt > 1 && !in_parallel()) {
     std::barrier<> barrier(nt);
-    std::vector<std::exception_ptr> errors(std::size_t(nt));
+    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(nt));
     auto member = [&](int t) {
       detail::current_std_team() = {t, nt, &barrier};
       try {
