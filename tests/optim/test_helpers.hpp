@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -84,6 +85,12 @@ void check_close(std::span<const T> a, const std::vector<double>& r, double rtol
   CHECK(worst <= rtol);
 }
 
+// Same bytes (any storage type).
+template <storage_type T>
+bool bitwise_equal(const arena<T>& a, const arena<T>& b) {
+  auto x = a.all(), y = b.all();
+  return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(T)) == 0);
+}
 inline bool bitwise_equal(const arena<float>& a, const arena<float>& b) {
   auto x = a.all(), y = b.all();
   return x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin(), [](float p, float q) {

@@ -1,8 +1,10 @@
 // Adam, AdamW, SGD and LAMB against naive scalar references (double precision), plus slots,
 // checkpoint state, thread-count determinism, slot dtypes and config errors.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -312,6 +314,58 @@ TEST_CASE_TEMPLATE("state and restore resume bit-exactly", Opt, optim::adamw<>, 
   bad.slots.pop_back();
   CHECK_THROWS_WITH_AS(ob.restore(bad), doctest::Contains("the state has no slot"), error);
   CHECK_THROWS_WITH_AS(ckpt.slot("nope"), doctest::Contains("no slot named 'nope'"), error);
+}
+
+TEST_CASE_TEMPLATE("offloaded slots (in files) update bit for bit as slots in memory, sharded too", Opt, optim::adamw<>,
+                   optim::lamb<bf16>, optim::sgd<half>, optim::adam<>) {
+  const auto dir = std::filesystem::temp_directory_path() / ("sparselm-offload-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  for (const bool sharded : {false, true}) {
+    CAPTURE(sharded);
+    model mem, off;
+    Opt om, oo;
+    oo.offload_to(dir);
+    CHECK(oo.offloaded());
+    CHECK_FALSE(om.offloaded());
+    const auto part = optim::partition_tensors(*mem.layout, 2)[1];
+    if (sharded) {
+      om.attach(mem.layout, part);
+      oo.attach(off.layout, part);
+    } else {
+      om.attach(mem.layout);
+      oo.attach(off.layout);
+    }
+    for (std::size_t t = 1; t <= 4; ++t) {
+      mem.fill_grads(t);
+      off.fill_grads(t);
+      om.step(mem.params, mem.grads, lr_at(t));
+      oo.step(off.params, off.grads, lr_at(t));
+    }
+    CHECK(bitwise_equal(mem.params, off.params));
+    auto sm = om.state(), so = oo.state();
+    REQUIRE(sm.slots.size() == so.slots.size());
+    for (std::size_t k = 0; k < sm.slots.size(); ++k) {
+      CHECK(so.slots[k].slots->file_backed());
+      CHECK(bitwise_equal(*sm.slots[k].slots, *so.slots[k].slots));  // read back from the file
+    }
+    // reset_slots zeroes in the file too: the next steps still agree
+    om.reset_slots(mem.big, 100, 20000);
+    oo.reset_slots(off.big, 100, 20000);
+    mem.fill_grads(5);
+    off.fill_grads(5);
+    om.step(mem.params, mem.grads, lr_at(5));
+    oo.step(off.params, off.grads, lr_at(5));
+    CHECK(bitwise_equal(mem.params, off.params));
+  }
+  // the files have no names: nothing is left in the directory
+  CHECK(std::filesystem::is_empty(dir));
+  std::filesystem::remove_all(dir);
+
+  Opt bad;
+  bad.offload_to(dir / "missing");
+  model m;
+  const std::string want = "offloaded to '" + (dir / "missing").string() + "': cannot create a file there";
+  CHECK_THROWS_WITH_AS(bad.attach(m.layout), doctest::Contains(want.c_str()), error);
 }
 
 TEST_CASE_TEMPLATE("updates do not depend on the thread count", Opt, optim::adamw<>, optim::lamb<>, optim::sgd<>,

@@ -22,6 +22,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "sparselm/core/checked.hpp"
@@ -30,8 +31,12 @@
 #include "sparselm/core/view.hpp"
 
 #if defined(__linux__)
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
 #endif
 
 namespace sparselm {
@@ -144,11 +149,47 @@ struct aligned_free {
 inline constexpr std::size_t arena_map_bytes = std::size_t(4) << 20;
 }  // namespace detail
 
+// Where an offloaded arena keeps its values: an unnamed file in `dir` (Linux O_TMPFILE: it has no
+// name and goes away with the process, a crash included), `what` naming it in messages.
+struct file_backing {
+  std::filesystem::path dir;
+  std::string what = "arena";
+};
+
 // Zero-initialised storage for every tensor of a layout, in one 64-byte aligned block.
+//
+// Offloaded (constructed with a file_backing): the block is a shared mapping of a file on disk,
+// its space reserved up front (a full disk is an error here, never a SIGBUS later). Pages are
+// read in on use; page_out() drops them from the process (the values stay in the file and the
+// page cache, written back by the system), so the process holds only what it uses between.
 template <storage_type T>
 class arena {
  public:
   arena() = default;
+#if defined(__linux__)
+  arena(std::shared_ptr<const arena_layout> layout, const file_backing& backing) : layout_(std::move(layout)) {
+    SPARSELM_CHECK(layout_ != nullptr, "arena: null layout");
+    std::size_t bytes = layout_->total() * sizeof(T);
+    bytes = (bytes + 63) / 64 * 64;
+    if (bytes == 0) return;
+    const std::string where = backing.what + " offloaded to '" + backing.dir.string() + "'";
+    int fd = ::open(backing.dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    SPARSELM_CHECK(fd >= 0, where, ": cannot create a file there: ", std::strerror(errno),
+                   errno == ENOENT || errno == ENOTDIR ? " (not an existing directory)" : "");
+    const int err = ::posix_fallocate(fd, 0, off_t(bytes));
+    if (err != 0) {
+      ::close(fd);
+      fail(where, ": cannot reserve ", bytes, " bytes: ", std::strerror(err),
+           err == ENOSPC ? " (not enough free space on that disk)" : "");
+    }
+    void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int e = errno;
+    ::close(fd);  // the mapping keeps the file
+    SPARSELM_CHECK(m != MAP_FAILED, where, ": cannot map ", bytes, " bytes: ", std::strerror(e));
+    data_ = std::unique_ptr<T, detail::aligned_free>(static_cast<T*>(m), detail::aligned_free{bytes});
+    file_backed_ = true;
+  }
+#endif
   explicit arena(std::shared_ptr<const arena_layout> layout) : layout_(std::move(layout)) {
     SPARSELM_CHECK(layout_ != nullptr, "arena: null layout");
     std::size_t bytes = layout_->total() * sizeof(T);  // total() <= limits::arena_elements: no overflow
@@ -170,8 +211,14 @@ class arena {
     data_.reset(static_cast<T*>(p));
   }
 
-  arena(arena&&) noexcept = default;
-  arena& operator=(arena&&) noexcept = default;
+  arena(arena&& o) noexcept
+      : layout_(std::move(o.layout_)), data_(std::move(o.data_)), file_backed_(std::exchange(o.file_backed_, false)) {}
+  arena& operator=(arena&& o) noexcept {
+    layout_ = std::move(o.layout_);
+    data_ = std::move(o.data_);
+    file_backed_ = std::exchange(o.file_backed_, false);
+    return *this;
+  }
   // Deep copy (same layout, copied values).
   arena clone() const {
     arena r(layout_);
@@ -180,6 +227,8 @@ class arena {
   }
 
   const arena_layout& layout() const noexcept { return *layout_; }
+  // Whether the values live in a file (constructed with a file_backing).
+  bool file_backed() const noexcept { return file_backed_; }
   const std::shared_ptr<const arena_layout>& layout_ptr() const noexcept { return layout_; }
   bool empty() const noexcept { return !data_; }
 
@@ -223,6 +272,11 @@ class arena {
     if (first >= last) return;
     auto* b = reinterpret_cast<char*>(data_.get() + first);
     auto* e = reinterpret_cast<char*>(data_.get() + last);
+    if (file_backed_) {  // dropped pages of a file read back its values: zero them in the file
+      std::memset(b, 0, std::size_t(e - b));
+      page_out(first, last);
+      return;
+    }
 #if defined(__linux__)
     const long ps = sysconf(_SC_PAGESIZE);
     if (ps > 0) {
@@ -239,9 +293,43 @@ class arena {
     std::memset(b, 0, std::size_t(e - b));
   }
 
+  // Offloaded arenas: drops the pages that hold elements [first, last) from this process (every
+  // page they touch, shared edges included: a shared file page keeps its values, written or not,
+  // and a later access reads it back). Nothing for an arena in memory, whose pages hold the only
+  // copy of their values.
+  void page_out([[maybe_unused]] std::size_t first, [[maybe_unused]] std::size_t last) const noexcept {
+#if defined(__linux__)
+    if (!file_backed_ || !data_) return;
+    last = std::min(last, layout_->total());
+    if (first >= last) return;
+    const long ps = sysconf(_SC_PAGESIZE);
+    if (ps <= 0) return;
+    const auto page = std::uintptr_t(ps);
+    const auto b = reinterpret_cast<std::uintptr_t>(data_.get() + first) / page * page;
+    const auto e = (reinterpret_cast<std::uintptr_t>(data_.get() + last) + page - 1) / page * page;
+    ::madvise(reinterpret_cast<void*>(b), std::size_t(e - b), MADV_DONTNEED);
+#endif
+  }
+  void page_out_all() const noexcept {
+    if (layout_) page_out(0, layout_->total());
+  }
+  // Asks the system to read elements [first, last) of an offloaded arena ahead of their use.
+  void prefetch([[maybe_unused]] std::size_t first, [[maybe_unused]] std::size_t last) const noexcept {
+#if defined(__linux__)
+    if (!file_backed_ || !data_) return;
+    last = std::min(last, layout_->total());
+    if (first >= last) return;
+    const auto page = std::uintptr_t(sysconf(_SC_PAGESIZE));
+    const auto b = reinterpret_cast<std::uintptr_t>(data_.get() + first) / page * page;
+    const auto e = reinterpret_cast<std::uintptr_t>(data_.get() + last);
+    ::madvise(reinterpret_cast<void*>(b), std::size_t(e - b), MADV_WILLNEED);
+#endif
+  }
+
  private:
   std::shared_ptr<const arena_layout> layout_;
   std::unique_ptr<T, detail::aligned_free> data_;
+  bool file_backed_ = false;
 };
 
 }  // namespace sparselm

@@ -210,6 +210,8 @@ void save_training_state(const std::filesystem::path& path, Trainer& t, const nl
         const auto& ti = layout[i];
         if (ti.flags & param_frozen) continue;
         w.add("optimizer." + s.name + "." + ti.name, dtype_of<S>(), ti.shape, (*s.slots)[i].data());
+        if (s.slots->file_backed())  // offloaded slots go back to their file once written
+          w.after_reading_last([a = s.slots, i] { a->page_out(a->layout()[i].offset, a->layout()[i].offset + a->layout()[i].size); });
       }
     return st.step;
   };
@@ -343,7 +345,11 @@ nlohmann::json load_training_state(const std::filesystem::path& path, Trainer& t
           if (ti.flags & param_frozen) continue;
           const std::string name = "optimizer." + s.name + "." + ti.name;
           if (read) {
-            if (own.contains(i)) f.read_as<S>(name, ti.shape, (*s.slots)[i - own.begin]);
+            if (own.contains(i)) {
+              f.read_as<S>(name, ti.shape, (*s.slots)[i - own.begin]);
+              const auto& to = s.slots->layout()[i - own.begin];
+              s.slots->page_out(to.offset, to.offset + to.size);  // offloaded slots: to their file
+            }
             continue;
           }
           SPARSELM_CHECK(f.contains(name), path.string(), ": no optimiser slot '", name,

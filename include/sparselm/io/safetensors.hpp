@@ -155,6 +155,12 @@ class safetensors_writer {
     entries_.back().source = std::move(source);
     entries_.back().crc = crc;
   }
+  // Calls `done` each time write() has read the last added tensor's bytes (its checksum, then its
+  // copy into the file): an offloaded arena pages them out again (core/arena.hpp, page_out).
+  void after_reading_last(std::function<void()> done) {
+    SPARSELM_CHECK(!entries_.empty(), "safetensors: after_reading_last() before any add()");
+    entries_.back().after_read = std::move(done);
+  }
   void set_metadata(const std::string& key, std::string value) { meta_[key] = std::move(value); }
   std::size_t size() const noexcept { return entries_.size(); }
 
@@ -173,6 +179,7 @@ class safetensors_writer {
       e.info.end = off + bytes;
       off += bytes;
       if (checksums_) sums[e.info.name] = crc32c_hex(e.source ? e.crc : crc32c(e.data, bytes));
+      if (checksums_ && e.after_read) e.after_read();
     }
     if (checksums_) meta_[checksum_key] = sums.dump();
     if (!meta_.empty()) h["__metadata__"] = meta_;
@@ -191,6 +198,7 @@ class safetensors_writer {
         const std::string what = path.string() + " tensor '" + e.info.name + "'";
         if (!e.source) {
           write_bytes(f, e.data, bytes, what);
+          if (e.after_read) e.after_read();
           continue;
         }
         std::size_t got = 0;
@@ -214,6 +222,7 @@ class safetensors_writer {
     const void* data;
     byte_source source = nullptr;  // add_streamed
     std::uint32_t crc = 0;         // of a streamed tensor's bytes
+    std::function<void()> after_read = nullptr;  // after_reading_last
   };
   std::vector<entry> entries_;
   std::vector<std::vector<std::int32_t>> owned_;  // stable: add_owned keeps spans into these

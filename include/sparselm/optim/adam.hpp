@@ -146,6 +146,7 @@ class basic_adam : public detail::slot_optimizer<S, 2> {
                                                       },
                                                       ws + off, gs + off, s[0], s[1]);
                                                 });
+      this->page_out_slots(sg.begin, sg.size());  // offloaded slots: back to their file
       if (!watch.ok()) nonfinite.store(true, std::memory_order_relaxed);
     });
     this->wrote_nonfinite_ = nonfinite.load();

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
@@ -95,12 +96,33 @@ class slot_optimizer {
     slot_layout_ = sharded() ? sub_layout(*layout_, owned_, elements_.first) : layout_;
     segments_ = split_segments(*layout_);
     std::erase_if(segments_, [&](const segment& sg) { return !owned_.contains(sg.tensor); });
-    for (std::size_t k = 0; k < N; ++k) slots_[k] = k < active_ ? arena<S>(slot_layout_) : arena<S>();
+    for (std::size_t k = 0; k < N; ++k)
+      slots_[k] = k >= active_ ? arena<S>()
+                  : offload_dir_.empty()
+                      ? arena<S>(slot_layout_)
+                      : arena<S>(slot_layout_, file_backing{offload_dir_, std::string(who_) + " slot '" + names_[k] + "'"});
     step_ = 0;
     wrote_nonfinite_ = false;
   }
 
   bool attached() const noexcept { return layout_ != nullptr; }
+
+  // Offloaded state: the slots of the next attach() live in unnamed files in `dir` (core/arena.hpp,
+  // file_backing) instead of memory; step() pages each segment's slots in as it updates them and
+  // out after, so the process holds at most a segment per thread of them. Empty: in memory.
+  void offload_to(std::filesystem::path dir) { offload_dir_ = std::move(dir); }
+  bool offloaded() const noexcept { return !offload_dir_.empty(); }
+
+  // Drops the slot pages of the owned flat elements [first, first + count) of the full layout from
+  // the process (offloaded slots; nothing otherwise), and of every slot.
+  void page_out_slots(std::size_t first, std::size_t count) const noexcept {
+    if (offload_dir_.empty()) return;
+    const std::size_t b = first - elements_.first;
+    for (std::size_t k = 0; k < active_; ++k) slots_[k].page_out(b, b + count);
+  }
+  void page_out_slots() const noexcept {
+    for (std::size_t k = 0; k < active_; ++k) slots_[k].page_out_all();
+  }
   const arena_layout& layout() const {
     require_attached("layout()");
     return *layout_;
@@ -200,6 +222,7 @@ class slot_optimizer {
 
   std::size_t step_count() const noexcept { return step_; }
 
+
   // Bytes of slot storage held (the owned tensors' only, when sharded).
   std::size_t slot_bytes() const noexcept {
     std::size_t n = 0;
@@ -244,6 +267,7 @@ class slot_optimizer {
   element_range elements_;         // owned_ in layout_'s flat elements
   std::vector<segment> segments_;  // owned tensors only
   std::array<arena<S>, N> slots_;
+  std::filesystem::path offload_dir_;  // offload_to: the slots' files go here (empty: in memory)
   std::size_t step_ = 0;
   bool wrote_nonfinite_ = false;  // the last step() wrote a non-finite value (state_finite())
 

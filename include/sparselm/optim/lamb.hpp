@@ -125,6 +125,7 @@ class lamb : public detail::slot_optimizer<S, 2> {
                   ws + off, m, v);
             }
           });
+      this->page_out_slots(sg.begin, sg.size());  // offloaded slots: back to their file
       if (!watch.ok()) nonfinite.store(true, std::memory_order_relaxed);
       w2_[k] = acc_w.total;
       u2_[k] = acc_u.total;
@@ -162,6 +163,7 @@ class lamb : public detail::slot_optimizer<S, 2> {
                 },
                 ws + off, static_cast<const float*>(s[0]), static_cast<const float*>(s[1]));
           });
+      this->page_out_slots(sg.begin, sg.size());  // offloaded slots: back to their file
       if (!watch.ok()) nonfinite.store(true, std::memory_order_relaxed);
     });
     this->wrote_nonfinite_ = nonfinite.load();

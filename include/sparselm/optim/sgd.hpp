@@ -120,6 +120,7 @@ class sgd : public detail::slot_optimizer<S, 1> {
             },
             ws + off, gs + off, s[0]);
       });
+      this->page_out_slots(sg.begin, sg.size());  // offloaded slots: back to their file
       report();
     });
     this->wrote_nonfinite_ = nonfinite.load();

@@ -24,6 +24,7 @@
 #include <array>
 #include <cstddef>
 #include <optional>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -177,6 +178,17 @@ class optimizer_choice {
   element_range owned_elements() const {
     return visit([](const auto& o) { return o.owned_elements(); });
   }
+  // Offloaded slots (optim/engine.hpp, slot_optimizer::offload_to): for the next attach().
+  void offload_to(const std::filesystem::path& dir) {
+    visit([&](auto& o) { o.offload_to(dir); });
+  }
+  bool offloaded() const {
+    return visit([](const auto& o) { return o.offloaded(); });
+  }
+  void page_out_slots() const {
+    visit([](const auto& o) { o.page_out_slots(); });
+  }
+
   // Bytes of slot storage held (2 per value for bf16 and half).
   std::size_t slot_bytes() const {
     return visit([](const auto& o) { return o.slot_bytes(); });

@@ -34,6 +34,7 @@
 #include "sparselm/core/dtype.hpp"
 #include "sparselm/core/json.hpp"
 #include "sparselm/core/rng.hpp"
+#include "sparselm/core/memory_usage.hpp"
 #include "sparselm/core/tensor.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/kernels/bsr.hpp"
@@ -165,6 +166,8 @@ struct plan_inputs {
   bool recompute_blocks = false;
   pipeline::plan pipeline{};
   bool shard_optimizer = false;
+  bool offload = false;              // the slots in files (trainer.offload)
+  double memory_budget = 0;          // GiB per process (0: none)
   std::string optimizer = "adamw";
   std::size_t optimizer_slots = 2;   // slot arenas (SGD: 1 with momentum, else 0)
   std::size_t slot_bytes = 4;        // float 4, bf16 / half 2
@@ -189,6 +192,8 @@ inline plan_inputs plan_inputs_of(const run_settings& s, std::size_t seq, std::s
   in.recompute_blocks = s.trainer.recompute == "blocks";
   in.pipeline = s.trainer.pipeline;
   in.shard_optimizer = s.trainer.shard_optimizer;
+  in.offload = !s.trainer.offload.empty();
+  in.memory_budget = s.memory_budget;
   in.optimizer = s.optimizer.value("type", "adamw");
   in.optimizer_slots = in.optimizer == "sgd" ? (s.optimizer.value("momentum", 0.9) > 0 ? 1 : 0) : 2;
   const std::string slots = s.optimizer.value("slots", "float");
@@ -210,6 +215,7 @@ struct run_plan {
   double parameters = 0, stored_parameters = 0, sparse_active_blocks = 0;
   // bytes per process (the largest stage's share when a pipeline over ranks shards by stage)
   double weights = 0, gradients = 0, optimizer = 0, patterns = 0;
+  double offloaded = 0;  // optimiser slots kept on disk (trainer.offload), not in memory
   double activations = 0, activations_per_slot = 0, scratch = 0, workspace = 0;
   std::size_t slots_in_flight = 1, caches_per_slot = 0;
   std::size_t data_replicas = 1;
@@ -257,8 +263,8 @@ struct run_plan {
               {"parameters", parameters},
               {"stored_parameters", stored_parameters},
               {"memory_bytes",
-               {{"weights", weights}, {"gradients", gradients}, {"optimizer", optimizer}, {"patterns", patterns},
-                {"activations", activations}, {"scratch", scratch}, {"workspace", workspace},
+               {{"weights", weights}, {"gradients", gradients}, {"optimizer", optimizer},
+                {"optimizer_offloaded", offloaded}, {"patterns", patterns}, {"activations", activations}, {"scratch", scratch}, {"workspace", workspace},
                 {"total", total_bytes()}}},
               {"memory_gib_total", gib(total_bytes())},
               {"activations_per_micro_batch_bytes", activations_per_slot},
@@ -273,7 +279,7 @@ struct run_plan {
                        {"precision", std::string(precision::name(in.compute))}, {"recompute", in.recompute_blocks ? "blocks" : "none"},
                        {"pipeline_stages", in.pipeline.stages},
                        {"pipeline_placement", in.pipeline.where == pipeline::placement::ranks ? "ranks" : "threads"},
-                       {"shard_optimizer", in.shard_optimizer}, {"optimizer", in.optimizer},
+                       {"shard_optimizer", in.shard_optimizer}, {"offload", in.offload}, {"optimizer", in.optimizer},
                        {"slot_bytes", in.slot_bytes}, {"block_size", in.block},
                        {"sparsity", in.block ? in.sparsity : 0.0}}}};
     if (in.block) j["active_blocks"] = sparse_active_blocks;
@@ -306,7 +312,10 @@ struct run_plan {
     put("  memory per process:\n");
     put("    weights         %s\n", size(weights).c_str());
     put("    gradients       %s\n", size(gradients).c_str());
-    put("    optimiser slots %s\n", size(optimizer).c_str());
+    if (in.offload)
+      put("    optimiser slots %s on disk (offloaded; none in memory)\n", size(offloaded).c_str());
+    else
+      put("    optimiser slots %s\n", size(optimizer).c_str());
     if (patterns > 0) put("    sparse patterns %s\n", size(patterns).c_str());
     put("    activations     %s (%s per micro-batch in flight x %zu; %zu block cache(s) each)\n",
         size(activations).c_str(), size(activations_per_slot).c_str(), slots_in_flight, caches_per_slot);
@@ -447,7 +456,10 @@ inline run_plan make_run_plan(const model_shape& m, const plan_inputs& in) {
   p.gradients = stored * f;
   double slots = stored * double(in.optimizer_slots * in.slot_bytes);
   if (in.shard_optimizer && p.data_replicas > 1) slots /= double(p.data_replicas);
-  p.optimizer = slots;
+  if (in.offload)
+    p.offloaded = slots;  // in memory: a segment per thread while the update passes (negligible)
+  else
+    p.optimizer = slots;
   if (in.block) p.patterns = (p.sparse_active_blocks * 16.0 + (in.rigl ? pooled * f : 0.0)) * share;
 
   // Activations per micro-batch in flight (bytes); layers/block.hpp and the layers it holds.
@@ -542,12 +554,25 @@ inline run_plan make_run_plan(const model_shape& m, const plan_inputs& in) {
   return p;
 }
 
-// Peak resident memory of this process so far (VmHWM, bytes; 0 where /proc is absent).
-inline double peak_rss_bytes() {
-  std::ifstream f("/proc/self/status");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) * 1024.0;
-  return 0;
+// A run with a memory budget (plan_inputs::memory_budget, GiB per process): its plan plus what the
+// process already holds (the program, its data) must fit, or the run stops before its first step
+// with an error that says what the plan needs and what would free it. Nothing without a budget.
+inline void check_memory_budget(const model_shape& m, const plan_inputs& in, const std::string& context) {
+  if (in.memory_budget <= 0) return;
+  const run_plan p = make_run_plan(m, in);
+  const double gib = double(1 << 30), held = peak_rss_bytes(), need = p.total_bytes() + held;
+  if (need <= in.memory_budget * gib) return;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "%s: field 'memory_budget' %.3g GiB: the run needs %.3g GiB per process (held now %.3g, weights %.3g, "
+                "gradients %.3g, optimiser slots %.3g, activations %.3g, scratch %.3g; --dry-run shows the plan)",
+                context.c_str(), in.memory_budget, need / gib, held / gib, p.weights / gib, p.gradients / gib,
+                p.optimizer / gib, p.activations / gib, (p.scratch + p.workspace) / gib);
+  std::string advice;
+  if (p.optimizer > 0) advice += "; --offload DIR keeps the optimiser slots on disk";
+  if (!in.recompute_blocks) advice += "; --recompute blocks keeps one block's activations";
+  advice += "; a smaller --batch-size with --accumulation keeps the global batch";
+  fail(buf, advice);
 }
 
 // --dry-run: the plan on stderr (readable) and stdout (one JSON line, with the process's peak

@@ -38,6 +38,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sparselm/core/memory_usage.hpp"
 #include "sparselm/io/checkpoint.hpp"
 #include "sparselm/io/run_dir.hpp"
 #include "sparselm/kernels/gemm_bf16.hpp"
@@ -173,7 +174,8 @@ nlohmann::json run_training(Model& model, Trainer& t, Task& task, const run_opti
                             {"resumed_from", resumed_from},
                             {"interrupted", r.interrupted},
                             {"train_seconds", r.train_seconds},
-                            {"samples_per_s", r.train_seconds > 0 ? double(r.samples) / r.train_seconds : 0.0}};
+                            {"samples_per_s", r.train_seconds > 0 ? double(r.samples) / r.train_seconds : 0.0},
+                            {"peak_rss_bytes", peak_rss_bytes()}};
   if (r.last_eval && r.last_eval->count) summary["valid"] = task.loss_json(*r.last_eval);
   if (auto l = cd.latest()) summary["checkpoint"] = l->string();
   if constexpr (!std::is_same_v<Sparsity, std::nullptr_t>)

@@ -144,6 +144,14 @@ inline std::span<const option_entry> common_options() {
        "Activation memory: none keeps every block's activations; blocks keeps each block's input and re-runs the "
        "block in backward (~1/3 more compute, one block's activations)",
        "none blocks", "none", "precision and memory"},
+      {"trainer.offload", "--offload", k::text,
+       "Keep the optimiser's slots (Adam m and v) in unnamed files in this directory on local disk, paged in per "
+       "segment of the update: memory holds the weights, gradients and activations (absent: in memory)",
+       "", "", "precision and memory"},
+      {"memory_budget", "--memory-budget", k::number,
+       "GiB a process may hold: a run whose plan (--dry-run) needs more stops before its first step, saying what "
+       "to offload; the summary reports the peak (absent or 0: no budget)",
+       "", "", "precision and memory", 0, 1e6},
       {"dropout", "--dropout", k::number, "Every dropout rate of the model (absent: the model config's)", "", "",
        "precision and memory", 0, 1},
       // processes
@@ -316,6 +324,7 @@ struct run_settings {
   std::string out = "runs/run";
   std::string init_from;
   std::optional<double> dropout;      // every dropout rate of the model (the program applies it)
+  double memory_budget = 0;           // GiB per process (0: none); train/plan.hpp, check_memory_budget
   std::string program;                // the program the config names ("": any)
   json about;                         // the preset's description (recorded)
   json task = json::object();         // the task's keys, for the program
@@ -372,6 +381,7 @@ struct run_settings {
     s.out = r.get("out", s.out);
     s.init_from = r.get("init_from", s.init_from);
     if (r.has("dropout")) s.dropout = r.get("dropout", 0.0, in_range(0.0, 1.0));
+    s.memory_budget = r.get("memory_budget", 0.0, in_closed(0.0, 1e6));
     s.program = r.get("program", s.program);
     if (r.has("about")) s.about = common.at("about");
     r.ignore({"about"});
@@ -535,6 +545,7 @@ struct run_settings {
     if (global_batch) j["global_batch"] = *global_batch;
     if (!init_from.empty()) j["init_from"] = init_from;
     if (dropout) j["dropout"] = *dropout;
+    if (memory_budget > 0) j["memory_budget"] = memory_budget;
     if (!program.empty()) j["program"] = program;
     if (!about.is_null()) j["about"] = about;
     json& t = j["trainer"];
@@ -546,6 +557,7 @@ struct run_settings {
     t["on_nonfinite"] = trainer.on_nonfinite == nonfinite_action::skip ? "skip" : "stop";
     if (trainer.precision) t["precision"] = precision::name(*trainer.precision);
     t["recompute"] = trainer.recompute;
+    if (!trainer.offload.empty()) t["offload"] = trainer.offload;
     t["shard_optimizer"] = trainer.shard_optimizer;
     t["pipeline"] = {{"stages", trainer.pipeline.stages},
                      {"schedule", trainer.pipeline.schedule == pipeline::order::gpipe ? "gpipe" : "1f1b"},

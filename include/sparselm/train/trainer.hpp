@@ -21,6 +21,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <span>
@@ -129,6 +130,12 @@ class trainer {
   trainer(Model& model, trainer_options o, optimizer_type opt, optim::schedule sched)
       : model_(model), opt_(std::move(opt)), sched_(std::move(sched)), o_(resolve_options<Policies>(std::move(o))),
         scaler_(o_.loss_scaling) {
+    if (!o_.offload.empty()) {
+      if constexpr (requires { opt_.offload_to(std::filesystem::path()); })
+        opt_.offload_to(o_.offload);
+      else
+        fail("trainer: offload '", o_.offload, "': optimiser ", optim::name_of(opt_), " cannot keep its state in files");
+    }
     opt_.attach(model_.layout());
   }
 

@@ -85,13 +85,17 @@ struct trainer_options {
   // What a step keeps for backward under recompute::configured (policies/recompute.hpp): "none"
   // (every block's activations) or "blocks" (each block's input; the block re-runs in backward).
   std::string recompute = "none";
+  // Offloaded optimiser state: a directory on local disk where the optimiser keeps its slots in
+  // unnamed files (optim/engine.hpp, offload_to), paged in per segment of the update and out after;
+  // empty: in memory. The checkpoints are the same either way.
+  std::string offload;
 
   // Fields: accumulation {steps, mode, scale_before}, clip ("none" | "global_norm" | "per_tensor"),
   // max_norm, dropout_seed, on_nonfinite ("stop" | "skip"), max_skipped_steps, loss_scaling
   // ({"type": "static", "scale": S} | {"type": "dynamic", ...} | a number), precision ("fp32" |
   // "bf16" | "fp16"), shard_optimizer (bool), pipeline ({"stages": N, "schedule": "1f1b" | "gpipe",
   // "placement": "threads" | "ranks", "split": [first block of each stage after the first]}),
-  // recompute ("none" | "blocks"), bf16_activations (bool).
+  // recompute ("none" | "blocks"), bf16_activations (bool), offload (a directory).
   static trainer_options from_json(const json& j, const std::string& context = "trainer config") {
     json_fields r(j, context);
     trainer_options o;
@@ -115,6 +119,8 @@ struct trainer_options {
                                      context + ": field 'precision'");
     o.bf16_activations = r.get("bf16_activations", o.bf16_activations);
     o.recompute = r.get("recompute", o.recompute, one_of({recompute::none::name, recompute::blocks::name}));
+    o.offload = r.get("offload", o.offload);
+    SPARSELM_CHECK(!r.has("offload") || !o.offload.empty(), context, ": field 'offload' is empty (a directory, or leave it out)");
     r.finish();
     return o;
   }
