@@ -219,9 +219,9 @@ int main(int argc, char** argv) {
                            {"max_train", max_train},
                            {"max_test", max_test},
                            {"labels", set.label_names}});
-    if (cli.cli.dry_run)
-      return cli.print_plan(model_shape_of(cfg, head_kind::classification, 0, set.label_names.size()), max_seq,
-                            replicas.group().size(), rank0);
+    if (auto rc = cli.plan_gate(model_shape_of(cfg, head_kind::classification, 0, set.label_names.size()), max_seq,
+                                replicas.group().size(), rank0))
+      return *rc;
     return cli.with_encoder_sparsity(rank0, [&]<class S>(const sparse_plan& plan) -> int {
       bert_classifier<float, S> model(cfg, set.label_names.size(), plan);
       model.init(cli.job.seed);

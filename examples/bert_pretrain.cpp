@@ -102,10 +102,11 @@ int main(int argc, char** argv) {
     const auto& sp = s.sparsity;
     SPARSELM_CHECK(!sp.update || sp.block_size > 0, cli.context(),
                    ": field 'sparsity.update' (dynamic sparsity) needs block-sparse projections (sparsity.block_size)");
-    if (cli.dry_run) {
+    if (cli.dry_run || s.memory_budget > 0) {
       const auto info = data::bert_example_file(o.train).info();
-      return cli.print_plan(model_shape_of(cfg, head_kind::bert_pretraining, info.max_predictions),
-                            plan_inputs_of(s, info.seq_len, replicas.group().size()), replicas.group().rank() == 0);
+      if (auto rc = cli.plan_gate(model_shape_of(cfg, head_kind::bert_pretraining, info.max_predictions),
+                                  plan_inputs_of(s, info.seq_len, replicas.group().size()), replicas.group().rank() == 0))
+        return *rc;
     }
     int rc = 0;
     registry::with_sparsity(sp.block_size, [&]<class S>() {

@@ -204,8 +204,8 @@ int main(int argc, char** argv) {
                            {"max_query", fo.max_query_tokens},
                            {"n_best", po.n_best},
                            {"max_answer", po.max_answer_tokens}});
-    if (cli.cli.dry_run)
-      return cli.print_plan(model_shape_of(cfg, head_kind::span), fo.max_seq, replicas.group().size(), rank0);
+    if (auto rc = cli.plan_gate(model_shape_of(cfg, head_kind::span), fo.max_seq, replicas.group().size(), rank0))
+      return *rc;
     return cli.with_encoder_sparsity(rank0, [&]<class S>(const sparse_plan& plan) -> int {
       bert_qa<float, S> model(cfg, plan);
       model.init(cli.job.seed);

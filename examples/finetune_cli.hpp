@@ -103,7 +103,7 @@ class finetune_cli {
   // --dry-run: the plan of fine-tuning model m (model_shape_of a bert_config and head) on sequences
   // of seq tokens over `ranks` processes, with the encoder's block sparsity as the run would have it
   // (the checkpoint's, or pruned to the run's).
-  int print_plan(const sparselm::model_shape& m, std::size_t seq, std::size_t ranks, bool first_process) const {
+  std::optional<int> plan_gate(const sparselm::model_shape& m, std::size_t seq, std::size_t ranks, bool first_process) const {
     bool resuming = false;
     const auto sp = sparsity(resuming);
     sparselm::plan_inputs in = sparselm::plan_inputs_of(settings, seq, ranks);
@@ -112,7 +112,7 @@ class finetune_cli {
     in.block = prune ? want.block_size : sp.block;
     in.sparsity = prune ? want.sparsity : sp.sparsity;
     in.allocation = sparselm::sparse::allocation::uniform;
-    return cli.print_plan(m, in, first_process);
+    return cli.plan_gate(m, in, first_process);
   }
 
   // f.template operator()<S>(plan) for the encoder's sparsity S (sparselm::dense or block_sparse<B>)

@@ -131,10 +131,10 @@ int main(int argc, char** argv) {
     if (job.run.threads > 0) set_num_threads(job.run.threads);
     job.resolved = job.run.resolved();
     if (!job.init_from.empty()) job.resolved["init_from"] = job.init_from.string();
-    if (cli.dry_run)
-      return cli.print_plan(model_shape_of(job.model),
-                            plan_inputs_of(job.run.settings, job.run.seq_len, replicas.group().size()),
-                            replicas.group().rank() == 0);
+    if (auto rc = cli.plan_gate(model_shape_of(job.model),
+                                plan_inputs_of(job.run.settings, job.run.seq_len, replicas.group().size()),
+                                replicas.group().rank() == 0))
+      return *rc;
     return dispatch(job, replicas.group());
   });
   return replicas.finish(status);

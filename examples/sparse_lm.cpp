@@ -152,13 +152,11 @@ int main(int argc, char** argv) {
     in.resolved = in.run.resolved();
     in.resolved["sparsity"]["block_size"] = in.model.block_size;
     in.resolved["sparsity"]["sparsity"] = in.model.sparsity;
-    if (cli.dry_run) {
-      plan_inputs pi = plan_inputs_of(in.run.settings, in.run.seq_len, replicas.group().size());
-      pi.block = in.model.block_size;  // the model's config decides its sparsity
-      pi.sparsity = in.model.sparsity;
-      pi.allocation = sparse::parse_allocation(in.model.allocation);
-      return cli.print_plan(model_shape_of(in.model), pi, replicas.group().rank() == 0);
-    }
+    plan_inputs pi = plan_inputs_of(in.run.settings, in.run.seq_len, replicas.group().size());
+    pi.block = in.model.block_size;  // the model's config decides its sparsity
+    pi.sparsity = in.model.sparsity;
+    pi.allocation = sparse::parse_allocation(in.model.allocation);
+    if (auto rc = cli.plan_gate(model_shape_of(in.model), pi, replicas.group().rank() == 0)) return *rc;
     return dispatch(in, replicas.group());
   });
   return replicas.finish(status);

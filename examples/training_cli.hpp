@@ -138,11 +138,16 @@ class training_cli {
 
   bool resume = false, overwrite = false, verify = true, dry_run = false;
 
-  // --dry-run: the plan of a run of model m under `in` (train/plan.hpp), printed by the first process
-  // only; returns the exit status.
-  int print_plan(const sparselm::model_shape& m, const sparselm::plan_inputs& in, bool first_process) const {
-    if (first_process) sparselm::print_run_plan(m, in);
-    return 0;
+  // The plan of a run of model m under `in` (train/plan.hpp). --dry-run: printed by the first
+  // process, and the exit status (0) returned. Otherwise the run's memory budget is checked against
+  // it (an error naming what the run needs when it does not fit) and nothing returned: the run goes on.
+  std::optional<int> plan_gate(const sparselm::model_shape& m, const sparselm::plan_inputs& in, bool first_process) const {
+    if (dry_run) {
+      if (first_process) sparselm::print_run_plan(m, in);
+      return 0;
+    }
+    sparselm::check_memory_budget(m, in, context());
+    return std::nullopt;
   }
 
  private:
