@@ -15,8 +15,9 @@ From a shell benchmark (values are JSON when they parse as JSON, else strings):
     /usr/bin/python3 benchmarks/common/results.py --json FILE --benchmark data_parallel \\
         --command "benchmarks/data_parallel.sh build" --threads 2 --case ranks=2 --metric ratio=0.97
 
-The commit is taken at run time (`git rev-parse` of this checkout; "-dirty" when tracked files
-outside benchmarks/results/ differ from it).
+The commit is taken at run time (`git rev-parse` of this checkout; "-dirty" when the Python
+benchmarks or the PyTorch references, tests/reference/, differ from it); a C++ program a Python
+benchmark runs was built from the commit its own lines give.
 """
 import argparse
 import json
@@ -59,7 +60,7 @@ def commit():
         return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, check=True).stdout.strip()
     try:
         head = git("rev-parse", "--short=12", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", "benchmarks/*.py", "tests/reference")
         return head + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
