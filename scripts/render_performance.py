@@ -62,7 +62,8 @@ def host_label(kind, lines):
     loads = [ln["load"] for ln in lines if ln.get("load") is not None]
     if loads:
         busy = max(loads) >= 0.5 * (h.get("cpus") or 1)
-        text += (f" 1-minute load average when they started: {min(loads):.1f}–{max(loads):.1f}"
+        span = f"{min(loads):.1f}" if f"{min(loads):.1f}" == f"{max(loads):.1f}" else f"{min(loads):.1f}–{max(loads):.1f}"
+        text += (f" 1-minute load average when they started: {span}"
                  f"{' (measured under load: other work shared the CPUs)' if busy else ''}.")
     return text
 
@@ -251,12 +252,25 @@ def render_step_variants(lines):
     return table(head, rows), runs
 
 
+def render_compile_time(lines):
+    runs, rows = Runs(), []
+    for ln in latest(lines, lambda ln: tuple(sorted(ln["case"].items()))):
+        c, m = ln["case"], ln["metrics"]
+        rows.append([c["form"], f"g++ {c['compiler']} `{c['flags']}`", f"{m['cpu_seconds']:.1f}", f"{m['wall_seconds']:.1f}",
+                     f"{m['peak_rss_mib']:.0f}", f"{m['object_kib']}", runs.ref(ln)])
+    head = [("form", "---"), ("compiler and flags", "---"), ("CPU s (user + system)", "---:"), ("wall s", "---:"),
+            ("peak RSS MiB", "---:"), ("object KiB", "---:"), ("run", "---")]
+    return table(head, rows), runs
+
+
 KINDS = {
     "gpt_step": (("compare_gpt_step",), render_gpt_step, "GPT step against PyTorch (`benchmarks/compare_gpt_step.py`)"),
     "bert_step": (("compare_bert_step",), render_bert_step, "BERT pre-training step against PyTorch (`benchmarks/compare_bert_step.py`)"),
     "gemm": (("bench_gemm",), render_gemm, "Dense fp32 GEMM against OpenBLAS and the FMA peak (`bench_gemm`)"),
     "bsr": (("bench_bsr",), render_bsr, "Block-sparse layer fwd + bwd against our dense GEMM step (`bench_bsr`)"),
     "s1_step": (("bench_s1_step",), render_s1_step, "S1-shaped step, block-sparse against dense (`bench_s1_step`)"),
+    "compile_time": (("compile_time",), render_compile_time,
+                     "Compile time of a downstream translation unit that trains a GPT one step (`benchmarks/compile_time.sh`)"),
     "step_variants": (("bench_gpt_step", "bench_bert_step"), render_step_variants,
                       "Whole steps: precision and sparsity variants against fp32 dense (`bench_gpt_step`, `bench_bert_step`)"),
 }
