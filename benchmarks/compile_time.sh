@@ -14,6 +14,8 @@ json=${SPARSELM_RESULTS:-}
 if [ "${1:-}" = --json ]; then json=$2; shift 2; fi
 build=${1:-build} work=${2:-/tmp/sparselm-compile-time}
 cmd="benchmarks/compile_time.sh $*"
+export SPARSELM_RESULTS_RUN
+SPARSELM_RESULTS_RUN="$(date -u +%Y-%m-%dT%H:%M:%SZ)-$$"  # the two lines are one run
 rm -rf "$work" && mkdir -p "$work"
 cmake --install "$build" --prefix "$work/prefix" > /dev/null
 for form in header_only kernels; do

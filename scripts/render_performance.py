@@ -191,11 +191,11 @@ def render_gemm(lines):
     out = table(head, rows)
     for t in sorted(fracs, reverse=True):
         fr = fracs[t]
-        msg = (f"\n{t} thread{'s' if t > 1 else ''}: ours median {100 * med(fr):.0f} % of the FMA peak "
+        msg = (f"{t} thread{'s' if t > 1 else ''}: ours median {100 * med(fr):.0f} % of the FMA peak "
                f"({100 * min(fr):.0f}–{100 * max(fr):.0f} %)")
         if ratios.get(t):
             msg += f", median {med(ratios[t]):.2f}× OpenBLAS ({min(ratios[t]):.2f}–{max(ratios[t]):.2f}×)"
-        out.append(msg + ".")
+        out += ["", msg + "."]
     return out, runs
 
 

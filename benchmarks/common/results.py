@@ -10,7 +10,8 @@ In a Python benchmark:
     out = results.Results("compare_gpt_step", args.json)
     out.add({"batch": 8, "seq": 128}, {"ratio_vs_pytorch": 6.4}, threads=2, fma_peak_gflops=430.0)
 
-From a shell benchmark (values are JSON when they parse as JSON, else strings):
+From a shell benchmark (values are JSON when they parse as JSON, else strings; the lines of one
+invocation share SPARSELM_RESULTS_RUN="$(date -u +%Y-%m-%dT%H:%M:%SZ)-$$" as their run):
 
     /usr/bin/python3 benchmarks/common/results.py --json FILE --benchmark data_parallel \\
         --command "benchmarks/data_parallel.sh build" --threads 2 --case ranks=2 --metric ratio=0.97
@@ -100,17 +101,18 @@ class Results:
         self.command = command if command is not None else command_line()
         self.date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.run = f"{self.date}-{os.getpid()}"
+        if os.environ.get("SPARSELM_RESULTS_RUN"):  # one run over several calls: "<UTC date>-<id>"
+            self.run = os.environ["SPARSELM_RESULTS_RUN"]
+            self.date = self.run[:20]
         try:
             self.load = os.getloadavg()[0]  # the 1-minute load average at the start: other work on the machine
         except OSError:
             self.load = None
-        self._host = self._commit = None
+        self._host, self._commit = host_probe(), commit()  # at the start, as the C++ writer
 
     def add(self, case, metrics, threads, fma_peak_gflops=None):
         if not self.path:
             return
-        if self._host is None:
-            self._host, self._commit = host_probe(), commit()
         line = {"benchmark": self.benchmark, "case": case, "metrics": metrics, "threads": threads}
         if fma_peak_gflops:
             line["fma_peak_gflops"] = fma_peak_gflops

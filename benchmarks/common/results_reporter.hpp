@@ -12,7 +12,9 @@
 // "threads:N" part of the name (else 1), and the peak is fma_peak(threads) when given.
 
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <functional>
 #include <regex>
 #include <string>
@@ -25,8 +27,11 @@ namespace sparselm::bench {
 
 class results_reporter : public benchmark::ConsoleReporter {
  public:
+  // Colours only on a terminal, as Google Benchmark's own console reporter by default.
   explicit results_reporter(const results& out, std::function<double(int)> fma_peak = {})
-      : out_(out), fma_peak_(std::move(fma_peak)) {}
+      : benchmark::ConsoleReporter(::isatty(::fileno(stdout)) ? OO_Color : OO_None),
+        out_(out),
+        fma_peak_(std::move(fma_peak)) {}
 
   void ReportRuns(const std::vector<Run>& runs) override {
     benchmark::ConsoleReporter::ReportRuns(runs);
