@@ -252,6 +252,35 @@ def render_step_variants(lines):
     return table(head, rows), runs
 
 
+POINTWISE_NAME = re.compile(r"([a-z_]+)/([0-9x]+)/threads:(\d+)$")
+
+
+def render_pointwise(lines):
+    runs, rows = Runs(), []
+    mine = latest(lines, lambda ln: ln["case"]["name"] if POINTWISE_NAME.match(ln["case"]["name"])
+                  and not ln["case"]["name"].startswith("copy/") else None)
+    for ln in sorted(mine, key=lambda ln: -ln["threads"]):
+        kernel, shape, _ = POINTWISE_NAME.match(ln["case"]["name"]).groups()
+        m = ln["metrics"]
+        rows.append([kernel, shape, ln["threads"], f"{m['GB/s']:.1f}", f"{m['copy_GB/s']:.1f}",
+                     f"**{100 * m['of_copy']:.0f} %**", runs.ref(ln)])
+    head = [("kernel", "---"), ("shape", "---"), ("threads", "---:"), ("GB/s", "---:"),
+            ("copy GB/s (same size)", "---:"), ("of copy", "---:"), ("run", "---")]
+    return table(head, rows), runs
+
+
+def render_peak(lines):
+    runs, rows = Runs(), []
+    for ln in latest(lines, lambda ln: ln["case"]["name"] if "GFLOP/s" in ln["metrics"] else None):
+        name = ln["case"]["name"]
+        what = {"BM_fma_peak": "fp32 FMA", "BM_bf16_dot_peak": "AVX512-BF16 dot products",
+                "BM_amx_peak": "AMX TDPBF16PS"}.get(name.split("/")[0], name)
+        rows.append([what, ln["threads"], f"{ln['metrics']['GFLOP/s']:.1f}", runs.ref(ln)])
+    head = [("peak", "---"), ("threads", "---:"), ("GFLOP/s (the probe: median of 7; its last of 3 calls)", "---:"),
+            ("run", "---")]
+    return table(head, rows), runs
+
+
 def render_compile_time(lines):
     runs, rows = Runs(), []
     for ln in latest(lines, lambda ln: tuple(sorted(ln["case"].items()))):
@@ -269,6 +298,9 @@ KINDS = {
     "gemm": (("bench_gemm",), render_gemm, "Dense fp32 GEMM against OpenBLAS and the FMA peak (`bench_gemm`)"),
     "bsr": (("bench_bsr",), render_bsr, "Block-sparse layer fwd + bwd against our dense GEMM step (`bench_bsr`)"),
     "s1_step": (("bench_s1_step",), render_s1_step, "S1-shaped step, block-sparse against dense (`bench_s1_step`)"),
+    "peak": (("bench_peak",), render_peak, "The probe: peak rates of this host (`bench_peak`)"),
+    "pointwise": (("bench_pointwise",), render_pointwise,
+                  "Element-wise kernels against a copy of the same size (`bench_pointwise`)"),
     "compile_time": (("compile_time",), render_compile_time,
                      "Compile time of a downstream translation unit that trains a GPT one step (`benchmarks/compile_time.sh`)"),
     "step_variants": (("bench_gpt_step", "bench_bert_step"), render_step_variants,

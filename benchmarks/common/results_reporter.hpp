@@ -9,7 +9,8 @@
 //
 // A line's case is {"name": the benchmark's name without its /iterations: or /manual_time parts,
 // "repetitions"}; its metrics are the user counters and "real_time_ms"; its threads come from a
-// "threads:N" part of the name (else 1), and the peak is fma_peak(threads) when given.
+// "threads" counter or a "threads:N" part of the name (else 1), and the peak is fma_peak(threads)
+// when given.
 
 #include <benchmark/benchmark.h>
 #include <unistd.h>
@@ -42,7 +43,8 @@ class results_reporter : public benchmark::ConsoleReporter {
       const std::regex noise("/(iterations:[0-9]+|manual_time|real_time)");
       const std::string name = std::regex_replace(r.run_name.str(), noise, "");
       std::smatch m;
-      const int threads = std::regex_search(name, m, std::regex("threads:([0-9]+)")) ? std::stoi(m[1]) : 1;
+      int threads = std::regex_search(name, m, std::regex("threads:([0-9]+)")) ? std::stoi(m[1]) : 1;
+      if (const auto c = r.counters.find("threads"); c != r.counters.end()) threads = int(c->second.value);
       nlohmann::json metrics = {{"real_time_ms", r.GetAdjustedRealTime() * to_ms(r.time_unit)}};
       for (const auto& [k, c] : r.counters) metrics[k] = c.value;
       out_.add({{"name", name}, {"repetitions", r.repetitions}}, metrics, threads,
