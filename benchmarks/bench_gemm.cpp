@@ -258,8 +258,7 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("AMX TDPBF16PS peak GFLOP/s (1 thread, 2 threads)",
                                 std::to_string(amx_peak(1)) + ", " + std::to_string(amx_peak(2)));
   benchmark::AddCustomContext("gemm_bf16 path (best)", sparselm::kernels::describe_compute(sparselm::dtype::bf16));
-  sparselm::bench::results_reporter reporter(out, [](int t) { return sparselm::settled_fma_peak_gflops(t); });
-  benchmark::RunSpecifiedBenchmarks(out.enabled() ? &reporter : nullptr);
+  sparselm::bench::run_benchmarks(out, [](int t) { return sparselm::settled_fma_peak_gflops(t); });
   print_summary();
   benchmark::Shutdown();
   return 0;

@@ -70,12 +70,4 @@ BENCHMARK(BM_amx_shape)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-int main(int argc, char** argv) {
-  const sparselm::bench::results out("bench_peak", argc, argv);  // --json FILE (common/results.hpp)
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  sparselm::bench::results_reporter reporter(out);
-  benchmark::RunSpecifiedBenchmarks(out.enabled() ? &reporter : nullptr);
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return sparselm::bench::benchmark_main("bench_peak", argc, argv); }

@@ -168,11 +168,5 @@ int main(int argc, char** argv) {
     reg("gelu_fwd/4096x3072" + th, bm_gelu_fwd, t);
     reg("gelu_bwd/4096x3072" + th, bm_gelu_bwd, t);
   }
-  const sparselm::bench::results out("bench_pointwise", argc, argv);  // --json FILE (common/results.hpp)
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  sparselm::bench::results_reporter reporter(out);
-  benchmark::RunSpecifiedBenchmarks(out.enabled() ? &reporter : nullptr);
-  benchmark::Shutdown();
-  return 0;
+  return sparselm::bench::benchmark_main("bench_pointwise", argc, argv);  // --json FILE: results lines
 }

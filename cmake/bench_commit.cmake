@@ -1,5 +1,6 @@
 # Writes OUT, a C++ file defining sparselm_bench_commit(): the source tree's commit (12 hex digits,
-# "-dirty" when tracked files outside benchmarks/results/ differ from it; "unknown" without git).
+# "-dirty" when tracked code a benchmark is built from (include/, src/, benchmarks/ outside
+# benchmarks/results/, cmake/, CMakeLists.txt) differs from it; "unknown" without git).
 # Run at every build by the sparselm_bench_commit target (benchmarks/CMakeLists.txt); OUT is
 # rewritten only when the text changes, so an unchanged commit rebuilds nothing.
 #   cmake -DSOURCE_DIR=... -DOUT=... -P bench_commit.cmake
@@ -10,8 +11,8 @@ if(GIT_FOUND)
     OUTPUT_VARIABLE head RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
   if(rc EQUAL 0)
     set(commit ${head})
-    execute_process(COMMAND ${GIT_EXECUTABLE} -C ${SOURCE_DIR} status --porcelain --untracked-files=no -- .
-                            ":(exclude)benchmarks/results"
+    execute_process(COMMAND ${GIT_EXECUTABLE} -C ${SOURCE_DIR} status --porcelain --untracked-files=no --
+                            include src benchmarks cmake CMakeLists.txt ":(exclude)benchmarks/results"
       OUTPUT_VARIABLE dirty OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
     if(NOT dirty STREQUAL "")
       string(APPEND commit -dirty)

@@ -4,8 +4,9 @@
 //
 //   sparselm::bench::results out("bench_gemm", argc, argv);  // before benchmark::Initialize
 //   benchmark::Initialize(&argc, argv);
-//   sparselm::bench::results_reporter rep(out, [](int t) { return sparselm::settled_fma_peak_gflops(t); });
-//   benchmark::RunSpecifiedBenchmarks(out.enabled() ? &rep : nullptr);
+//   sparselm::bench::run_benchmarks(out, [](int t) { return sparselm::settled_fma_peak_gflops(t); });
+//
+// or, for a program that needs nothing else in main, sparselm::bench::benchmark_main("bench_x", argc, argv).
 //
 // A line's case is {"name": the benchmark's name without its /iterations: or /manual_time parts,
 // "repetitions"}; its metrics are the user counters and "real_time_ms"; its threads come from a
@@ -65,5 +66,21 @@ class results_reporter : public benchmark::ConsoleReporter {
   const results& out_;
   std::function<double(int)> fma_peak_;
 };
+
+// Runs the benchmarks the flags select, appending results lines when `out` is enabled.
+inline void run_benchmarks(const results& out, std::function<double(int)> fma_peak = {}) {
+  results_reporter reporter(out, std::move(fma_peak));
+  benchmark::RunSpecifiedBenchmarks(out.enabled() ? &reporter : nullptr);
+}
+
+// BENCHMARK_MAIN with results lines (`--json FILE`): the whole main of a registered benchmark program.
+inline int benchmark_main(const char* name, int argc, char** argv) {
+  const results out(name, argc, argv);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  run_benchmarks(out);
+  benchmark::Shutdown();
+  return 0;
+}
 
 }  // namespace sparselm::bench
