@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/peak.hpp"
+#include "common/results.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/models/bert.hpp"
 #include "sparselm/train/registry.hpp"
@@ -33,6 +34,7 @@
 using namespace sparselm;
 
 int main(int argc, char** argv) {
+  const bench::results out("bench_bert_step", argc, argv);
   std::string config = SPARSELM_SOURCE_DIR "/configs/bert-base.json";
   std::size_t B = 8, T = 128, M = 20, steps = 3, warmup = 1;
   int threads = 2;
@@ -64,7 +66,8 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: %s [--config bert.json] [--batch 8] [--seq 128] [--masked 20] [--steps 3] "
-                   "[--warmup 1] [--threads 2] [--block 16 --sparsity 0.9] [--precision fp32|bf16|fp16]\n",
+                   "[--warmup 1] [--threads 2] [--block 16 --sparsity 0.9] [--precision fp32|bf16|fp16]\n"
+                   "       [--json results.jsonl]\n",
                    argv[0]);
       return 2;
     }
@@ -133,6 +136,13 @@ int main(int argc, char** argv) {
               std::string(precision::name(compute)).c_str(), block, S::is_sparse ? sparsity : 0.0, flops / sparse_flops,
               B, T, M, threads, med, double(B) / med, flops / med / 1e9, peak, flops / med / 1e9 / peak,
               double(ru.ru_maxrss) / 1024.0, loss);
+          out.add({{"config", config.substr(config.find_last_of('/') + 1)}, {"batch", B}, {"seq", T}, {"masked", M},
+                   {"precision", std::string(precision::name(compute))}, {"block", block},
+                   {"sparsity", S::is_sparse ? sparsity : 0.0}},
+                  {{"samples_per_second", double(B) / med}, {"step_seconds", med}, {"mfu", flops / med / 1e9 / peak},
+                   {"model_gflops_per_s", flops / med / 1e9}, {"peak_rss_mb", double(ru.ru_maxrss) / 1024.0},
+                   {"flop_ceiling", flops / sparse_flops}, {"loss", loss}},
+                  threads, peak);
           return 0;
         },
         "--block");

@@ -51,6 +51,7 @@
 #include "common/bandwidth.hpp"
 #include "common/peak.hpp"
 #include "common/random_pattern.hpp"
+#include "common/results.hpp"
 #include "sparselm/core/simd.hpp"
 #include "sparselm/core/tensor.hpp"
 #include "sparselm/core/threads.hpp"
@@ -280,6 +281,7 @@ void time_pooled(std::size_t B, const fbuf& X, const fbuf& dY, std::size_t M, st
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bench::results json_out("bench_bsr", argc, argv);  // --json FILE: results lines (common/results.hpp)
   const options o = parse(argc, argv);
   const std::size_t M = o.M;
   std::mt19937 rng(1);
@@ -378,6 +380,12 @@ int main(int argc, char** argv) {
                       100.0 * gbs / copy);
           if (o.paired) std::printf(" %.2f |", t.paired);
           std::printf("\n");
+          json_out.add({{"in", sh.in}, {"out", sh.out}, {"M", M}, {"block", B}, {"sparsity", s}, {"reps", o.reps}},
+                       {{"speedup_vs_gemm", t_gemm / t.step}, {"sparse_step_ms", t.step * 1e3},
+                        {"gemm_step_ms", t_gemm * 1e3}, {"effective_gflops", gf}, {"of_peak", gf / peak},
+                        {"paired_speedup", o.paired ? nlohmann::json(t.paired) : nlohmann::json()},
+                        {"speedup_vs_openblas", o.blas ? nlohmann::json(t_blas / t.step) : nlohmann::json()}},
+                       T, peak);
           std::fflush(stdout);
           if (o.bf16 && B != 1) {
             hbuf X16;

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "common/peak.hpp"
+#include "common/results_reporter.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/kernels/gemm.hpp"
 #include "sparselm/kernels/gemm_bf16.hpp"
@@ -244,6 +245,7 @@ int main(int argc, char** argv) {
           ->UseManualTime()->Unit(benchmark::kMicrosecond);
 #endif
     }
+  const sparselm::bench::results out("bench_gemm", argc, argv);  // --json FILE (common/results.hpp)
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("peak GFLOP/s (1 thread, 2 threads)",
@@ -256,7 +258,7 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("AMX TDPBF16PS peak GFLOP/s (1 thread, 2 threads)",
                                 std::to_string(amx_peak(1)) + ", " + std::to_string(amx_peak(2)));
   benchmark::AddCustomContext("gemm_bf16 path (best)", sparselm::kernels::describe_compute(sparselm::dtype::bf16));
-  benchmark::RunSpecifiedBenchmarks();
+  sparselm::bench::run_benchmarks(out, [](int t) { return sparselm::settled_fma_peak_gflops(t); });
   print_summary();
   benchmark::Shutdown();
   return 0;

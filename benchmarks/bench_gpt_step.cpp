@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/peak.hpp"
+#include "common/results.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/train/registry.hpp"
@@ -39,7 +40,8 @@ using namespace sparselm;
 
 template <class Model, class Recompute>
 void run(const std::string& config, std::size_t B, std::size_t T, std::size_t steps, std::size_t warmup, int threads,
-         double sparsity, dtype compute, bool bf16_activations, std::size_t M, const pipeline::plan& pipe) {
+         double sparsity, dtype compute, bool bf16_activations, std::size_t M, const pipeline::plan& pipe,
+         const bench::results& out) {
   set_num_threads(threads);
   auto cfg = gpt_config::from_json(read_json_file(config), config);
   Model model(cfg, sparse_plan{sparsity});
@@ -117,9 +119,18 @@ void run(const std::string& config, std::size_t B, std::size_t T, std::size_t st
       pipeline::name(pipe.schedule), split.c_str(), pipe.stages > 1 ? pipeline::predicted_bubble(pipe.stages, M) : 0.0,
       pipe.stages > 1 ? bubbles[bubbles.size() / 2] : 0.0, bf16_activations ? "true" : "false",
       dense_flops_per_token / flops_per_token);
+  out.add({{"config", config.substr(config.find_last_of('/') + 1)}, {"batch", B}, {"seq", T},
+           {"precision", std::string(precision::name(compute))}, {"block", Model::sparsity::block},
+           {"sparsity", Model::sparsity::is_sparse ? sparsity : 0.0}, {"recompute", std::string(Recompute::name)},
+           {"micro_batches", M}, {"pipeline_stages", pipe.stages}, {"bf16_activations", bf16_activations}},
+          {{"tokens_per_second", tps}, {"step_seconds", med}, {"mfu", tps * flops_per_token / 1e9 / peak},
+           {"model_gflops_per_s", tps * flops_per_token / 1e9}, {"peak_rss_mb", double(ru.ru_maxrss) / 1024.0},
+           {"flop_ceiling", dense_flops_per_token / flops_per_token}, {"bf16_peak_gflops", bf16_peak}, {"loss", loss}},
+          threads, peak);
 }
 
 int main(int argc, char** argv) {
+  const bench::results out("bench_gpt_step", argc, argv);
   std::string config = SPARSELM_SOURCE_DIR "/configs/gpt2-small.json";
   std::size_t B = 8, T = 128, steps = 5, warmup = 1;
   int threads = 2;
@@ -151,7 +162,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--config gpt.json] [--batch 8] [--seq 128] [--steps 5] [--warmup 1] [--threads 2] "
                    "[--recompute] [--block 0|1|4|8|16] [--sparsity 0.9] [--precision fp32|bf16|fp16] [--micro-batches 1] "
-                   "[--pipeline-stages 1] [--pipeline-schedule 1f1b|gpipe] [--fp32-activations]\n",
+                   "[--pipeline-stages 1] [--pipeline-schedule 1f1b|gpipe] [--fp32-activations] "
+                   "[--json results.jsonl]\n",
                    argv[0]);
       return 2;
     }
@@ -161,7 +173,8 @@ int main(int argc, char** argv) {
     pipe.schedule = pipeline::parse_order(schedule, "bench_gpt_step: --pipeline-schedule");
     registry::with_sparsity(block, [&]<class Sparsity>() {
       registry::with_recompute(recompute_blocks ? "blocks" : "none", [&]<class Recompute>() {
-        run<gpt<float, Sparsity>, Recompute>(config, B, T, steps, warmup, threads, sparsity, compute, bf16_activations, micro, pipe);
+        run<gpt<float, Sparsity>, Recompute>(config, B, T, steps, warmup, threads, sparsity, compute, bf16_activations,
+                                             micro, pipe, out);
       });
     });
   } catch (const std::exception& e) {

@@ -1,9 +1,10 @@
 // Measured fp32 FMA peak (GFLOP/s) for 1 and 2 threads: the denominator of "% of peak" in the
 // kernel benchmarks; the AVX512-BF16 dot-product peak, the native bf16 GEMM's; and the AMX
-// TDPBF16PS peak, the amx bf16 GEMM's. Run: ./build/benchmarks/bench_peak
+// TDPBF16PS peak, the amx bf16 GEMM's. Run: ./build/benchmarks/bench_peak [--json results.jsonl]
 #include <benchmark/benchmark.h>
 
 #include "common/peak.hpp"
+#include "common/results_reporter.hpp"
 #include "sparselm/kernels/gemm_bf16.hpp"
 
 static void BM_fma_peak(benchmark::State& state) {
@@ -69,4 +70,4 @@ BENCHMARK(BM_amx_shape)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) { return sparselm::bench::benchmark_main("bench_peak", argc, argv); }

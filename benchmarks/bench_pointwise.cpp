@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/bandwidth.hpp"
+#include "common/results_reporter.hpp"
 #include "sparselm/core/simd.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/kernels/gelu.hpp"
@@ -167,9 +168,5 @@ int main(int argc, char** argv) {
     reg("gelu_fwd/4096x3072" + th, bm_gelu_fwd, t);
     reg("gelu_bwd/4096x3072" + th, bm_gelu_bwd, t);
   }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return sparselm::bench::benchmark_main("bench_pointwise", argc, argv);  // --json FILE: results lines
 }

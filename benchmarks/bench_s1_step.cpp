@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/peak.hpp"
+#include "common/results.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/models/sparse_lm.hpp"
 #include "sparselm/optim/adam.hpp"
@@ -82,6 +83,7 @@ void print(const char* name, const result& r, std::size_t B, std::size_t T, int 
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bench::results out("bench_s1_step", argc, argv);
   std::string config = SPARSELM_SOURCE_DIR "/configs/recipes/s1-gpt2-size.json";
   std::size_t B = 4, T = 256, steps = 5, warmup = 1, layers = 4;
   int threads = 2;
@@ -101,7 +103,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: %s [--config s1.json] [--layers 4] [--batch 4] [--seq 256] [--steps 5] [--warmup 1] "
-                   "[--threads 2] [--sparsity 0.9] [--precision fp32|bf16|fp16]\n",
+                   "[--threads 2] [--sparsity 0.9] [--precision fp32|bf16|fp16] [--json results.jsonl]\n",
                    argv[0]);
       return 2;
     }
@@ -145,6 +147,12 @@ int main(int argc, char** argv) {
     std::printf("{\"speedup\": %.2f, \"flop_ceiling\": %.2f, \"layers\": %zu, \"peak_rss_mb\": %.1f}\n",
                 rd.seconds / rs.seconds, rd.flops_per_token / rs.flops_per_token, layers,
                 double(ru.ru_maxrss) / 1024.0);
+    out.add({{"config", config.substr(config.find_last_of('/') + 1)}, {"layers", layers}, {"batch", B}, {"seq", T},
+             {"precision", std::string(precision::name(compute))}, {"block", 16}, {"sparsity", sparsity}},
+            {{"speedup_vs_dense", rd.seconds / rs.seconds}, {"flop_ceiling", rd.flops_per_token / rs.flops_per_token},
+             {"dense_step_seconds", rd.seconds}, {"sparse_step_seconds", rs.seconds},
+             {"sparse_tokens_per_second", double(B * T) / rs.seconds}, {"peak_rss_mb", double(ru.ru_maxrss) / 1024.0}},
+            threads, peak);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_s1_step: %s\n", e.what());
     return 1;

@@ -6,6 +6,8 @@ measured in the same run, and peak RSS of both processes.
 
     /usr/bin/python3 benchmarks/compare_bert_step.py                     # BERT-base, 8x128, 20 masked
     /usr/bin/python3 benchmarks/compare_bert_step.py --config configs/bert-mini.json --steps 5
+
+--json FILE (or $SPARSELM_RESULTS) also appends a results line (benchmarks/common/results.py).
 """
 import argparse
 import os
@@ -14,6 +16,7 @@ import sys
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
 sys.path.insert(0, here)
+from common import results  # noqa: E402
 from compare_gpt_step import run  # noqa: E402
 
 
@@ -26,7 +29,9 @@ def main():
     ap.add_argument("--steps", type=int, default=3, help="timed steps (median reported)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--build", default=os.path.join(root, "build"))
+    results.add_argument(ap)
     args = ap.parse_args()
+    out = results.Results("compare_bert_step", args.json)
     ours_bin = os.path.join(args.build, "benchmarks", "bench_bert_step")
     if not os.path.exists(ours_bin):
         sys.exit(f"{ours_bin} not found: build first (cmake --build {args.build} --target bench_bert_step)")
@@ -43,6 +48,14 @@ def main():
     print(f"| {args.batch}x{args.seq} | {o['samples_per_second']:.2f} | {p['samples_per_second']:.2f} | "
           f"{o['samples_per_second'] / p['samples_per_second']:.2f}x | {100 * o['mfu']:.1f} % | "
           f"{o['fma_peak_gflops']:.0f} | {o['peak_rss_mb']:.0f} | {p['peak_rss_mb']:.0f} |")
+    out.add({"config": os.path.basename(args.config), "batch": args.batch, "seq": args.seq, "masked": args.masked,
+             "steps": args.steps},
+            {"sparselm_samples_per_second": o["samples_per_second"],
+             "pytorch_samples_per_second": p["samples_per_second"],
+             "ratio_vs_pytorch": o["samples_per_second"] / p["samples_per_second"], "mfu": o["mfu"],
+             "sparselm_peak_rss_mb": o["peak_rss_mb"], "pytorch_peak_rss_mb": p["peak_rss_mb"],
+             "torch": p.get("torch")},
+            args.threads, o["fma_peak_gflops"])
 
 
 if __name__ == "__main__":

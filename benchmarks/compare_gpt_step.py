@@ -7,6 +7,8 @@ measured in the same run, and peak RSS of both processes.
     /usr/bin/python3 benchmarks/compare_gpt_step.py                      # GPT-2 small, 8x128 and 4x64
     /usr/bin/python3 benchmarks/compare_gpt_step.py --shapes 4x64 --steps 3
     /usr/bin/python3 benchmarks/compare_gpt_step.py --shapes 8x128 --precision bf16   # both in bf16
+
+--json FILE (or $SPARSELM_RESULTS) also appends one results line per shape (benchmarks/common/results.py).
 """
 import argparse
 import json
@@ -16,10 +18,12 @@ import sys
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
+sys.path.insert(0, here)
+from common import results  # noqa: E402
 
 
 def run(cmd):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=results.child_env()).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -33,7 +37,9 @@ def main():
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                     help="both: our --precision, PyTorch's bf16 autocast")
     ap.add_argument("--extra", default="", help="extra flags for bench_gpt_step (e.g. --recompute)")
+    results.add_argument(ap)
     args = ap.parse_args()
+    out = results.Results("compare_gpt_step", args.json)
     ours_bin = os.path.join(args.build, "benchmarks", "bench_gpt_step")
     if not os.path.exists(ours_bin):
         sys.exit(f"{ours_bin} not found: build first (cmake --build {args.build} --target bench_gpt_step)")
@@ -62,6 +68,15 @@ def main():
         print(f"| {shape} | {o['tokens_per_second']:.1f} | {p['tokens_per_second']:.1f} | "
               f"{o['tokens_per_second'] / p['tokens_per_second']:.2f}x | {100 * mfu:.1f} % | "
               f"{peak:.0f} | {o['peak_rss_mb']:.0f} | {p['peak_rss_mb']:.0f} |")
+        b, t = (int(x) for x in shape.lower().split("x"))
+        out.add({"config": os.path.basename(args.config), "batch": b, "seq": t, "precision": args.precision,
+                 "extra": args.extra, "steps": args.steps},
+                {"sparselm_tokens_per_second": o["tokens_per_second"],
+                 "pytorch_tokens_per_second": p["tokens_per_second"],
+                 "ratio_vs_pytorch": o["tokens_per_second"] / p["tokens_per_second"], "mfu": mfu,
+                 "sparselm_peak_rss_mb": o["peak_rss_mb"], "pytorch_peak_rss_mb": p["peak_rss_mb"],
+                 "torch": p.get("torch")},
+                args.threads, o["fma_peak_gflops"])
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 #
 #   scripts/setup.sh           build + main job (compiler, cmake, header deps, benchmark peers)
 #   scripts/setup.sh --test    also the test-only tools (PyTorch reference, MPI runtime, clang with
-#                              libFuzzer for tests/fuzz)
+#                              libFuzzer for tests/fuzz, doxygen for the API reference)
 #
 # Nothing else is installed by hand: every later script relies only on these packages.
 set -euo pipefail
@@ -30,6 +30,8 @@ pkgs=(
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 if [ "$want_test" = 1 ]; then
   pkgs+=(python3 python3-torch python3-numpy)
+  # the API reference's check (docs.doxygen: docs/Doxyfile)
+  pkgs+=(doxygen)
   # clang and its compiler-rt (libFuzzer, ASan, UBSan) for the fuzz harnesses (tests/fuzz)
   pkgs+=(clang libclang-rt-dev)
 fi

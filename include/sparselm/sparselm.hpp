@@ -1,5 +1,17 @@
 #pragma once
-// Umbrella header for users. Library headers include what they use, never this file.
+// Umbrella header for users: the models, the trainer, the optimisers, data, checkpoints and
+// HuggingFace interop in one include. Library headers include what they use, never this file.
+//
+//   #include <sparselm/sparselm.hpp>
+//   auto cfg = sparselm::gpt_config::from_json(sparselm::read_json_file("configs/gpt-mini.json"));
+//   sparselm::gpt<float, sparselm::block_sparse<16>> model(cfg, {.sparsity = 0.9});
+//   model.init(1234);
+//   sparselm::trainer t(model, {}, sparselm::optim::adamw<>(sparselm::json{{"weight_decay", 0.1}}),
+//                       sparselm::optim::make_schedule({{"type", "constant"}, {"lr", 4e-3}}));
+//   auto m = t.train_step(micro_batches);     // std::vector<sparselm::token_batch>; m.loss.mean_loss()
+//   sparselm::io::save_model("ckpt", model);  // config.json + model.safetensors + block patterns
+//
+// The whole program: README.md, "The library in 15 lines"; a downstream project: docs/guide/own-model.md.
 
 #include "sparselm/version.hpp"
 #include "sparselm/core/arena.hpp"

@@ -3,6 +3,9 @@
 //
 // Every message names the culprit: the tensor, file, field or shape involved. Use
 // SPARSELM_CHECK(cond, parts...) for preconditions; the parts are streamed into the message.
+//
+//   SPARSELM_CHECK(x.cols == w.rows, "linear: input has ", x.cols, " columns, weight ", w.rows, " rows");
+//   try { ... } catch (const sparselm::error& e) { std::fprintf(stderr, "%s\n", e.what()); }
 
 #include <sstream>
 #include <stdexcept>

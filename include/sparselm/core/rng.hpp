@@ -5,6 +5,10 @@
 // initialisation and sampling give the same numbers whatever the thread count or the order in
 // which threads visit the elements. Streams separate uses (e.g. layer l's dropout at step t is
 // stream = mix(l, t)); indices address elements within a stream.
+//
+//   sparselm::counter_rng rng(1234);                 // the seed
+//   float u = rng.uniform(stream, i);                // in [0, 1)
+//   std::uint64_t k = rng.below(stream, i, vocab);   // in [0, vocab)
 
 #include <array>
 #include <cmath>
