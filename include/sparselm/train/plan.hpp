@@ -564,8 +564,9 @@ inline void check_memory_budget(const model_shape& m, const plan_inputs& in, con
   if (need <= in.memory_budget * gib) return;
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "%s: field 'memory_budget' %.3g GiB: the run needs %.3g GiB per process (held now %.3g, weights %.3g, "
-                "gradients %.3g, optimiser slots %.3g, activations %.3g, scratch %.3g; --dry-run shows the plan)",
+                "%s: memory budget %.3g GiB (memory_budget, --memory-budget): the run needs %.3g GiB per process "
+                "(held now %.3g, weights %.3g, gradients %.3g, optimiser slots %.3g, activations %.3g, scratch %.3g; "
+                "--dry-run shows the plan)",
                 context.c_str(), in.memory_budget, need / gib, held / gib, p.weights / gib, p.gradients / gib,
                 p.optimizer / gib, p.activations / gib, (p.scratch + p.workspace) / gib);
   std::string advice;
