@@ -46,15 +46,17 @@ inline constexpr bool bsr_ffn_fuses = detail::bsr_tiling<B, Arch>::lanes_n;
 
 namespace detail {
 
-// Rows per tile: one lanes-N panel (MR rows) on AVX-512, where the 24-row tile's intermediate
-// (24 x F floats, 295 KiB at F = 3072) and its gradient stay in the 1 MiB L2; without AVX-512
-// (6-row panels) panels up to about 48 rows, so that a block column's blocks are reused from L1
-// across the tile's panels (bsr_tiling::row_blocks).
+// Rows per tile: about 48 (two 24-row panels on AVX-512, eight 6-row ones on AVX2), where the
+// tile's H and dH (48 x F floats each, 590 KiB at F = 3072) stay in L2 or nearby L3, and each
+// per-thread weight-gradient partial (nnz·B² floats) is read and written once per 48 rows, as the
+// unfused bsr_backward's chunks do. Measured on the Zen 5 host (bench_bsr --ffn, M = 1024, B = 16,
+// s = 0.9, two threads; benchmarks/results/2026-12-06-zen5-fused-ffn.md): 48 rows beat 24 and 96
+// at C x F = 768 x 3072 and 1600 x 6400.
 template <std::size_t B, class Arch>
 inline std::size_t ffn_tile_rows(std::size_t rows) {
   constexpr std::size_t MR = bsr_tiling<B, Arch>::MR;
   if (rows != 0) return std::max<std::size_t>(MR, rows / MR * MR);
-  return bsr_tiling<B, Arch>::row_blocks ? std::max<std::size_t>(1, 48 / MR) * MR : MR;
+  return std::max<std::size_t>(1, 48 / MR) * MR;
 }
 
 // C (np panels of MR rows) = beta*C + S (strips, stride ss, np*MR rows) · the blocks of L [+ bias]:
