@@ -23,9 +23,10 @@
 //
 // Only for lanes-N tiles (B a multiple of the SIMD width: B = 16 on AVX-512, 8 and 16 on AVX2, 4, 8,
 // 16 on SSE2; bsr_ffn_fuses<B, Arch>); a feed-forward with other B runs the unfused products.
-// fp32; Y and dX are bitwise those of bsr_matmul / bsr_matmul_t + gelu_forward / gelu_backward in
-// turn (the same tiles and summation order); the gradients are deterministic for a thread count
-// and equal the unfused ones to rounding (the rows are cut into other chunks). No allocation in the
+// fp32; Y and dX come from the tiles of bsr_matmul / bsr_matmul_t + gelu_forward / gelu_backward in
+// the same summation order (tests/layers/test_fused_ffn.cpp holds them to 1e-6 of the unfused
+// layer); the gradients are deterministic for a thread count and equal the unfused ones to
+// rounding (the rows are cut into other chunks). No allocation in the
 // steady state (thread-local buffers, bsr_scratch slots 0, 1, 5, 6 per thread and 7-12 on the
 // calling thread).
 
