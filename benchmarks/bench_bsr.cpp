@@ -32,6 +32,15 @@
 // shared host over the seconds between the separately timed medians (up to a fifth on the Zen 5
 // host's VM) does not enter it; "speed-up vs gemm" stays the ratio of the two medians.
 //
+// --ffn CxF[,...] (e.g. 768x3072,1600x6400) instead times the block-sparse feed-forward
+// gelu(X·W1 + b1)·W2 + b2 (W1 C x F, W2 F x C, the same pattern density) per block size that
+// kernels/bsr_ffn.hpp fuses: unfused (bsr_matmul, gelu_forward, bsr_matmul; bsr_backward,
+// gelu_backward, bsr_backward and the bias sums, H and gelu(H) in memory, what feed_forward runs
+// with ffn_fusion() off) against fused (bsr_ffn_forward, bsr_ffn_backward; H kept in the tiles'
+// layout, ffn_fusion_mode::keep, or recomputed per tile, ::recompute): medians of forward, backward
+// and the step, and the paired speed-ups unfused step / fused step.
+// --ffn-tile R sets the fused kernel's rows per tile (0: its default).
+//
 // All operands are 64-byte aligned, as the library's tensors are (see `fbuf` below).
 
 #include <cblas.h>
@@ -57,6 +66,8 @@
 #include "sparselm/core/threads.hpp"
 #include "sparselm/kernels/bsr.hpp"
 #include "sparselm/kernels/bsr_bf16.hpp"
+#include "sparselm/kernels/bsr_ffn.hpp"
+#include "sparselm/kernels/reduce.hpp"
 #include "sparselm/kernels/gemm.hpp"
 #include "sparselm/sparse/block_pattern.hpp"
 
@@ -121,6 +132,8 @@ struct options {
   bool bf16 = false;
   bool bf16_x = false;
   bool paired = false;
+  std::vector<shape> ffn;  // --ffn: C x F shapes of the feed-forward comparison
+  std::size_t ffn_tile = 0;
 };
 
 template <class T>
@@ -163,11 +176,18 @@ options parse(int argc, char** argv) {
     else if (k == "--bf16-x") o.bf16 = o.bf16_x = true;
     else if (k == "--paired")
       o.paired = true;
+    else if (k == "--ffn")
+      o.ffn = parse_list<shape>(next(), [](const std::string& s) {
+        const auto x = s.find('x');
+        return shape{std::stoul(s.substr(0, x)), std::stoul(s.substr(x + 1))};
+      });
+    else if (k == "--ffn-tile")
+      o.ffn_tile = std::stoul(next());
     else {
       std::fprintf(stderr,
                    "usage: bench_bsr [--threads 2,1] [--sparsity 0.9,0.8] [--blocks 16,8,4,1] [--reps 5]\n"
                    "                 [--shapes 768x768,...] [--m 4096] [--no-blas] [--bf16] [--bf16-x]\n"
-                   "                 [--paired]\n");
+                   "                 [--paired] [--ffn 768x3072,...] [--ffn-tile 0]\n");
       std::exit(2);
     }
   }
@@ -280,9 +300,90 @@ void time_pooled(std::size_t B, const fbuf& X, const fbuf& dY, std::size_t M, st
 
 }  // namespace
 
+// --ffn: the fused feed-forward against the unfused products, block size B (one the kernel fuses).
+template <std::size_t B>
+void time_ffn(const options& o, int T, std::size_t C, std::size_t F, double s, std::mt19937& rng) {
+  using kernels::gelu_kind;
+  const std::size_t M = o.M;
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto rand_vec = [&](std::size_t n) {
+    fbuf v(n);
+    for (auto& x : v) x = u(rng);
+    return v;
+  };
+  const auto p1 = bench::random_pattern(B, C, F, s, 7), p2 = bench::random_pattern(B, F, C, s, 8);
+  const auto V1 = rand_vec(p1.nnz() * B * B), V2 = rand_vec(p2.nnz() * B * B), b1 = rand_vec(F), b2 = rand_vec(C);
+  const auto X = rand_vec(M * C), dY = rand_vec(M * C);
+  fbuf Y(M * C), dX(M * C), H(M * F), A(M * F), dA(M * F), dV1(V1.size()), dV2(V2.size()), db1(F);
+  fbuf Hk(kernels::bsr_ffn_hidden_size<B>(M, F, o.ffn_tile));
+  const std::function<void()> u_fwd = [&] {
+    kernels::bsr_matmul<B>({X.data(), M, C}, p1, V1.data(), 0.0f, {H.data(), M, F}, b1.data());
+    kernels::gelu_forward<gelu_kind::tanh>(std::span<const float>(H.data(), M * F), std::span<float>(A.data(), M * F));
+    kernels::bsr_matmul<B>({A.data(), M, F}, p2, V2.data(), 0.0f, {Y.data(), M, C}, b2.data());
+  };
+  const std::function<void()> u_bwd = [&] {
+    kernels::bsr_backward<B>({A.data(), M, F}, {dY.data(), M, C}, p2, V2.data(), 0.0f, {dA.data(), M, F}, dV2.data());
+    std::span<float> d(dA.data(), M * F);
+    kernels::gelu_backward<gelu_kind::tanh>(std::span<const float>(H.data(), M * F), d, d);
+    kernels::bsr_backward<B>({X.data(), M, C}, {dA.data(), M, F}, p1, V1.data(), 0.0f, {dX.data(), M, C}, dV1.data());
+    kernels::add_column_sums({dA.data(), M, F}, db1);
+  };
+  // keep: H kept in Hk; recompute: nothing kept.
+  const auto f_fwd = [&](float* hk) {
+    kernels::bsr_ffn_forward<B, gelu_kind::tanh>({X.data(), M, C}, p1, V1.data(), b1.data(), p2, V2.data(), b2.data(),
+                                                 {Y.data(), M, C}, hk, o.ffn_tile);
+  };
+  const auto f_bwd = [&](const float* hk) {
+    kernels::bsr_ffn_backward<B, gelu_kind::tanh>({X.data(), M, C}, {dY.data(), M, C}, p1, V1.data(), b1.data(), p2,
+                                                  V2.data(), 0.0f, {dX.data(), M, C}, dV1.data(), db1.data(),
+                                                  dV2.data(), hk, o.ffn_tile);
+  };
+  const std::function<void()> u_step = [&] { u_fwd(), u_bwd(); };
+  const std::function<void()> k_step = [&] { f_fwd(Hk.data()), f_bwd(Hk.data()); };
+  const std::function<void()> r_step = [&] { f_fwd(nullptr), f_bwd(nullptr); };
+  const double tuf = median_time(o.reps, u_fwd), tff = median_time(o.reps, [&] { f_fwd(Hk.data()); });
+  const double tub = median_time(o.reps, u_bwd), tfb = median_time(o.reps, [&] { f_bwd(Hk.data()); });
+  const double tus = median_time(o.reps, u_step), tfs = median_time(o.reps, k_step), trs = median_time(o.reps, r_step);
+  const double paired = paired_ratio(o.reps, k_step, u_step), paired_r = paired_ratio(o.reps, r_step, u_step);
+  // Step FLOPs: 6 products of M x nnz·B² (forward 2, backward 4); recompute adds one more.
+  const double flops = 2.0 * double(M) * double((p1.nnz() + p2.nnz()) * B * B) * 3.0;
+  std::printf("| %zux%zu | %.2f | %zu | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %.0f |\n",
+              C, F, s, B, T, tuf * 1e3, tff * 1e3, tub * 1e3, tfb * 1e3, tus * 1e3, tfs * 1e3, trs * 1e3, tus / tfs,
+              paired, paired_r, flops / tus * 1e-9, flops / tfs * 1e-9);
+  std::fflush(stdout);
+}
+
+int run_ffn(const options& o) {
+  std::mt19937 rng(1);
+  std::printf("# bench_bsr --ffn: M = %zu, SIMD %s, median of %d, tile rows %zu (0: default)\n\n", o.M,
+              native_arch::name(), o.reps, o.ffn_tile);
+  std::printf("| C x F | sparsity | B | threads | unfused fwd ms | fused fwd ms | unfused bwd ms | fused bwd ms | "
+              "unfused step ms | fused step ms | fused recompute step ms | speed-up | paired speed-up | "
+              "paired speed-up, recompute | unfused GFLOP/s | fused GFLOP/s |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (int T : o.threads) {
+    set_num_threads(T);
+    for (const auto& sh : o.ffn)
+      for (std::size_t B : o.blocks)
+        for (double s : o.sparsity) {
+          if (sh.in % B || sh.out % B) continue;
+          const auto run = [&]<std::size_t Bc>() {
+            if constexpr (kernels::bsr_ffn_fuses<Bc>) time_ffn<Bc>(o, T, sh.in, sh.out, s, rng);
+          };
+          if (B == 16) run.template operator()<16>();
+          if (B == 8) run.template operator()<8>();
+          if (B == 4) run.template operator()<4>();
+        }
+  }
+  std::printf("\nfused: H kept (ffn_fusion_mode::keep); recompute: H recomputed in backward. GFLOP/s: the 6 "
+              "products of the step (M x active blocks, forward 2 and backward 4) over the step time.\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const bench::results json_out("bench_bsr", argc, argv);  // --json FILE: results lines (common/results.hpp)
   const options o = parse(argc, argv);
+  if (!o.ffn.empty()) return run_ffn(o);
   const std::size_t M = o.M;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);

@@ -8,6 +8,10 @@
 // --pipeline-schedule gpipe), each on threads/S threads, and the line adds the split, the bubble
 // the schedule predicts and the one measured (median step). --fp32-activations keeps the bf16
 // step's activations in fp32 (trainer_options::bf16_activations = false), for comparing memory.
+// --ffn-fusion off|keep|recompute sets how a block-sparse model's feed-forwards run (ffn_fusion(),
+// layers/feed_forward.hpp; keep by default); --fusion-paired alternates the fused (keep) and the
+// unfused feed-forward step by step and prints a second line with both medians and the median of
+// the per-pair ratios unfused / fused (the first line then reports the fused steps).
 //
 //   ./build/benchmarks/bench_gpt_step --config configs/gpt2-small.json --batch 8 --seq 128 --steps 5
 //
@@ -41,7 +45,7 @@ using namespace sparselm;
 template <class Model, class Recompute>
 void run(const std::string& config, std::size_t B, std::size_t T, std::size_t steps, std::size_t warmup, int threads,
          double sparsity, dtype compute, bool bf16_activations, std::size_t M, const pipeline::plan& pipe,
-         const bench::results& out) {
+         const bench::results& out, bool fusion_paired) {
   set_num_threads(threads);
   auto cfg = gpt_config::from_json(read_json_file(config), config);
   Model model(cfg, sparse_plan{sparsity});
@@ -62,9 +66,13 @@ void run(const std::string& config, std::size_t B, std::size_t T, std::size_t st
                              optim::schedule(optim::constant_schedule(1e-4f)));
   std::vector<std::int32_t> ids(B * (T + 1));
   counter_rng rng(1);
-  std::vector<double> times, bubbles;
+  std::vector<double> times, bubbles, unfused_times, ratios;
   double loss = 0;
-  for (std::size_t s = 0; s < warmup + steps; ++s) {
+  const ffn_fusion_mode fusion = ffn_fusion().load();
+  for (std::size_t s = 0; s < (fusion_paired ? 2 : 1) * (warmup + steps); ++s) {
+    // --fusion-paired: even steps fused (keep), odd ones unfused.
+    const bool unfused_step = fusion_paired && s % 2 == 1;
+    if (fusion_paired) ffn_fusion() = unfused_step ? ffn_fusion_mode::off : ffn_fusion_mode::keep;
     for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int32_t(rng.below(s, i, cfg.vocab_size));
     std::vector<std::int32_t> in(B * T), tg(B * T);
     for (std::size_t b = 0; b < B; ++b)
@@ -78,11 +86,20 @@ void run(const std::string& config, std::size_t B, std::size_t T, std::size_t st
                        std::span<const std::int32_t>(tg).subspan(k * rows * T, rows * T), {}, rows, T});
     const step_metrics m = t.train_step(micro);
     loss = m.loss.mean_loss();
-    if (s >= warmup) {
+    if (fusion_paired) {
+      if (s / 2 < warmup) continue;
+      if (unfused_step) {
+        unfused_times.push_back(m.seconds);
+        ratios.push_back(m.seconds / times.back());
+        continue;
+      }
+    }
+    if ((fusion_paired ? s / 2 : s) >= warmup) {
       times.push_back(m.seconds);
       bubbles.push_back(model.last_pipeline().measured_bubble);
     }
   }
+  ffn_fusion() = fusion;
   std::sort(times.begin(), times.end());
   std::sort(bubbles.begin(), bubbles.end());
   const double med = times[times.size() / 2];
@@ -127,6 +144,13 @@ void run(const std::string& config, std::size_t B, std::size_t T, std::size_t st
            {"model_gflops_per_s", tps * flops_per_token / 1e9}, {"peak_rss_mb", double(ru.ru_maxrss) / 1024.0},
            {"flop_ceiling", dense_flops_per_token / flops_per_token}, {"bf16_peak_gflops", bf16_peak}, {"loss", loss}},
           threads, peak);
+  if (fusion_paired) {
+    std::sort(unfused_times.begin(), unfused_times.end());
+    std::sort(ratios.begin(), ratios.end());
+    std::printf("{\"fusion_paired\": true, \"fused_step_seconds\": %.4f, \"unfused_step_seconds\": %.4f, "
+                "\"unfused_over_fused\": %.3f}\n",
+                med, unfused_times[unfused_times.size() / 2], ratios[ratios.size() / 2]);
+  }
 }
 
 int main(int argc, char** argv) {
@@ -142,6 +166,7 @@ int main(int argc, char** argv) {
   std::size_t micro = 1;
   pipeline::plan pipe;
   std::string schedule = "1f1b";
+  bool fusion_paired = false;
   for (int i = 1; i < argc; ++i) {
     auto arg = [&](const char* name) { return std::strcmp(argv[i], name) == 0 && i + 1 < argc; };
     if (arg("--config")) config = argv[++i];
@@ -158,12 +183,20 @@ int main(int argc, char** argv) {
     else if (arg("--pipeline-schedule")) schedule = argv[++i];
     else if (std::strcmp(argv[i], "--recompute") == 0) recompute_blocks = true;
     else if (std::strcmp(argv[i], "--fp32-activations") == 0) bf16_activations = false;
+    else if (arg("--ffn-fusion")) {
+      const std::string m = argv[++i];
+      if (m != "off" && m != "keep" && m != "recompute") {
+        std::fprintf(stderr, "bench_gpt_step: --ffn-fusion must be off, keep or recompute, not '%s'\n", m.c_str());
+        return 2;
+      }
+      ffn_fusion() = m == "off" ? ffn_fusion_mode::off : m == "keep" ? ffn_fusion_mode::keep : ffn_fusion_mode::recompute;
+    } else if (std::strcmp(argv[i], "--fusion-paired") == 0) fusion_paired = true;
     else {
       std::fprintf(stderr,
                    "usage: %s [--config gpt.json] [--batch 8] [--seq 128] [--steps 5] [--warmup 1] [--threads 2] "
                    "[--recompute] [--block 0|1|4|8|16] [--sparsity 0.9] [--precision fp32|bf16|fp16] [--micro-batches 1] "
                    "[--pipeline-stages 1] [--pipeline-schedule 1f1b|gpipe] [--fp32-activations] "
-                   "[--json results.jsonl]\n",
+                   "[--ffn-fusion off|keep|recompute] [--fusion-paired] [--json results.jsonl]\n",
                    argv[0]);
       return 2;
     }
@@ -174,7 +207,7 @@ int main(int argc, char** argv) {
     registry::with_sparsity(block, [&]<class Sparsity>() {
       registry::with_recompute(recompute_blocks ? "blocks" : "none", [&]<class Recompute>() {
         run<gpt<float, Sparsity>, Recompute>(config, B, T, steps, warmup, threads, sparsity, compute, bf16_activations,
-                                             micro, pipe, out);
+                                             micro, pipe, out, fusion_paired);
       });
     });
   } catch (const std::exception& e) {

@@ -11,6 +11,10 @@
 // attention scores and values. flop_ceiling = dense FLOPs / sparse FLOPs: the speed-up a sparse
 // step could reach if every sparse FLOP cost what a dense one does. Optimiser: Adam as in S1;
 // no pattern update inside the timed steps (updates are every 100 steps in S1).
+// --fusion-paired adds the sparse model's step with the fused feed-forward (ffn_fusion_mode::keep,
+// the default) against the unfused one, alternating step by step on the same model: a last line
+// with both medians and the median of the per-pair ratios unfused / fused. --ffn-fusion
+// off|keep|recompute sets the mode of the sparse model's ordinary steps.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -89,6 +93,7 @@ int main(int argc, char** argv) {
   int threads = 2;
   double sparsity = 0.9;
   std::string precision_name = "fp32";
+  bool fusion_paired = false;
   for (int i = 1; i < argc; ++i) {
     auto arg = [&](const char* name) { return std::strcmp(argv[i], name) == 0 && i + 1 < argc; };
     if (arg("--config")) config = argv[++i];
@@ -100,10 +105,16 @@ int main(int argc, char** argv) {
     else if (arg("--threads")) threads = std::stoi(argv[++i]);
     else if (arg("--sparsity")) sparsity = std::stod(argv[++i]);
     else if (arg("--precision")) precision_name = argv[++i];
+    else if (arg("--ffn-fusion")) {
+      const std::string m = argv[++i];
+      SPARSELM_CHECK(m == "off" || m == "keep" || m == "recompute", "bench_s1_step: --ffn-fusion must be off, keep or recompute, not '", m, "'");
+      ffn_fusion() = m == "off" ? ffn_fusion_mode::off : m == "keep" ? ffn_fusion_mode::keep : ffn_fusion_mode::recompute;
+    } else if (std::strcmp(argv[i], "--fusion-paired") == 0) fusion_paired = true;
     else {
       std::fprintf(stderr,
                    "usage: %s [--config s1.json] [--layers 4] [--batch 4] [--seq 256] [--steps 5] [--warmup 1] "
-                   "[--threads 2] [--sparsity 0.9] [--precision fp32|bf16|fp16] [--json results.jsonl]\n",
+                   "[--threads 2] [--sparsity 0.9] [--precision fp32|bf16|fp16] [--ffn-fusion off|keep|recompute] "
+                   "[--fusion-paired] [--json results.jsonl]\n",
                    argv[0]);
       return 2;
     }
@@ -135,6 +146,22 @@ int main(int argc, char** argv) {
       const double a = d.run_step(dense_cfg.vocab_size), b = s.run_step(dense_cfg.vocab_size);
       if (k >= warmup) td.push_back(a), ts.push_back(b);
     }
+    // Fused against unfused feed-forward on the sparse model, step after step.
+    std::vector<double> tf, tu, ratio;
+    if (fusion_paired) {
+      const ffn_fusion_mode mode = ffn_fusion().load();
+      for (std::size_t k = 0; k < warmup + steps; ++k) {
+        ffn_fusion() = ffn_fusion_mode::keep;
+        const double a = s.run_step(dense_cfg.vocab_size);
+        ffn_fusion() = ffn_fusion_mode::off;
+        const double b = s.run_step(dense_cfg.vocab_size);
+        if (k >= warmup) tf.push_back(a), tu.push_back(b), ratio.push_back(b / a);
+      }
+      ffn_fusion() = mode;
+      std::sort(tf.begin(), tf.end());
+      std::sort(tu.begin(), tu.end());
+      std::sort(ratio.begin(), ratio.end());
+    }
     std::sort(td.begin(), td.end());
     std::sort(ts.begin(), ts.end());
     rd.seconds = td[td.size() / 2];
@@ -153,6 +180,10 @@ int main(int argc, char** argv) {
              {"dense_step_seconds", rd.seconds}, {"sparse_step_seconds", rs.seconds},
              {"sparse_tokens_per_second", double(B * T) / rs.seconds}, {"peak_rss_mb", double(ru.ru_maxrss) / 1024.0}},
             threads, peak);
+    if (fusion_paired)
+      std::printf("{\"fusion_paired\": true, \"fused_step_seconds\": %.4f, \"unfused_step_seconds\": %.4f, "
+                  "\"unfused_over_fused\": %.3f}\n",
+                  tf[tf.size() / 2], tu[tu.size() / 2], ratio[ratio.size() / 2]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_s1_step: %s\n", e.what());
     return 1;

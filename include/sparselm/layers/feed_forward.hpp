@@ -6,16 +6,33 @@
 // Under bf16 compute (dense projections, or block-sparse ones running the bf16 products: the
 // projections' compact_input), h and a are kept in bf16 (h for gelu', a for the weight gradient of
 // W2, which rounds it to bf16 anyway); their fp32 forms are scratch.
+//
+// Block-sparse, fp32 (or fp16) compute, on a step that does not pool dense gradients, and where the
+// kernel serves the block size (kernels::bsr_ffn_fuses: B a multiple of the SIMD width), the layer
+// runs the fused kernel of kernels/bsr_ffn.hpp: tile by tile of rows, a = gelu(h) and the backward's
+// da and dh stay in cache; the layer keeps x (the caller's, or its own copy under
+// input_keeper::layer) and h in the kernel's tile layout (ffn_fusion_mode::keep), or only x, backward
+// recomputing h per tile (ffn_fusion_mode::recompute). Its outputs are those of the unfused
+// products; ffn_fusion() sets the mode process-wide (off: unfused; tests and benchmarks compare).
 
+#include <atomic>
 #include <string>
 #include <vector>
 
+#include "sparselm/kernels/bsr_ffn.hpp"
 #include "sparselm/kernels/gelu.hpp"
 #include "sparselm/layers/context.hpp"
 #include "sparselm/layers/linear.hpp"
 #include "sparselm/layers/visit.hpp"
 
 namespace sparselm {
+
+// How a block-sparse feed-forward runs where the fused kernel serves it (process-wide; keep unless set).
+enum class ffn_fusion_mode { off, keep, recompute };
+inline std::atomic<ffn_fusion_mode>& ffn_fusion() {
+  static std::atomic<ffn_fusion_mode> mode{ffn_fusion_mode::keep};
+  return mode;
+}
 
 template <class T = float, sparsity_type Sparsity = dense, kernels::gelu_kind Act = kernels::gelu_kind::tanh>
 class feed_forward {
@@ -27,7 +44,21 @@ class feed_forward {
     buffer a;  // (N,F) activation
     buffer_bf16 h16, a16;  // the same in bf16 (compact_input)
     bool in_bf16 = false;  // forward kept h and a in bf16
+    bool fused = false;    // forward ran the fused kernel: it kept x (or own, its copy) and h's tiles
+    bool kept_h = false;   // in h (ffn_fusion_mode::keep)
+    const_matrix_view<float> x;
+    buffer own;
   };
+
+  // Whether this layer's products can run fused (block size and SIMD width), and whether they do on
+  // step s.
+  static constexpr bool fusable = [] {
+    if constexpr (Sparsity::is_sparse) return kernels::bsr_ffn_fuses<Sparsity::block>;
+    return false;
+  }();
+  static bool fused(const step_context& s) {
+    return fusable && ffn_fusion().load(std::memory_order_relaxed) != ffn_fusion_mode::off && s.compute != dtype::bf16 && !s.need_dense_grad;
+  }
 
   feed_forward() = default;
   // prefix e.g. "h.0.mlp" gives "h.0.mlp.c_fc.weight" and "h.0.mlp.c_proj.weight" (HF GPT-2 names).
@@ -51,6 +82,10 @@ class feed_forward {
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c,
                input_keeper keeper = input_keeper::caller) const {
     const std::size_t N = x.rows;
+    c.fused = false;
+    if constexpr (fusable) {
+      if (fused(s)) return forward_fused(s, x, y, c, keeper);
+    }
     if (compact_input(s)) {
       auto h = s.tmp->matrix(slot_ffn_hidden, N, f_);
       auto h16 = c.h16.get(N * f_), a16 = c.a16.get(N * f_);
@@ -70,6 +105,9 @@ class feed_forward {
 
   void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
                 bool accumulate_dx = false) const {
+    if constexpr (fusable) {
+      if (c.fused) return backward_fused(s, dy, dx, c, accumulate_dx);
+    }
     const std::size_t N = dy.rows;
     auto da = s.tmp->matrix(slot_ffn_hidden, N, f_);
     proj_.backward(s, dy, da, c.proj_c);
@@ -82,6 +120,44 @@ class feed_forward {
   }
 
  private:
+  void forward_fused(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c,
+                     input_keeper keeper) const {
+    SPARSELM_CHECK(x.cols == fc_.in() && y.cols == fc_.in() && y.rows == x.rows, "feed_forward '", fc_.weight().name,
+                   "': x ", shape_string(x), " and y ", shape_string(y), " do not fit ", fc_.in(), " channels");
+    c.x = x;
+    if (keeper == input_keeper::layer) {
+      auto copy = c.own.matrix(x.rows, x.cols);
+      std::copy_n(x.data, x.rows * x.cols, copy.data);
+      c.x = copy;
+    }
+    constexpr std::size_t B = Sparsity::block;
+    c.kept_h = ffn_fusion().load(std::memory_order_relaxed) == ffn_fusion_mode::keep;
+    float* h = c.kept_h ? c.h.get(kernels::bsr_ffn_hidden_size<B>(x.rows, f_)).data() : nullptr;
+    kernels::bsr_ffn_forward<B, Act>(c.x, fc_.state().pattern, s.p(fc_.weight().index).data(), bias_of(s, fc_),
+                                     proj_.state().pattern, s.p(proj_.weight().index).data(), bias_of(s, proj_), y, h);
+    c.fused = true;
+  }
+
+  void backward_fused(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
+                      bool accumulate_dx) const {
+    SPARSELM_CHECK(!s.need_dense_grad && s.compute != dtype::bf16, "feed_forward '", fc_.weight().name,
+                   "': forward ran fused, but backward pools dense gradients or computes in bf16");
+    SPARSELM_CHECK(dy.rows == c.x.rows && dy.cols == fc_.in(), "feed_forward '", fc_.weight().name, "': dy ",
+                   shape_string(dy), " does not match the forward's x ", shape_string(c.x));
+    constexpr std::size_t B = Sparsity::block;
+    kernels::bsr_ffn_backward<B, Act>(c.x, dy, fc_.state().pattern, s.p(fc_.weight().index).data(), bias_of(s, fc_),
+                                      proj_.state().pattern, s.p(proj_.weight().index).data(),
+                                      accumulate_dx ? 1.0f : 0.0f, dx, s.g(fc_.weight().index).data(),
+                                      fc_.has_bias() ? s.g(fc_.bias().index).data() : nullptr,
+                                      s.g(proj_.weight().index).data(),
+                                      c.kept_h ? c.h.get(kernels::bsr_ffn_hidden_size<B>(dy.rows, f_)).data() : nullptr);
+    if (proj_.has_bias()) kernels::add_column_sums(dy, s.g(proj_.bias().index));
+  }
+
+  static const float* bias_of(const step_context& s, const linear_type& l) {
+    return l.has_bias() ? s.p(l.bias().index).data() : nullptr;
+  }
+
   std::size_t f_ = 0;
   linear_type fc_, proj_;
 };

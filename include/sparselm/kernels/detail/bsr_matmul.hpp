@@ -192,11 +192,12 @@ struct packed_blocks {
 };
 
 // TransV: block element (k, c) of S_s is V[s*B*B + c*B + k] (S_s = W_sᵀ) instead of V[s*B*B + k*B + c].
+// Into the calling thread's scratch slot `which` and kb (pack_blocks: slot 3; the fused
+// feed-forward keeps several block sets alive at once in slots of its own).
 template <std::size_t B, bool TransV, class Arch>
-packed_blocks pack_blocks(const bsr_lists& L, const float* V) {
+packed_blocks pack_blocks_into(const bsr_lists& L, const float* V, int which, std::vector<std::uint32_t>& kb) {
   const std::size_t nnz = L.ptr[L.n_out_blocks];
-  float* vp = bsr_scratch(nnz * B * B, 3);
-  thread_local std::vector<std::uint32_t> kb;
+  float* vp = bsr_scratch(nnz * B * B, which);
   kb.resize(std::max(kb.size(), nnz));
   std::uint32_t* kbp = kb.data();
   parallel_for(
@@ -211,6 +212,12 @@ packed_blocks pack_blocks(const bsr_lists& L, const float* V) {
       },
       256);
   return {vp, kbp};
+}
+
+template <std::size_t B, bool TransV, class Arch>
+packed_blocks pack_blocks(const bsr_lists& L, const float* V) {
+  thread_local std::vector<std::uint32_t> kb;
+  return pack_blocks_into<B, TransV, Arch>(L, V, 3, kb);
 }
 
 // Splits the output block columns into `ngrp` groups of about equal work (B k steps per block plus

@@ -59,7 +59,7 @@ inline float* bsr_scratch(std::size_t n, int which) {
     std::size_t cap = 0;
     ~buffer() { std::free(p); }
   };
-  thread_local buffer bufs[7];
+  thread_local buffer bufs[13];
   buffer& b = bufs[which];
   if (b.cap < n) {
     std::free(b.p);
