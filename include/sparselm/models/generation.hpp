@@ -37,6 +37,7 @@
 #include "sparselm/core/tensor.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/core/view.hpp"
+#include "sparselm/layers/branch.hpp"
 #include "sparselm/layers/context.hpp"
 #include "sparselm/layers/kv_cache.hpp"
 
@@ -58,7 +59,7 @@ class decoder {
   explicit decoder(const Model& model, std::size_t batch = 1, std::size_t capacity = 0) : model_(&model) {
     const auto& attn = model.stack()[0].attn();
     cache_ = kv_cache(model.stack().size(), batch, capacity ? capacity : model.max_positions(),
-                      attn.heads() * attn.head_dim());
+                      kv_width_of(attn));
     SPARSELM_CHECK(cache_.capacity() <= model.max_positions(), "decoder: cache capacity ", cache_.capacity(),
                    " exceeds the model's ", model.max_positions(), " positions");
   }
