@@ -7,11 +7,13 @@
 //   post_ln (BERT):   x1 = ln1(x + drop(attn(x)))      y = ln2(x1 + drop(ffn(x1)))
 //
 // Legend: N = B·T rows, C channels. x, y, x1 (N,C).
-// GPT-2's, BERT's and the S1 LM's block is transformer_block<T, Sparsity, Placement, Mask, Act> (layer
-// norms, self_attention, feed_forward); LLaMA's is in models/llama.hpp. backward works in place on the residual gradient (dx may alias dy);
-// forward_cached runs new positions against a kv_cache (incremental decoding, causal only).
-// Under bf16 compute a pre-LN block does not keep its norms' outputs: the branch's first projection
-// keeps them in bf16 (input_keeper::layer), and the fp32 output is scratch.
+// GPT-2's, BERT's and the S1 LM's block is transformer_block<T, Sparsity, Placement, Mask, Act>
+// (layer norms, self_attention, feed_forward); LLaMA's is llama_block (models/llama.hpp).
+// backward works in place on the residual gradient (dx may alias dy); forward_cached runs new
+// positions against a kv_cache (incremental decoding, causal only).
+// Under bf16 compute a pre-LN block does not keep its norms' outputs when the branch keeps its
+// input itself (its compact_input: the first projection keeps it in bf16, input_keeper::layer), and
+// the fp32 output is scratch. The block's own temporaries are the shared scratch slots slot_block_*.
 
 #include <concepts>
 #include <cstdint>
