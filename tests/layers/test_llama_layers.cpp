@@ -328,3 +328,32 @@ TEST_CASE_TEMPLATE("residual_block of parts: LLaMA's (RMSNorm, GQA + rotary, Swi
 }
 
 }  // namespace SPARSELM_UNITY_ID
+
+namespace SPARSELM_UNITY_ID {
+
+// A linear layer whose accumulating backward forgets to accumulate: check_layer's path check must
+// catch it (finite differences alone cannot: they only see the plain backward).
+struct forgetful_linear : linear<float, dense> {
+  using linear<float, dense>::linear;
+  void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
+                bool = false) const {
+    linear<float, dense>::backward(s, dy, dx, c, false);
+  }
+};
+
+TEST_CASE("check_layer: block-sparse layers need no init; the optional paths are compared with the plain one") {
+  auto layout = std::make_shared<arena_layout>();
+  sparse_plan plan{.sparsity = 0.5};
+  gated_feed_forward<float, block_sparse<4>> f(*layout, "mlp", 8, 12, false, &plan);
+  auto r = check_layer(f, layout, {.batch = 2, .seq = 3, .in = 8, .out = 8});  // the default init visits the layer
+  CHECK_MESSAGE(r.ok, r.message);
+
+  auto l2 = std::make_shared<arena_layout>();
+  forgetful_linear bad(*l2, "fc", 5, 4);
+  auto rb = check_layer(bad, l2, {.batch = 2, .seq = 2, .in = 5, .out = 4});
+  CHECK_FALSE(rb.ok);
+  CHECK(rb.message.find("accumulating backward path differs") != std::string::npos);
+  CHECK(rb.failures == 0);  // the finite differences alone pass
+}
+
+}  // namespace SPARSELM_UNITY_ID
