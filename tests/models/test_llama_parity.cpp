@@ -29,8 +29,9 @@ namespace {
 
 const char* const variants[] = {"gqa_untied", "mqa_tied"};
 
-json reference() {
-  return test::parity_reference("llama_tiny_parity", "llama_reference.py", [](const json& f, const json& c) {
+// Made once per process (the script takes seconds).
+const json& reference() {
+  static const json r = test::parity_reference("llama_tiny_parity", "llama_reference.py", [](const json& f, const json& c) {
     for (const char* v : variants) {
       CHECK(f["variants"][v]["config"] == c["variants"][v]["config"]);
       CHECK(f["variants"][v]["ids"] == c["variants"][v]["ids"]);
@@ -38,6 +39,7 @@ json reference() {
                     "committed reference is stale (" << v << "): regenerate it with tests/reference/llama_reference.py");
     }
   });
+  return r;
 }
 
 // Our tensor's HF name and whether its HF layout is the transpose of ours (the projections).
@@ -85,7 +87,7 @@ std::vector<float> logits_of(Model& m, const token_batch& b) {
 }  // namespace
 
 TEST_CASE("llama matches PyTorch: logits, loss, every gradient (GQA untied, MQA tied)") {
-  const json r = reference();
+  const json& r = reference();
   for (const char* vn : variants) {
     const std::string variant = vn;
     CAPTURE(variant);
@@ -139,7 +141,7 @@ TEST_CASE("llama matches PyTorch: logits, loss, every gradient (GQA untied, MQA 
 }
 
 TEST_CASE("llama: HF LLaMA directories written by the reference load and give its logits; export and re-import") {
-  const json r = reference();
+  const json& r = reference();
   const fs::path dir = SPARSELM_TEST_TMPDIR "/llama_hf";
   const bool torch = std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") == 0;
   if (!torch) {
@@ -178,6 +180,14 @@ TEST_CASE("llama: HF LLaMA directories written by the reference load and give it
     const json written = read_json_file(out / "config.json");
     CHECK(written["num_key_value_heads"] == cfg.kv_heads());
     CHECK(written["tie_word_embeddings"] == cfg.tie_word_embeddings);
+    // PyTorch computes the same logits from our export
+    const fs::path got = dir / (std::string(vn) + "-torch.json");
+    const std::string py = "/usr/bin/python3 " SPARSELM_SOURCE_DIR "/tests/reference/llama_reference.py --out " +
+                           got.string() + " --logits-of " + out.string() + " --variant " + vn + " --ids-from " +
+                           (dir / "ref.json").string();
+    REQUIRE(std::system(py.c_str()) == 0);
+    const double et = test::rel_err(logits, read_json_file(got)["logits"].get<std::vector<double>>());
+    CHECK_MESSAGE(et <= 1e-5, "PyTorch on our export: logits relative error " << et);
     llama<> back(llama_config::from_json(written, "exported config.json"));
     io::load_hf(out, back, map);
     for (const auto& t : *m.layout()) {

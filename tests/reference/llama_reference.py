@@ -13,6 +13,9 @@ ids and targets (one target is -100, ignored), the logits (B·T·V), the mean cr
 parameter gradient (HF names and layouts).
 With --hf-dir, also writes each variant as an HF LLaMA directory DIR/<variant> (config.json with
 LlamaConfig's keys, model.safetensors with the state-dict names, F32) for the loading tests.
+With --logits-of DIR (an HF LLaMA directory, e.g. sparselm's export) and --variant NAME, writes
+instead {"logits": ...} of DIR's model for that variant's token ids (taken from --ids-from, a file
+this script wrote): PyTorch reading our export.
 Exit code 77 (and no output file) when torch is missing.
 """
 import argparse
@@ -42,6 +45,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--hf-dir")
     ap.add_argument("--config", default=os.path.join(root, "configs", "llama-tiny.json"))
+    ap.add_argument("--logits-of")
+    ap.add_argument("--variant")
+    ap.add_argument("--ids-from")
     args = ap.parse_args()
     if os.path.exists(args.out):
         os.remove(args.out)
@@ -56,6 +62,18 @@ def main():
     import hf_reference  # safetensors writer and encoder (this project's own)
 
     torch.set_num_threads(1)
+    if args.logits_of:
+        with open(args.ids_from) as f:
+            v = json.load(f)["variants"][args.variant]
+        with open(os.path.join(args.logits_of, "config.json")) as f:
+            cfg = json.load(f)
+        t = hf_reference.st_read(os.path.join(args.logits_of, "model.safetensors"))
+        ids = torch.tensor(v["ids"]).view(v["batch"], v["seq"])
+        with torch.no_grad():
+            logits = llama_model.forward(t, ids, cfg)
+        with open(args.out, "w") as f:
+            json.dump({"logits": [float(x) for x in logits.reshape(-1).tolist()]}, f)
+        return
     with open(args.config) as f:
         base = json.load(f)
     variants = {"gqa_untied": dict(base),
