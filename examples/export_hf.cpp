@@ -1,6 +1,6 @@
 // Writes a HuggingFace-layout copy of a checkpoint: config.json + model.safetensors as
-// transformers' save_pretrained writes them for BertForPreTraining (model_type "bert") or
-// GPT2LMHeadModel ("gpt2"), so `from_pretrained(out)` reads it.
+// transformers' save_pretrained writes them for BertForPreTraining (model_type "bert"),
+// GPT2LMHeadModel ("gpt2") or LlamaForCausalLM ("llama"), so `from_pretrained(out)` reads it.
 //
 //   export_hf --checkpoint runs/bert/phase1 --out runs/bert/hf
 //   export_hf --checkpoint runs/gpt-mini --out runs/gpt-mini-hf
@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   return run_program("export_hf", [&]() -> int {
     CLI::App app{
         "Write a HuggingFace-layout copy (config.json + model.safetensors, HF tensor names, Linear (out, in),\n"
-        "F32) of a BERT or GPT-2 checkpoint."};
+        "F32) of a BERT, GPT-2 or LLaMA checkpoint."};
     fs::path checkpoint, out;
     bool overwrite = false;
     examples::reads(
@@ -66,12 +66,11 @@ int main(int argc, char** argv) {
     io::check_output(out, {{checkpoint, "--checkpoint"}, {from, "checkpoint"}}, "--out");
     io::check_output_dir(out, "--out", overwrite, {});
     io::run_lock lock(out);  // one writer per directory
-    using families = registry::type_list<registry::gpt_family, registry::bert_family>;
+    using families = registry::type_list<registry::gpt_family, registry::llama_family, registry::bert_family>;
     return registry::with_checkpoint<registry::all_activations, families>(
         from, [&]<class Model, class Family>(const auto& spec) {
           Model model = Family::template make<Model>(spec);
-          const bool is_bert = std::is_same_v<Family, registry::bert_family>;
-          return export_model(model, from, out, is_bert ? io::hf_bert_map() : io::hf_gpt2_map());
+          return export_model(model, from, out, Family::hf_map(spec.config));
         });
   });
 }

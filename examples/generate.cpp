@@ -6,11 +6,11 @@
 //            --temperature 0.8 --top-k 40 --top-p 0.95 --seed 1 [--no-cache] [--vocab-dir data/gpt2]
 //            [--threads N]
 //
-// The checkpoint directory holds config.json ("model_type" gpt2 or sparse_lm; a block-sparse GPT
+// The checkpoint directory holds config.json ("model_type" gpt2, sparse_lm or llama; a block-sparse GPT
 // also records "sparselm": {"block_size", "sparsity"}) and model.safetensors (io/checkpoint.hpp);
 // a run directory (gpt_train/sparse_lm --out) stands for its newest complete checkpoint. A
-// HuggingFace GPT-2 directory (config.json + model.safetensors as save_pretrained writes them) is
-// read too (io/huggingface.hpp). The model
+// HuggingFace GPT-2 or LLaMA directory (config.json + model.safetensors as save_pretrained writes
+// them) is read too (io/huggingface.hpp). The prompt is always encoded with the GPT-2 tokenizer. The model
 // type comes from train/registry.hpp, generation from models/generation.hpp; this is argument
 // parsing, loading and output.
 
@@ -50,7 +50,7 @@ template <class Model, class Family, class Spec>
 int run(const run_options& ro, const Spec& spec, gpt2_bpe& bpe) {
   Model model = Family::template make<Model>(spec);
   if constexpr (Model::sparsity::is_sparse) model.init(0);  // sizes the block patterns that loading restores
-  const auto loaded = io::load_pretrained(ro.checkpoint, model, io::hf_gpt2_map(), {.verify = ro.verify});
+  const auto loaded = io::load_pretrained(ro.checkpoint, model, Family::hf_map(spec.config), {.verify = ro.verify});
   if (loaded.format == "huggingface") std::fprintf(stderr, "%s\n", loaded.summary().c_str());
   generation_options o = ro.gen;
   if (o.stop_token >= 0 && std::size_t(o.stop_token) >= model.vocab_size()) {

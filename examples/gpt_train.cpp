@@ -1,4 +1,5 @@
-// Trains a GPT (models/gpt.hpp) on token files written by encode_dataset: progress bar, validation
+// Trains a GPT (models/gpt.hpp), or a LLaMA-family model (models/llama.hpp: "model_type": "llama" in
+// the model config), on token files written by encode_dataset: progress bar, validation
 // perplexity against the unigram baseline, JSON-lines metrics, checkpoints that HF-style tools read,
 // exact resume.
 //
@@ -48,18 +49,20 @@ std::span<const option_entry> gpt_model_options() { return gpt_model_table; }
 
 struct gpt_job {
   lm_run_config run;
-  gpt_config model;
+  gpt_config model;                  // "model_type": "gpt2" (or absent)
+  std::optional<llama_config> llama;  // "model_type": "llama"
   std::filesystem::path init_from;  // a checkpoint (ours or HF GPT-2) whose weights start the run
   json resolved;
   lm_job_options options;
 };
 
-// The model the job names (block size: train/registry.hpp), its trainer, then the run. Recompute,
-// pipeline stages, precision and the optimiser are run-time choices of one trainer type.
-int dispatch(const gpt_job& job, parallel::replica_group& replicas) {
+// The model the job names (family and block size: train/registry.hpp), its trainer, then the run.
+// Recompute, pipeline stages, precision and the optimiser are run-time choices of one trainer type.
+template <class Family>
+int dispatch(const gpt_job& job, const typename Family::config_type& cfg, parallel::replica_group& replicas) {
   const auto& sp = job.run.settings.sparsity;
   return registry::with_sparsity(sp.block_size, [&]<class Sparsity>() {
-    using Model = gpt<float, Sparsity>;
+    using Model = typename Family::template model<Sparsity, kernels::gelu_kind::tanh>;
     struct policies : default_policies {
       using optimizer = registry::any_optimizer;
       using data_parallel = sparselm::data_parallel::mpi;  // one process unless started by mpirun
@@ -68,11 +71,11 @@ int dispatch(const gpt_job& job, parallel::replica_group& replicas) {
     sparse_plan plan{.sparsity = sp.sparsity};
     if (sp.update) plan.pooling = block_pooling_of(sp.update->pooling);
     if constexpr (Sparsity::is_sparse)
-      plan = allocate_plan(plan, Sparsity::block, sp.allocation, [&](const sparse_plan& p) { Model probe(job.model, p); });
-    Model model(job.model, plan);
+      plan = allocate_plan(plan, Sparsity::block, sp.allocation, [&](const sparse_plan& p) { Model probe(cfg, p); });
+    Model model(cfg, plan);
     model.init(job.run.seed);
     if (!job.init_from.empty() && !job.options.resume) {  // a resume takes its own checkpoint's weights
-      const auto r = io::load_pretrained(job.init_from, model, io::hf_gpt2_map());
+      const auto r = io::load_pretrained(job.init_from, model, Family::hf_map(cfg));
       std::fprintf(stderr, "gpt_train: model weights from %s\n", r.summary().c_str());
     }
     registry::any_optimizer opt(job.run.optimizer);
@@ -119,23 +122,39 @@ int main(int argc, char** argv) {
     if (!j.contains("model")) j["model"] = read_json_file(SPARSELM_SOURCE_DIR "/configs/gpt-mini.json");
     job.run = lm_run_config::from_json(j, ctx, cli.base(), {}, replicas.group().size());
     json m = job.run.model;
-    if (job.run.settings.dropout) m["embd_pdrop"] = m["attn_pdrop"] = m["resid_pdrop"] = *job.run.settings.dropout;
+    const bool is_llama = m.is_object() && m.contains("model_type") && m["model_type"] == "llama";
+    if (job.run.settings.dropout) {
+      if (is_llama) m["attention_dropout"] = *job.run.settings.dropout;  // LLaMA has no other dropout
+      else m["embd_pdrop"] = m["attn_pdrop"] = m["resid_pdrop"] = *job.run.settings.dropout;
+    }
     check_model_limits(m, model_ctx);
-    job.model = gpt_config::from_json(m, model_ctx);
-    job.run.model = job.model.to_json();
-    SPARSELM_CHECK(job.run.seq_len <= job.model.n_positions, ctx, ": seq_len ", job.run.seq_len,
-                   " exceeds the model's n_positions ", job.model.n_positions);
+    if (is_llama) {
+      job.llama = llama_config::from_json(m, model_ctx);
+      job.run.model = job.llama->to_json();
+    } else {
+      job.model = gpt_config::from_json(m, model_ctx);
+      job.run.model = job.model.to_json();
+    }
+    const std::size_t positions = is_llama ? job.llama->max_position_embeddings : job.model.n_positions;
+    SPARSELM_CHECK(job.run.seq_len <= positions, ctx, ": seq_len ", job.run.seq_len, " exceeds the model's ",
+                   is_llama ? "max_position_embeddings " : "n_positions ", positions);
     SPARSELM_CHECK(!job.run.settings.sparsity.update || job.run.settings.sparsity.block_size > 0, ctx,
                    ": field 'sparsity.update' (dynamic sparsity) needs block-sparse projections (sparsity.block_size)");
     job.options.keep_checkpoints = job.run.settings.keep_checkpoints;
     if (job.run.threads > 0) set_num_threads(job.run.threads);
     job.resolved = job.run.resolved();
     if (!job.init_from.empty()) job.resolved["init_from"] = job.init_from.string();
+    if (is_llama) {  // the plan has no memory and FLOP model of LLaMA's parts yet
+      SPARSELM_CHECK(!cli.dry_run, ctx, ": --dry-run has no memory and FLOP model for model_type 'llama' yet");
+      SPARSELM_CHECK(job.run.settings.memory_budget <= 0, ctx,
+                     ": memory_budget needs the plan, which has no memory model for model_type 'llama' yet");
+      return dispatch<registry::llama_family>(job, *job.llama, replicas.group());
+    }
     if (auto rc = cli.plan_gate(model_shape_of(job.model),
                                 plan_inputs_of(job.run.settings, job.run.seq_len, replicas.group().size()),
                                 replicas.group().rank() == 0))
       return *rc;
-    return dispatch(job, replicas.group());
+    return dispatch<registry::gpt_family>(job, job.model, replicas.group());
   });
   return replicas.finish(status);
 }

@@ -35,6 +35,7 @@
 #include "sparselm/models/bert_finetune.hpp"
 #include "sparselm/models/generation.hpp"
 #include "sparselm/models/gpt.hpp"
+#include "sparselm/models/llama.hpp"
 #include "sparselm/models/sparse_lm.hpp"
 #include "sparselm/optim/adam.hpp"
 #include "sparselm/optim/lamb.hpp"

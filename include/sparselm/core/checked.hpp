@@ -84,6 +84,7 @@ inline std::size_t model_field_limit(std::string_view key) {
       {"hidden_length", limits::width},        {"ff_length", limits::width},
       {"qkv_length", limits::width},           {"embedding_length", limits::width},
       {"hidden_size", limits::width},          {"intermediate_size", limits::width},
+      {"num_key_value_heads", limits::heads},  {"head_dim", limits::width},
       {"type_vocab_size", limits::vocab}};
   for (auto& [k, v] : table)
     if (k == key) return v;

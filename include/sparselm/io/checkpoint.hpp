@@ -91,8 +91,12 @@ struct save_options {
 // recorded under "sparselm" (the dense config ignores that key).
 template <class Model>
 nlohmann::json model_config_json(Model& model, const save_options& o = {}) {
+  static_assert(requires { { model.config().to_json() } -> std::convertible_to<nlohmann::json>; },
+                "save_model: the model needs 'config()' returning a config with 'to_json()' (its config.json)");
   nlohmann::json j = model.config().to_json();
   if constexpr (requires { model.plan(); }) {
+    static_assert(requires { Model::sparsity::is_sparse; },
+                  "save_model: a model with plan() needs a nested type 'sparsity' (dense or block_sparse<B>)");
     if constexpr (Model::sparsity::is_sparse) {
       if (!o.dense_export && !j.contains("block_size"))
         j["sparselm"] = {{"block_size", Model::sparsity::block}, {"sparsity", model.plan().sparsity}};
@@ -104,6 +108,8 @@ nlohmann::json model_config_json(Model& model, const save_options& o = {}) {
 // Writes model.safetensors (and config.json unless write_config is false) into dir.
 template <class Model>
 void save_model(const std::filesystem::path& dir, Model& model, const save_options& o = {}) {
+  static_assert(requires { *model.layout(); model.params(); },
+                "save_model: the model needs 'layout()' (shared_ptr to its arena_layout) and 'params()'");
   const arena_layout& layout = *model.layout();
   const auto& params = model.params();
   auto weights = detail::sparse_weights_of(model);

@@ -155,6 +155,27 @@ inline hf_name_map hf_gpt2_map() {
   return m;
 }
 
+// HF LLaMA (LlamaModel, LlamaForCausalLM) ↔ llama<>: our names are HF's without the "model."
+// prefix; the projections are transposed (ours (in, out), torch.nn.Linear (out, in)). Tied
+// (tie_word_embeddings): lm_head.weight, if the file has it, must equal the embedding; untied: it is
+// the head's own table, (V, C) in both.
+inline hf_name_map hf_llama_map(bool tied) {
+  hf_name_map m;
+  m.name = "llama";
+  m.base_prefix = "model.";
+  m.block_ours = m.block_hf = "layers.";
+  for (const char* n : {"embed_tokens.weight", "norm.weight"}) m.add(hf_scope::base, {n, {n}});
+  for (const char* s : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+                        "mlp.up_proj", "mlp.down_proj"})
+    m.add_linear(hf_scope::block, s, s, "");
+  for (const char* s : {"input_layernorm.weight", "post_attention_layernorm.weight"}) m.add(hf_scope::block, {s, {s}});
+  m.block_buffers = {"self_attn.rotary_emb.inv_freq"};
+  m.buffers = {"rotary_emb.inv_freq"};
+  if (tied) m.tied = {{"lm_head.weight", "embed_tokens.weight", ""}};
+  else m.add(hf_scope::top, {"lm_head.weight", {"lm_head.weight"}});
+  return m;
+}
+
 struct hf_load_options {
   bool skip_unexpected = false;  // skip (and list) tensors the map does not know instead of failing
   bool require_heads = false;    // a head of the model that is absent from the file is an error

@@ -77,4 +77,37 @@ inline void decode_attention(const_matrix_view<float> qkv, const float* keys, co
                                 [](std::size_t p, auto&& f) { f(std::size_t(0), p + 1); });
 }
 
+// Grouped-query decoding: q (N, H·D) the new rows' queries (already position-encoded), keys and
+// values (B, Tmax, G·D) each for G = kv_heads key/value heads; query head h reads key/value head
+// h / (H/G) (HF's repeat_kv order). Causal: the query at position p sees [0, p]. att (N, H·D).
+inline void grouped_decode_attention(const_matrix_view<float> q, const float* keys, const float* values,
+                                     const decode_shape& sh, std::size_t kv_heads, matrix_view<float> att,
+                                     std::span<float> scores) {
+  const std::size_t B = sh.batch, n = sh.new_rows, P = sh.past, T = sh.capacity, H = sh.heads, D = sh.head_dim;
+  const std::size_t G = kv_heads, HD = H * D;
+  SPARSELM_CHECK(G > 0 && H % G == 0 && q.rows == B * n && q.cols == HD && att.rows == B * n && att.cols == HD &&
+                     P + n <= T && scores.size() >= B * H * T,
+                 "grouped_decode_attention: q ", shape_string(q), ", att ", shape_string(att), " do not fit B=", B,
+                 " n=", n, " H=", H, " kv_heads=", G, " D=", D, " past=", P, " capacity=", T);
+  const std::size_t GD = G * D, rep = H / G;
+  const float scale = 1.0f / std::sqrt(float(D));
+  const std::size_t work = std::max<std::size_t>(1, 4 * n * (P + n) * D);
+  const std::size_t min_tasks = std::max<std::size_t>(1, (std::size_t(1) << 15) / work);
+  parallel_for(0, B * H, [&](std::size_t bh) {
+    const std::size_t b = bh / H, h = bh % H, g = h / rep;
+    const float* K = keys + b * T * GD + g * D;
+    const float* V = values + b * T * GD + g * D;
+    float* s = scores.data() + bh * T;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float* qi = q.row(b * n + i) + h * D;
+      const std::size_t count = P + i + 1;
+      for (std::size_t j = 0; j < count; ++j) s[j] = detail::dot(qi, K + j * GD, D) * scale;
+      detail::softmax_row<native_arch>(s, s, count, count);
+      float* o = att.row(b * n + i) + h * D;
+      std::fill(o, o + D, 0.0f);
+      for (std::size_t j = 0; j < count; ++j) detail::axpy(s[j], V + j * GD, o, D);
+    }
+  }, min_tasks);
+}
+
 }  // namespace sparselm::kernels

@@ -28,6 +28,7 @@
 #include "sparselm/kernels/block_sparse_attention.hpp"
 #include "sparselm/kernels/convert.hpp"
 #include "sparselm/kernels/decode_attention.hpp"
+#include "sparselm/layers/block_options.hpp"
 #include "sparselm/layers/context.hpp"
 #include "sparselm/layers/kv_cache.hpp"
 #include "sparselm/layers/linear.hpp"
@@ -80,6 +81,13 @@ class self_attention {
     SPARSELM_CHECK(heads > 0 && head_dim > 0, "attention '", prefix, "': zero heads or head width");
     SPARSELM_CHECK(!pattern_ || Mask == kernels::attention_mask::causal, "attention '", prefix,
                    "': block_sparse_attention needs the causal mask");
+  }
+  // As a block's part (layers/block.hpp): sizes, biases, dropout, plan and pattern from the block's options.
+  self_attention(arena_layout& layout, const std::string& prefix, const block_options& o)
+      : self_attention(layout, prefix, o.channels, o.heads, o.head_dim, o.qkv_bias, o.proj_bias, o.attn_dropout,
+                       mix_stream(o.site, 1), o.plan, o.attn_pattern) {
+    SPARSELM_CHECK(o.kv_heads == 0 || o.kv_heads == o.heads, "attention '", prefix, "': field 'kv_heads' (", o.kv_heads,
+                   ") must equal 'heads' (", o.heads, "): use grouped_query_attention for fewer key/value heads");
   }
 
   const linear_type& qkv() const noexcept { return qkv_; }

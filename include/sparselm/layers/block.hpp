@@ -1,16 +1,19 @@
 #pragma once
-// Transformer block: self-attention and feed-forward branches on a residual stream, with the
-// norm placement a type.
+// Transformer block: self-attention and feed-forward branches on a residual stream, made of parts:
+// the norm, attention and feed-forward layers and the norm placement are template parameters
+// (residual_block<Placement, Norm, Attention, FFN>; what a part must offer: layers/branch.hpp).
 //
 //   pre_ln  (GPT-2):  x1 = x + drop(attn(ln1(x)))      y = x1 + drop(ffn(ln2(x1)))
 //   post_ln (BERT):   x1 = ln1(x + drop(attn(x)))      y = ln2(x1 + drop(ffn(x1)))
 //
 // Legend: N = B·T rows, C channels. x, y, x1 (N,C).
-// The attention mask (causal or padding), the sparsity of the projections and the GELU form are
-// template parameters as well. backward works in place on the residual gradient (dx may alias dy);
-// forward_cached runs new positions against a kv_cache (incremental decoding, causal only).
-// Under bf16 compute a pre-LN block does not keep its norms' outputs: the branch's first projection
-// keeps them in bf16 (input_keeper::layer), and the fp32 output is scratch.
+// GPT-2's, BERT's and the S1 LM's block is transformer_block<T, Sparsity, Placement, Mask, Act>
+// (layer norms, self_attention, feed_forward); LLaMA's is llama_block (models/llama.hpp).
+// backward works in place on the residual gradient (dx may alias dy); forward_cached runs new
+// positions against a kv_cache (incremental decoding, causal only).
+// Under bf16 compute a pre-LN block does not keep its norms' outputs when the branch keeps its
+// input itself (its compact_input: the first projection keeps it in bf16, input_keeper::layer), and
+// the fp32 output is scratch. The block's own temporaries are the shared scratch slots slot_block_*.
 
 #include <concepts>
 #include <cstdint>
@@ -22,6 +25,8 @@
 #include "sparselm/kernels/dropout.hpp"
 #include "sparselm/kernels/reduce.hpp"
 #include "sparselm/layers/attention.hpp"
+#include "sparselm/layers/block_options.hpp"
+#include "sparselm/layers/branch.hpp"
 #include "sparselm/layers/context.hpp"
 #include "sparselm/layers/feed_forward.hpp"
 #include "sparselm/layers/kv_cache.hpp"
@@ -40,48 +45,46 @@ struct post_ln {
 template <class P>
 concept norm_placement = std::same_as<P, pre_ln> || std::same_as<P, post_ln>;
 
-struct block_options {
-  std::size_t channels = 0, heads = 0, head_dim = 0, hidden = 0;
-  norm_options norm{};  // both norms (the S1 sparse LM starts gamma at 0.1, BERT uses eps 1e-12)
-  float attn_dropout = 0.0f, resid_dropout = 0.0f;
-  bool qkv_bias = true, proj_bias = true;
-  const sparse_plan* plan = nullptr;  // block-sparse projections: how many blocks each gets
-  std::shared_ptr<const kernels::block_causal_pattern> attn_pattern;  // static block-sparse attention, or null
-};
+// A block of parts: Norm (both norms), Attention and FFN are layers that meet the branch contract
+// (layers/branch.hpp); Placement puts the norms before (pre_ln) or after (post_ln) the residual add.
+template <norm_placement Placement, class Norm, class Attention, class FFN>
+class residual_block {
+  static_assert(check_part<Norm>() && check_part<Attention>() && check_part<FFN>());
 
-template <class T = float, sparsity_type Sparsity = dense, norm_placement Norm = pre_ln,
-          kernels::attention_mask Mask = kernels::attention_mask::causal,
-          kernels::gelu_kind Act = kernels::gelu_kind::tanh>
-class transformer_block {
  public:
-  using norm_type = Norm;
-  using attention_type = self_attention<T, Sparsity, Mask>;
-  using ffn_type = feed_forward<T, Sparsity, Act>;
-  static constexpr bool is_pre_ln = std::same_as<Norm, pre_ln>;
-  static_assert(layer<attention_type> && layer<ffn_type>, "transformer_block: its branches must be layers");
+  using norm_type = Placement;
+  using norm_layer_type = Norm;
+  using attention_type = Attention;
+  using ffn_type = FFN;
+  static constexpr bool is_pre_ln = std::same_as<Placement, pre_ln>;
   struct cache {
-    layer_norm::cache ln1_c, ln2_c;
-    typename attention_type::cache attn_c;
-    typename ffn_type::cache ffn_c;
+    typename Norm::cache ln1_c, ln2_c;
+    typename Attention::cache attn_c;
+    typename FFN::cache ffn_c;
     // pre_ln: t1 = ln1(x), x1, t2 = ln2(x1).  post_ln: t1 = x + attn, x1 = ln1(t1), t2 = x1 + ffn.
     // (Decoding uses t1 for both sub-layers.)
     buffer t1, x1, t2;  // (N,C) each
+    buffer acc;         // (N,C) for parts whose backward cannot add into dx
   };
 
-  transformer_block() = default;
-  // prefix e.g. "h.3": tensors "h.3.ln_1.*", "h.3.attn.*", "h.3.ln_2.*", "h.3.mlp.*".
-  // site: a small unique number per block for dropout streams.
-  transformer_block(arena_layout& layout, const std::string& prefix, const block_options& o, std::uint64_t site)
+  residual_block() = default;
+  // prefix e.g. "h.3": tensors "h.3.<names.norm1>.*", "h.3.<names.attn>.*", ... (o.names; GPT-2's
+  // "ln_1", "attn", "ln_2", "mlp" by default). site: a small unique number per block for dropout streams.
+  residual_block(arena_layout& layout, const std::string& prefix, block_options o, std::uint64_t site)
       : c_(o.channels), drop_(o.resid_dropout), site_(site),
-        ln1_(layout, prefix + ".ln_1", o.channels, o.norm),
-        attn_(layout, prefix + ".attn", o.channels, o.heads, o.head_dim, o.qkv_bias, o.proj_bias, o.attn_dropout,
-              mix_stream(site, 1), o.plan, o.attn_pattern),
-        ln2_(layout, prefix + ".ln_2", o.channels, o.norm),
-        ffn_(layout, prefix + ".mlp", o.channels, o.hidden, o.plan) {}
+        ln1_(make_part<Norm>(layout, prefix + "." + o.names.norm1, with_site(o, site))),
+        attn_(make_part<Attention>(layout, prefix + "." + o.names.attn, with_site(o, site))),
+        ln2_(make_part<Norm>(layout, prefix + "." + o.names.norm2, with_site(o, site))),
+        ffn_(make_part<FFN>(layout, prefix + "." + o.names.ffn, with_site(o, site))) {}
+  // From parts already built on a layout (channels: the residual width).
+  residual_block(std::size_t channels, Norm ln1, Attention attn, Norm ln2, FFN ffn, float resid_dropout = 0.0f,
+                 std::uint64_t site = 0)
+      : c_(channels), drop_(resid_dropout), site_(site), ln1_(std::move(ln1)), attn_(std::move(attn)),
+        ln2_(std::move(ln2)), ffn_(std::move(ffn)) {}
 
   std::size_t channels() const noexcept { return c_; }
-  const layer_norm& ln1() const noexcept { return ln1_; }
-  const layer_norm& ln2() const noexcept { return ln2_; }
+  const Norm& ln1() const noexcept { return ln1_; }
+  const Norm& ln2() const noexcept { return ln2_; }
   const attention_type& attn() const noexcept { return attn_; }
   const ffn_type& ffn() const noexcept { return ffn_; }
   template <class F>
@@ -96,16 +99,18 @@ class transformer_block {
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
     const std::size_t N = x.rows;
     auto x1 = c.x1.matrix(N, c_);
-    residual_forward(s, x, x1, ln1_, c.ln1_c, c.t1, 2, attention_type::compact_input(s),
-                     [&](auto in, auto out, input_keeper k) { attn_.forward(s, in, out, c.attn_c, k); });
-    residual_forward(s, x1, y, ln2_, c.ln2_c, c.t2, 3, ffn_type::compact_input(s),
-                     [&](auto in, auto out, input_keeper k) { ffn_.forward(s, in, out, c.ffn_c, k); });
+    residual_forward(s, x, x1, ln1_, c.ln1_c, c.t1, 2, branch_compact_input<Attention>(s),
+                     [&](auto in, auto out, input_keeper k) { branch_forward(attn_, s, in, out, c.attn_c, k); });
+    residual_forward(s, x1, y, ln2_, c.ln2_c, c.t2, 3, branch_compact_input<FFN>(s),
+                     [&](auto in, auto out, input_keeper k) { branch_forward(ffn_, s, in, out, c.ffn_c, k); });
   }
 
   // dx = (dL/dx), dy = (dL/dy); dx may alias dy.
   void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c) const {
-    residual_backward(s, dy, dx, ln2_, c.ln2_c, 3, [&](auto g, auto d, bool acc) { ffn_.backward(s, g, d, c.ffn_c, acc); });
-    residual_backward(s, dx, dx, ln1_, c.ln1_c, 2, [&](auto g, auto d, bool acc) { attn_.backward(s, g, d, c.attn_c, acc); });
+    residual_backward(s, dy, dx, ln2_, c.ln2_c, c.acc, 3,
+                      [&](auto g, auto d, bool acc) { branch_backward(ffn_, s, g, d, c.ffn_c, acc, c.acc); });
+    residual_backward(s, dx, dx, ln1_, c.ln1_c, c.acc, 2,
+                      [&](auto g, auto d, bool acc) { branch_backward(attn_, s, g, d, c.attn_c, acc, c.acc); });
   }
 
   // Incremental decoding: x (B·n, C) holds n = s.seq new positions per sequence at positions
@@ -113,11 +118,16 @@ class transformer_block {
   // and values.
   void forward_cached(const step_context& s, matrix_view<float> x, cache& c, kv_cache& kv, std::size_t layer,
                       std::size_t past) const {
+    static_assert(requires(const Attention& a, const step_context& s2, const_matrix_view<float> in, matrix_view<float> out,
+                           typename Attention::cache& ac, kv_cache& kv2, std::size_t i) {
+      a.forward_cached(s2, in, out, ac, kv2, i, i);
+    }, "residual_block::forward_cached: the attention part needs 'forward_cached(s, x, y, cache, kv_cache&, layer, past) const'");
     residual_forward(s, x, x, ln1_, c.ln1_c, c.t1, 2, false, [&](auto in, auto out, input_keeper) {
       attn_.forward_cached(s, in, out, c.attn_c, kv, layer, past);
     });
-    residual_forward(s, x, x, ln2_, c.ln2_c, c.t1, 3, false,
-                     [&](auto in, auto out, input_keeper k) { ffn_.forward(s, in, out, c.ffn_c, k); });
+    residual_forward(s, x, x, ln2_, c.ln2_c, c.t1, 3, false, [&](auto in, auto out, input_keeper) {
+      branch_forward_cached(ffn_, s, in, out, c.ffn_c, kv, layer, past);
+    });
   }
 
  private:
@@ -126,7 +136,7 @@ class transformer_block {
   // branch_keeps: the branch keeps its own (bf16) copy of t (pre_ln), so t is scratch.
   template <class F>
   void residual_forward(const step_context& s, const_matrix_view<float> in, matrix_view<float> out,
-                        const layer_norm& norm, layer_norm::cache& nc, buffer& t_buf, std::uint64_t k,
+                        const Norm& norm, typename Norm::cache& nc, buffer& t_buf, std::uint64_t k,
                         bool branch_keeps, F&& f) const {
     const std::size_t N = in.rows;
     auto branch = s.tmp->matrix(slot_block_a, N, c_);
@@ -148,17 +158,17 @@ class transformer_block {
   // backward from the branch gradient g into d.
   template <class F>
   void residual_backward(const step_context& s, const_matrix_view<float> dout, matrix_view<float> din,
-                         const layer_norm& norm, layer_norm::cache& nc, std::uint64_t k, F&& f) const {
+                         const Norm& norm, typename Norm::cache& nc, buffer& acc, std::uint64_t k, F&& f) const {
     const std::size_t N = dout.rows;
     if constexpr (is_pre_ln) {
       // The residual gradient flows through unchanged; the branch adds its part via the norm.
       auto dnorm = s.tmp->matrix(slot_block_b, N, c_);
       if (din.data != dout.data) kernels::copy(dout, din);
       f(branch_grad(s, din, k), dnorm, false);
-      norm.backward(s, dnorm, din, nc, /*accumulate_dx=*/true);
+      branch_backward(norm, s, dnorm, din, nc, /*accumulate=*/true, acc);
     } else {
       auto g = s.tmp->matrix(slot_block_c, N, c_);
-      norm.backward(s, dout, g, nc);  // g = dL/d(in + branch)
+      branch_backward(norm, s, dout, g, nc, false, acc);  // g = dL/d(in + branch)
       kernels::copy(g, din);          // the residual part, then the branch's
       f(branch_grad(s, g, k), din, true);
     }
@@ -181,11 +191,22 @@ class transformer_block {
   std::size_t c_ = 0;
   float drop_ = 0.0f;
   std::uint64_t site_ = 0;
-  layer_norm ln1_;
-  attention_type attn_;
-  layer_norm ln2_;
-  ffn_type ffn_;
+  Norm ln1_;
+  Attention attn_;
+  Norm ln2_;
+  FFN ffn_;
+
+  static block_options with_site(block_options o, std::uint64_t site) {
+    o.site = site;
+    return o;
+  }
 };
+
+// The classic block: layer norms, fused-QKV self-attention with its mask, GELU feed-forward.
+template <class T = float, sparsity_type Sparsity = dense, norm_placement Norm = pre_ln,
+          kernels::attention_mask Mask = kernels::attention_mask::causal,
+          kernels::gelu_kind Act = kernels::gelu_kind::tanh>
+using transformer_block = residual_block<Norm, layer_norm, self_attention<T, Sparsity, Mask>, feed_forward<T, Sparsity, Act>>;
 
 // GPT-2's decoder block and BERT's encoder block.
 template <class T = float, sparsity_type Sparsity = dense, kernels::gelu_kind Act = kernels::gelu_kind::tanh>

@@ -130,12 +130,13 @@ struct step_context {
   std::uint64_t stream(std::uint64_t site) const noexcept { return mix_stream(mix_stream(site, step), micro); }
 };
 
-// A layer mapping a (N, in) matrix to a (N, out) matrix. backward assigns dx (dx may alias dy only
+// A layer mapping a (N, in) matrix to a (N, out) matrix; forward and backward are const (a layer's
+// state lives in the arenas and its cache). backward assigns dx (dx may alias dy only
 // where the layer documents it) and accumulates parameter gradients. Its tensors are listed by
 // parameters() (a leaf) or found by visiting its sub-layers (a composite: visit(f), see
 // layers/visit.hpp; parameters_of(l) lists either kind).
 template <class L>
-concept layer = requires(L& l, const step_context& s, typename L::cache& c, const_matrix_view<float> x,
+concept layer = requires(const L& l, const step_context& s, typename L::cache& c, const_matrix_view<float> x,
                          matrix_view<float> y, const_matrix_view<float> dy, matrix_view<float> dx) {
   l.forward(s, x, y, c);
   l.backward(s, dy, dx, c);

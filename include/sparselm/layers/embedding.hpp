@@ -73,4 +73,39 @@ class token_position_embedding {
   param_ref wte_, wpe_;
 };
 
+// Token embedding without positions (models whose attention encodes positions, e.g. rotary):
+// x(n) = wte[ids(n)]. One tensor, named by the model ("model.embed_tokens.weight" style).
+//   wte (V,C), ids (N), x (N,C)
+class token_embedding {
+ public:
+  struct cache {};
+
+  token_embedding() = default;
+  token_embedding(arena_layout& layout, const std::string& name, std::size_t vocab, std::size_t channels)
+      : v_(vocab), c_(channels) {
+    wte_ = {name, layout.add(name, {vocab, channels})};
+  }
+
+  template <class F>
+  void visit(F&& f) const {
+    f(wte_);
+  }
+  const param_ref& wte() const noexcept { return wte_; }
+  std::size_t vocab() const noexcept { return v_; }
+
+  // pos_offset is accepted (the decoder passes it) and unused: there are no position rows.
+  void forward(const step_context& s, std::span<const std::int32_t> ids, matrix_view<float> x, cache&,
+               std::size_t = 0) const {
+    kernels::embedding_forward(ids, s.pm(wte_.index), const_matrix_view<float>{}, s.seq, x);
+  }
+  void backward(const step_context& s, std::span<const std::int32_t> ids, matrix_view<float> dx, cache&,
+                std::size_t = 0) const {
+    kernels::embedding_backward(ids, dx, s.seq, s.gm(wte_.index), matrix_view<float>{});
+  }
+
+ private:
+  std::size_t v_ = 0, c_ = 0;
+  param_ref wte_;
+};
+
 }  // namespace sparselm

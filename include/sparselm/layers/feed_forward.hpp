@@ -21,6 +21,7 @@
 
 #include "sparselm/kernels/bsr_ffn.hpp"
 #include "sparselm/kernels/gelu.hpp"
+#include "sparselm/layers/block_options.hpp"
 #include "sparselm/layers/context.hpp"
 #include "sparselm/layers/linear.hpp"
 #include "sparselm/layers/visit.hpp"
@@ -63,9 +64,12 @@ class feed_forward {
   feed_forward() = default;
   // prefix e.g. "h.0.mlp" gives "h.0.mlp.c_fc.weight" and "h.0.mlp.c_proj.weight" (HF GPT-2 names).
   feed_forward(arena_layout& layout, const std::string& prefix, std::size_t channels, std::size_t hidden,
-               const sparse_plan* plan = nullptr)
-      : f_(hidden), fc_(layout, prefix + ".c_fc", channels, hidden, true, plan),
-        proj_(layout, prefix + ".c_proj", hidden, channels, true, plan, linear_role::residual_output) {}
+               const sparse_plan* plan = nullptr, bool bias = true)
+      : f_(hidden), fc_(layout, prefix + ".c_fc", channels, hidden, bias, plan),
+        proj_(layout, prefix + ".c_proj", hidden, channels, bias, plan, linear_role::residual_output) {}
+  // As a block's part (layers/block.hpp).
+  feed_forward(arena_layout& layout, const std::string& prefix, const block_options& o)
+      : feed_forward(layout, prefix, o.channels, o.hidden, o.plan, o.ffn_bias) {}
 
   const linear_type& fc() const noexcept { return fc_; }
   const linear_type& proj() const noexcept { return proj_; }

@@ -1,6 +1,7 @@
 #pragma once
-// The head of a causal language model: final norm, an optional bottleneck, and the output
-// projection tied to the token embedding, fused with the LM loss (models/lm_loss.hpp).
+// The head of a causal language model: final norm (layer norm, or the Norm parameter: RMSNorm for
+// LLaMA), an optional bottleneck, and the output projection tied to the token embedding (or to
+// the head's own table: options.untied_name), fused with the LM loss (models/lm_loss.hpp).
 //
 // Legend: N rows, C model width, E bottleneck width (the S1 embedding width), V vocab.
 //   xf (N,C) = ln_f(x)
@@ -33,32 +34,42 @@ struct causal_lm_head_options {
   bool logit_bias = false;
   lm_loss_options loss{};
   const sparse_plan* plan = nullptr;  // a block-sparse bottleneck projection: how many blocks
+  std::string norm_name = "ln_f";     // the final norm's tensor prefix
+  std::string untied_name;            // non-empty: the head's own (V, width) table under this name, not the embedding's
 };
 
-template <class T = float, sparsity_type Sparsity = dense, kernels::gelu_kind Act = kernels::gelu_kind::tanh>
+template <class T = float, sparsity_type Sparsity = dense, kernels::gelu_kind Act = kernels::gelu_kind::tanh,
+          class Norm = layer_norm>
 class causal_lm_head {
  public:
   using bottleneck_type = dense_gelu_norm<T, Sparsity, Act>;
   struct cache {
     lm_loss_targets targets;  // the scored targets and weights of the batch
     buffer xf, dxf, z, dz;    // (N,C) xf, dxf; (N,E) the bottleneck's output and its gradient
-    layer_norm::cache lnf_c;
+    typename Norm::cache lnf_c;
     typename bottleneck_type::cache bottleneck_c;
   };
 
   causal_lm_head() = default;
-  // tied: the (V, width) table the logits project onto (width = bottleneck, or channels without one).
+  // tied: the (V, width) table the logits project onto (width = bottleneck, or channels without one);
+  // with o.untied_name the head registers its own table (after the norm) and ignores `tied`.
   causal_lm_head(arena_layout& layout, param_ref tied, const causal_lm_head_options& o) : o_(o) {
     o_.plan = nullptr;
-    ln_f_ = layer_norm(layout, "ln_f", o.channels, o.norm);
+    ln_f_ = Norm(layout, o.norm_name, o.channels, o.norm);
     if (o.bottleneck) bottleneck_ = bottleneck_type(layout, "head.down", "head.ln", o.channels, o.bottleneck, o.norm, o.plan);
     if (o.logit_bias) bias_ = param_ref{"head.bias", layout.add("head.bias", {o.vocab}, param_no_decay | param_no_trust)};
+    if (!o.untied_name.empty()) {
+      own_ = param_ref{o.untied_name, layout.add(o.untied_name, {o.vocab, width()})};
+      tied = *own_;
+    }
     tied_ = tied_lm_head(std::move(tied), o.vocab, width(), bias_);
   }
 
   const lm_loss_options& loss_options() const noexcept { return o_.loss; }
   std::size_t width() const noexcept { return o_.bottleneck ? o_.bottleneck : o_.channels; }
-  const layer_norm& final_norm() const noexcept { return ln_f_; }
+  const Norm& final_norm() const noexcept { return ln_f_; }
+  // The head's own output table (untied_name), or none (tied to the embedding).
+  const std::optional<param_ref>& own_table() const noexcept { return own_; }
   const bottleneck_type& bottleneck() const noexcept { return bottleneck_; }
   const std::optional<param_ref>& bias() const noexcept { return bias_; }
   tied_lm_head& projection() noexcept { return tied_; }
@@ -66,6 +77,7 @@ class causal_lm_head {
   template <class F>
   void visit(F&& f) const {
     f(ln_f_);
+    if (own_) f(*own_);
     if (o_.bottleneck) f(bottleneck_);
     if (bias_) f(*bias_);
   }
@@ -113,7 +125,8 @@ class causal_lm_head {
   }
 
   causal_lm_head_options o_;
-  layer_norm ln_f_;
+  Norm ln_f_;
+  std::optional<param_ref> own_;
   bottleneck_type bottleneck_;
   std::optional<param_ref> bias_;
   tied_lm_head tied_;

@@ -37,6 +37,7 @@
 #include "sparselm/core/tensor.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/core/view.hpp"
+#include "sparselm/layers/branch.hpp"
 #include "sparselm/layers/context.hpp"
 #include "sparselm/layers/kv_cache.hpp"
 
@@ -53,12 +54,20 @@ inline constexpr std::int32_t gpt2_endoftext_id = 50256;
 // decoder and its parameters must not change while a cache is in use.
 template <class Model>
 class decoder {
+  static_assert(requires(const Model& m) { m.stack()[0].attn(); m.stack().size(); m.stack().channels(); },
+                "decoder: the model needs 'stack()' (a block_stack whose blocks have 'attn()')");
+  static_assert(requires(const Model& m) { m.embedding(); m.head(); m.params(); m.vocab_size(); m.max_positions(); },
+                "decoder: the model needs 'embedding()', 'head()', 'params()', 'vocab_size()' and 'max_positions()'");
+  static_assert(requires { typename Model::embedding_type::cache; typename Model::block_type::cache;
+                           typename Model::head_type::cache; },
+                "decoder: the model needs 'embedding_type', 'block_type' and 'head_type' with their caches");
+
  public:
   // batch: sequences decoded together; capacity: cached positions (0: the model's max_positions()).
   explicit decoder(const Model& model, std::size_t batch = 1, std::size_t capacity = 0) : model_(&model) {
     const auto& attn = model.stack()[0].attn();
     cache_ = kv_cache(model.stack().size(), batch, capacity ? capacity : model.max_positions(),
-                      attn.heads() * attn.head_dim());
+                      kv_width_of(attn));
     SPARSELM_CHECK(cache_.capacity() <= model.max_positions(), "decoder: cache capacity ", cache_.capacity(),
                    " exceeds the model's ", model.max_positions(), " positions");
   }

@@ -33,8 +33,8 @@ auto must_be(T want, std::string why) {
 
 // Accepts the generic PretrainedConfig keys (see the header comment) and checks the ones that
 // would change the model: a decoder or encoder-decoder setup, cross-attention, an untied output
-// layer, pruned heads.
-inline void read_hf_common(json_fields& r) {
+// layer (unless the model reads tie_word_embeddings itself: untied_allowed), pruned heads.
+inline void read_hf_common(json_fields& r, bool untied_allowed = false) {
   r.ignore({"_name_or_path", "_commit_hash", "_attn_implementation_autoset", "architectures", "model_type",
             "transformers_version", "torch_dtype", "dtype", "use_cache", "return_dict", "output_hidden_states",
             "output_attentions", "torchscript", "use_bfloat16", "tf_legacy_loss", "finetuning_task", "id2label",
@@ -51,7 +51,8 @@ inline void read_hf_common(json_fields& r) {
   r.ignore({"classifier_dropout"});  // read by fine-tuning heads from the JSON when they need it
   r.get("is_encoder_decoder", false, detail::must_be(false, "encoder-decoder models are not implemented"));
   r.get("add_cross_attention", false, detail::must_be(false, "cross-attention is not implemented"));
-  r.get("tie_word_embeddings", true, detail::must_be(true, "the output layer is always tied to the word embedding"));
+  if (!untied_allowed)
+    r.get("tie_word_embeddings", true, detail::must_be(true, "the output layer is always tied to the word embedding"));
   const json pruned = r.get("pruned_heads", json::object());
   SPARSELM_CHECK(pruned.is_object() && pruned.empty(), r.context(),
                  ": field 'pruned_heads' must be empty (pruned attention heads are not implemented), got ",

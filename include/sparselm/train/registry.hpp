@@ -31,9 +31,11 @@
 #include "sparselm/kernels/gelu.hpp"
 #include "sparselm/core/json.hpp"
 #include "sparselm/io/checkpoint.hpp"
+#include "sparselm/io/huggingface.hpp"
 #include "sparselm/io/pretrained.hpp"
 #include "sparselm/models/bert.hpp"
 #include "sparselm/models/gpt.hpp"
+#include "sparselm/models/llama.hpp"
 #include "sparselm/models/sparse_lm.hpp"
 #include "sparselm/optim/adam.hpp"
 #include "sparselm/optim/lamb.hpp"
@@ -111,6 +113,7 @@ struct gpt_family : hf_config_family<gpt_config, &gpt_config::activation_functio
   static constexpr std::string_view name = "gpt2";
   template <sparsity_type S, kernels::gelu_kind A>
   using model = gpt<float, S, A>;
+  static io::hf_name_map hf_map(const gpt_config&) { return io::hf_gpt2_map(); }
 };
 
 // The S1 sparse LM ("model_type": "sparse_lm"); block size and sparsity are config fields.
@@ -132,6 +135,22 @@ struct sparse_lm_family {
   static Model make(const model_spec<sparse_lm_config>& s) {
     return Model(s.config);
   }
+  static io::hf_name_map hf_map(const sparse_lm_config&) { return io::hf_gpt2_map(); }
+};
+
+// The LLaMA family, llama<> ("model_type": "llama", HF LlamaConfig keys). Its gate (SiLU) is its
+// config's hidden_act, fixed by the model type; the GELU form A of with_model does not change the
+// model, so the spec names the tanh form, which every Activations list holds.
+struct llama_family : hf_config_family<llama_config, &llama_config::hidden_act> {
+  static constexpr std::string_view name = "llama";
+  template <sparsity_type S, kernels::gelu_kind A>
+  using model = llama<float, S>;
+  static model_spec<llama_config> read(json j, const std::string& context) {
+    auto s = hf_config_family::read(std::move(j), context);
+    s.activation = activation<kernels::gelu_kind::tanh>::name;
+    return s;
+  }
+  static io::hf_name_map hf_map(const llama_config& c) { return io::hf_llama_map(c.tie_word_embeddings); }
 };
 
 // BERT for pre-training, bert<> (MLM + NSP head; "model_type": "bert", HF BertConfig keys). The
@@ -141,11 +160,12 @@ struct bert_family : hf_config_family<bert_config, &bert_config::hidden_act> {
   static constexpr std::string_view name = "bert";
   template <sparsity_type S, kernels::gelu_kind A>
   using model = bert<float, S>;
+  static io::hf_name_map hf_map(const bert_config&) { return io::hf_bert_map(); }
 };
 
 // Every family; and the causal LMs, which generation serves (with_model's default).
-using model_families = type_list<gpt_family, sparse_lm_family, bert_family>;
-using causal_lm_families = type_list<gpt_family, sparse_lm_family>;
+using model_families = type_list<gpt_family, sparse_lm_family, llama_family, bert_family>;
+using causal_lm_families = type_list<gpt_family, sparse_lm_family, llama_family>;
 
 // --- choosing ------------------------------------------------------------------------------------
 
