@@ -62,6 +62,13 @@ cli)  # negative numbers, sizes past the limits, overflowing products: usage err
   expect 1 "activations per buffer" "$bin/gpt_train" "${tiny[@]}" --positions 1000000 --seq-len 1000000 \
     --batch-size 1000000 --out big
   expect 1 "steps" "$bin/gpt_train" "${tiny[@]}" --set steps=1e15 --out steps
+  # a memory budget the plan does not fit, and an offload directory that is not one: before any step
+  expect 1 "memory budget 0.001 GiB (memory_budget, --memory-budget): the run needs" "$bin/gpt_train" "${tiny[@]}" \
+    --memory-budget 0.001 --out budget
+  [ ! -e budget/metrics.jsonl ] || { echo "FAIL: the over-budget run wrote metrics"; failures=$((failures + 1)); }
+  expect 1 "offloaded to 'no-such-dir': cannot create a file there" "$bin/gpt_train" "${tiny[@]}" --offload no-such-dir \
+    --out offload
+  expect 2 "--memory-budget" "$bin/sparse_lm" --memory-budget -1
   expect 2 "--slots" "$bin/gpt_train" "${tiny[@]}" --slots fp8 --out slots
   expect 2 "--set optimizer.slots=fp8: field 'optimizer.slots' must be one of: float bf16 half" "$bin/gpt_train" \
     "${tiny[@]}" --set optimizer.slots=fp8 --out slots2

@@ -293,10 +293,9 @@ TEST_CASE_TEMPLATE("bsr kernels are deterministic and callable inside a parallel
   CHECK(one.dX2 == a.dX);
   check_close(one.dv.data(), 0, a.dv.data(), 0, 1, a.dv.size(), 1e-5 * M, "bsr_weight_grad, 1 vs 2 threads");
   std::vector<result> inner(2);
-#if defined(_OPENMP)
-#pragma omp parallel for num_threads(2)
-#endif
-  for (int t = 0; t < 2; ++t) inner[std::size_t(t)] = run();
+  run_team(2, [&](int t, int T) {  // a team of two (OpenMP or std::thread); every index once if it has fewer
+    for (int i = t; i < 2; i += T) inner[std::size_t(i)] = run();
+  });
   for (const auto& r : inner) {  // serial inside the region: as with one thread
     CHECK(r.Y == one.Y);
     CHECK(r.dX == one.dX);
@@ -371,11 +370,10 @@ TEST_CASE("the B = 1 weight gradient's kept slot order follows the pattern") {
     auto f = q;
     f.finalize("fresh");
     std::vector<std::vector<float>> dvs(2, std::vector<float>(f.nnz(), 0.0f));
-#if defined(_OPENMP)
-#pragma omp parallel for num_threads(2)
-#endif
-    for (int t = 0; t < 2; ++t)
-      kernels::bsr_weight_grad<1>({X.data(), M, rows_b}, {dY.data(), M, cols_b}, f, dvs[std::size_t(t)].data());
+    run_team(2, [&](int t, int T) {
+      for (int i = t; i < 2; i += T)
+        kernels::bsr_weight_grad<1>({X.data(), M, rows_b}, {dY.data(), M, cols_b}, f, dvs[std::size_t(i)].data());
+    });
     CHECK(dvs[0] == dvs[1]);
     std::vector<float> dvr(f.nnz(), 0.0f);
     test::ref_weight_grad(X.data(), rows_b, dY.data(), cols_b, M, f, dvr.data());
