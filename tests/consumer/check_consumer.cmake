@@ -1,6 +1,6 @@
 # Builds and runs tests/consumer/app against sparselm, either through an installed package
 # (MODE=find_package) or through the source tree (MODE=add_subdirectory).
-#   cmake -DMODE=find_package -DSOURCE_DIR=... -DWORK_DIR=... -P check_consumer.cmake
+#   cmake -DMODE=find_package -DSOURCE_DIR=... -DWORK_DIR=... [-DBUILD_DIR=...] -P check_consumer.cmake
 cmake_minimum_required(VERSION 3.25)
 foreach(v MODE SOURCE_DIR WORK_DIR)
   if(NOT DEFINED ${v})
@@ -25,9 +25,16 @@ if(MODE STREQUAL "find_package")
   run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/lib-build -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix
       -DCMAKE_BUILD_TYPE=Release -DSPARSELM_BUILD_TESTS=OFF -DSPARSELM_BUILD_EXAMPLES=OFF
       -DSPARSELM_BUILD_BENCHMARKS=OFF ${compiler_args})
-  # the install holds the precompiled kernels library (sparselm::kernels), so it is built first
-  run(${CMAKE_COMMAND} --build ${WORK_DIR}/lib-build -j 2)
-  run(${CMAKE_COMMAND} --install ${WORK_DIR}/lib-build)
+  # The install holds the precompiled kernels library (sparselm::kernels). Under ctest, BUILD_DIR is
+  # the suite's own build, whose kernels are already compiled with the same flags: the package is
+  # installed from it (the library-only configure above still has to succeed). Run by hand without
+  # BUILD_DIR, the library-only build is compiled and installed.
+  if(DEFINED BUILD_DIR AND EXISTS ${BUILD_DIR}/cmake_install.cmake)
+    run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
+  else()
+    run(${CMAKE_COMMAND} --build ${WORK_DIR}/lib-build -j 2)
+    run(${CMAKE_COMMAND} --install ${WORK_DIR}/lib-build)
+  endif()
   run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer/app -B ${WORK_DIR}/app-build
       -DCONSUMER_MODE=find_package -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix ${compiler_args})
 elseif(MODE STREQUAL "add_subdirectory")
