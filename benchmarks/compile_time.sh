@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Compile time of a downstream translation unit that trains a GPT one step
 # (benchmarks/compile_time/one_step.cpp: the umbrella header, gpt<float>, trainer, AdamW), against the
-# package installed from BUILD_DIR (`cmake --install`), at -O2 -march=native, in two forms:
+# package installed from BUILD_DIR (`cmake --install`), at -O2 -march=native, in three forms:
 #   header_only   the headers alone
 #   kernels       with sparselm::kernels (-DSPARSELM_PRECOMPILED_KERNELS; the kernels are linked, not compiled)
-# Each compile runs alone under /usr/bin/time; prints user + system seconds, wall seconds and peak RSS,
+#   models        with sparselm::models too (-DSPARSELM_PRECOMPILED_MODELS: gpt<float> and its trainer are
+#                 linked, not compiled; train/precompiled.hpp)
+# The models form is also linked against the installed libraries and run for one step, so that the
+# number is of a program that works. Each compile runs alone under /usr/bin/time; prints user +
+# system seconds, wall seconds and peak RSS,
 # and with --json FILE (or $SPARSELM_RESULTS) appends a results line per form (benchmarks/common/results.py).
 #
 #   benchmarks/compile_time.sh [--json FILE] [BUILD_DIR=build] [WORK_DIR=/tmp/sparselm-compile-time]
@@ -15,12 +19,13 @@ if [ "${1:-}" = --json ]; then json=$2; shift 2; fi
 build=${1:-build} work=${2:-/tmp/sparselm-compile-time}
 cmd="benchmarks/compile_time.sh $*"
 export SPARSELM_RESULTS_RUN
-SPARSELM_RESULTS_RUN="$(date -u +%Y-%m-%dT%H:%M:%SZ)-$$"  # the two lines are one run
+SPARSELM_RESULTS_RUN="$(date -u +%Y-%m-%dT%H:%M:%SZ)-$$"  # the three lines are one run
 rm -rf "$work" && mkdir -p "$work"
 cmake --install "$build" --prefix "$work/prefix" > /dev/null
-for form in header_only kernels; do
+for form in header_only kernels models; do
   defs=()
   [ "$form" = kernels ] && defs=(-DSPARSELM_PRECOMPILED_KERNELS)
+  [ "$form" = models ] && defs=(-DSPARSELM_PRECOMPILED_KERNELS -DSPARSELM_PRECOMPILED_MODELS)
   /usr/bin/time -f '%U %S %e %M' -o "$work/$form.time" g++ -std=c++20 -O2 -march=native -fopenmp \
     -I"$work/prefix/include" "${defs[@]}" -c "$src/benchmarks/compile_time/one_step.cpp" -o "$work/$form.o"
   read -r user sys wall rss_kb < "$work/$form.time"
@@ -35,3 +40,7 @@ for form in header_only kernels; do
       --metric "object_kib=$(( $(stat -c %s "$work/$form.o") / 1024 ))"
   fi
 done
+# the models form links and trains one step (the precompiled instances are the ones it calls)
+libdir=$(dirname "$(find "$work/prefix" -name libsparselm_models.a)")
+g++ -fopenmp "$work/models.o" -L"$libdir" -lsparselm_models -lsparselm_kernels -o "$work/one_step"
+(cd "$src" && "$work/one_step" configs/gpt-mini.json)

@@ -42,5 +42,6 @@
 #include "sparselm/optim/schedules.hpp"
 #include "sparselm/optim/sgd.hpp"
 #include "sparselm/train/dynamic_sparsity.hpp"
+#include "sparselm/train/precompiled.hpp"
 #include "sparselm/train/registry.hpp"
 #include "sparselm/train/trainer.hpp"

@@ -137,55 +137,63 @@ class gpt : public transformer<token_position_embedding, pre_ln_block<T, Sparsit
   static constexpr kernels::gelu_kind activation = Act;
 
   // plan: block counts of the projections when Sparsity is block_sparse<B> (ignored when dense).
-  explicit gpt(const gpt_config& cfg, const sparse_plan& plan = {}) : cfg_(cfg) {
-    this->plan_ = plan;
-    constexpr const char* act = Act == kernels::gelu_kind::tanh ? "gelu_new" : "gelu";
-    SPARSELM_CHECK(cfg.activation_function == act, "gpt: config asks for activation '", cfg.activation_function,
-                   "' but the model type was compiled for '", act, "'");
-    SPARSELM_CHECK(cfg.n_embd % cfg.n_head == 0, "gpt: n_embd (", cfg.n_embd, ") is not divisible by n_head (",
-                   cfg.n_head, ")");
-    auto layout = std::make_shared<arena_layout>();
-    token_position_embedding emb(*layout, cfg.vocab_size, cfg.n_positions, cfg.n_embd, cfg.embd_pdrop, 1);
-    auto blocks = base::make_blocks(*layout, cfg.n_layer,
-                                    {.channels = cfg.n_embd,
-                                     .heads = cfg.n_head,
-                                     .head_dim = cfg.head_dim(),
-                                     .hidden = cfg.hidden(),
-                                     .norm = {.eps = cfg.layer_norm_epsilon},
-                                     .attn_dropout = cfg.attn_pdrop,
-                                     .resid_dropout = cfg.resid_pdrop,
-                                     .plan = &this->plan_});
-    typename base::head_type head(
-        *layout, emb.wte(),
-        {.channels = cfg.n_embd, .vocab = cfg.vocab_size, .norm = {.eps = cfg.layer_norm_epsilon}, .loss = cfg.loss});
-    this->assemble(std::move(layout), std::move(emb), std::move(blocks), std::move(head));
-    this->set_limits("gpt", cfg.vocab_size, cfg.n_positions, "n_positions");
-  }
+  // (The constructor and init are defined after the class: not inline, so that a precompiled
+  // instance -- train/precompiled.hpp -- spares a translation unit their code.)
+  explicit gpt(const gpt_config& cfg, const sparse_plan& plan = {});
 
   const gpt_config& config() const noexcept { return cfg_; }
 
   // GPT-2 initialisation: N(0, σ) for weights and embeddings (σ/sqrt(2L) for the projections that
   // write into the residual stream when scale_residual_init), zero biases, unit norms.
   // Deterministic in the seed (every tensor draws from its own stream).
-  void init(std::uint64_t seed) {
-    counter_rng rng(seed);
-    const float std = cfg_.initializer_range;
-    const float proj_std = cfg_.scale_residual_init ? std / std::sqrt(2.0f * float(cfg_.n_layer)) : std;
-    auto& p = this->params();
-    visit_tree(*this, [&](const auto& n) {
-      using N = std::decay_t<decltype(n)>;
-      if constexpr (std::is_same_v<N, param_ref>) {
-        rng.fill_normal(p[n.index], n.index, 0.0f, std);  // wte, wpe
-      } else if constexpr (std::is_same_v<N, layer_norm>) {
-        n.init(p);
-      } else if constexpr (is_linear_v<N>) {
-        n.init(p, rng, n.role() == linear_role::residual_output ? proj_std : std);
-      }
-    });
-  }
+  void init(std::uint64_t seed);
 
  private:
   gpt_config cfg_;
 };
+
+template <class T, sparsity_type Sparsity, kernels::gelu_kind Act>
+gpt<T, Sparsity, Act>::gpt(const gpt_config& cfg, const sparse_plan& plan) : cfg_(cfg) {
+  this->plan_ = plan;
+  constexpr const char* act = Act == kernels::gelu_kind::tanh ? "gelu_new" : "gelu";
+  SPARSELM_CHECK(cfg.activation_function == act, "gpt: config asks for activation '", cfg.activation_function,
+                 "' but the model type was compiled for '", act, "'");
+  SPARSELM_CHECK(cfg.n_embd % cfg.n_head == 0, "gpt: n_embd (", cfg.n_embd, ") is not divisible by n_head (",
+                 cfg.n_head, ")");
+  auto layout = std::make_shared<arena_layout>();
+  token_position_embedding emb(*layout, cfg.vocab_size, cfg.n_positions, cfg.n_embd, cfg.embd_pdrop, 1);
+  auto blocks = base::make_blocks(*layout, cfg.n_layer,
+                                  {.channels = cfg.n_embd,
+                                   .heads = cfg.n_head,
+                                   .head_dim = cfg.head_dim(),
+                                   .hidden = cfg.hidden(),
+                                   .norm = {.eps = cfg.layer_norm_epsilon},
+                                   .attn_dropout = cfg.attn_pdrop,
+                                   .resid_dropout = cfg.resid_pdrop,
+                                   .plan = &this->plan_});
+  typename base::head_type head(
+      *layout, emb.wte(),
+      {.channels = cfg.n_embd, .vocab = cfg.vocab_size, .norm = {.eps = cfg.layer_norm_epsilon}, .loss = cfg.loss});
+  this->assemble(std::move(layout), std::move(emb), std::move(blocks), std::move(head));
+  this->set_limits("gpt", cfg.vocab_size, cfg.n_positions, "n_positions");
+}
+
+template <class T, sparsity_type Sparsity, kernels::gelu_kind Act>
+void gpt<T, Sparsity, Act>::init(std::uint64_t seed) {
+  counter_rng rng(seed);
+  const float std = cfg_.initializer_range;
+  const float proj_std = cfg_.scale_residual_init ? std / std::sqrt(2.0f * float(cfg_.n_layer)) : std;
+  auto& p = this->params();
+  visit_tree(*this, [&](const auto& n) {
+    using N = std::decay_t<decltype(n)>;
+    if constexpr (std::is_same_v<N, param_ref>) {
+      rng.fill_normal(p[n.index], n.index, 0.0f, std);  // wte, wpe
+    } else if constexpr (std::is_same_v<N, layer_norm>) {
+      n.init(p);
+    } else if constexpr (is_linear_v<N>) {
+      n.init(p, rng, n.role() == linear_role::residual_output ? proj_std : std);
+    }
+  });
+}
 
 }  // namespace sparselm
