@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Step time of a GPT on N machines under tensor (TP), pipeline (PP) and data (DP) parallelism:
+a model on paper, from two measured inputs and a stated network.
+
+Measured (on this project's 2-core Zen 5 host; override with the flags):
+  --node-tokens-per-s   GPT-2 small, fp32, 8 x 128 tokens, 2 threads: 456 tokens/s (the median of
+                        benchmarks/results/2026-12-06-zen5-run-driver-step-check.md), which at
+                        6 N + 12 L T C FLOPs per token is the node's sustained training rate;
+  --local-sum-gb-s      the gradient sum between 2 ranks of one machine (split_sum, 497.8 MB in
+                        0.107 s: benchmarks/results/2026-11-27-zen5-distributed.md), for the
+                        note on one machine only.
+Modelled (stated, not measured): the network (--networks, Gbit/s per direction, 5 us per message
+round), every machine like this one, ring collectives, 1F1B pipelines with one sequence per
+micro-batch, Megatron-style 1-D tensor parallelism (4 all-reduces of a micro-batch's activations
+per layer: 2 forward, 2 backward, on the critical path), stage boundaries sending a TP rank's share
+of the activations each way, DP summing each rank's gradients in a ring after the backward pass
+(the trainer's default; non-blocking sums could hide part of it), fp32
+weights, gradients and AdamW state (16 bytes per parameter) with the slots sharded over DP
+(ZeRO-1), and activations recomputed per block (the kept block inputs of the micro-batches in
+flight plus one block's working set).
+
+  benchmarks/scaling_model.py                  # print the tables
+  benchmarks/scaling_model.py --write FILE     # replace the block between the markers in FILE
+  benchmarks/scaling_model.py --check FILE     # exit 1 if FILE's block differs (ctest docs.scaling_model)
+"""
+import argparse
+import sys
+
+MODELS = {  # name: (layers, width, heads, vocab, context)
+    "GPT-2 small": (12, 768, 12, 50257, 1024),
+    "GPT-2 medium": (24, 1024, 16, 50257, 1024),
+    "GPT-3 2.7B": (32, 2560, 32, 50257, 2048),
+}
+MACHINES = (8, 64)
+NODE_SPEEDS = (1, 25)
+BATCHES = (512, 32)   # sequences per step: a pre-training batch, and a small one (strong scaling)  # this machine (measured rate), and a node 25x faster (modelled: a large server)
+MEMORY_GB = 24.0      # per machine
+HEADROOM_GB = 2.0     # the process, buffers, the OS
+ALPHA = 5e-6          # seconds per message round
+BEGIN = "<!-- table: scaling_model -->"
+END = "<!-- end table -->"
+
+
+def params(L, C, V, T):
+    return 12 * L * C * C + 13 * L * C + V * C + T * C + 2 * C
+
+
+def flops_per_token(L, C, V, T):
+    return 6 * params(L, C, V, T) + 12 * L * T * C
+
+
+def ring(ranks, nbytes, bw):
+    """Seconds of a ring all-reduce of nbytes over ranks at bw bytes/s per direction."""
+    if ranks <= 1:
+        return 0.0
+    return 2 * (ranks - 1) / ranks * nbytes / bw + 2 * (ranks - 1) * ALPHA
+
+
+def step(model, tp, pp, dp, gbit, node_flops, batch):
+    L, C, H, V, T = MODELS[model]
+    if L % pp or H % tp or batch % dp:
+        return None
+    bw = gbit * 1e9 / 8
+    n = params(L, C, V, T)
+    m = batch // dp                                     # micro-batches per replica and step
+    compute = m * T * flops_per_token(L, C, V, T) / (tp * pp * node_flops)
+    bubble = compute * (pp - 1) / m
+    act = T * C * 4                                     # one micro-batch's activations, fp32
+    tp_comm = m * (L // pp) * 4 * ring(tp, act, bw) if tp > 1 else 0.0
+    pp_comm = m * 2 * (act / tp / bw + ALPHA) if pp > 1 else 0.0
+    dp_comm = ring(dp, 4 * n / (tp * pp), bw)       # after the backward pass (the trainer's default)
+    total = compute + bubble + tp_comm + pp_comm + dp_comm
+    state = (8 + 8 / dp) * n / (tp * pp) / 1e9
+    in_flight = min(pp, m)                              # 1F1B: the first stage holds pp micro-batches
+    activations = (in_flight * (L // pp) * act + 34 * T * C * 4 / tp + 2 * H // tp * T * T * 4) / 1e9
+    ideal = batch * T * flops_per_token(L, C, V, T) / (tp * pp * dp * node_flops)
+    return dict(total=total, compute=compute, bubble=bubble, tp=tp_comm, pp=pp_comm, dp=dp_comm, state=state,
+                memory=state + activations, efficiency=ideal / total)
+
+
+def layouts(machines):
+    for tp in (1, 2, 4, 8):
+        for pp in (1, 2, 4, 8):
+            if machines % (tp * pp) == 0:
+                yield tp, pp, machines // (tp * pp)
+
+
+def best_layout(model, machines, gbit, node_flops, batch):
+    best = None
+    for tp, pp, dp in layouts(machines):
+        r = step(model, tp, pp, dp, gbit, node_flops, batch)
+        if r is None or r["memory"] > MEMORY_GB - HEADROOM_GB:
+            continue
+        if best is None or r["total"] < best[1]["total"]:
+            best = ((tp, pp, dp), r)
+    return best
+
+
+def render(node_tps, local_gb_s, networks):
+    gpt2 = MODELS["GPT-2 small"]
+    measured = node_tps * flops_per_token(gpt2[0], gpt2[1], gpt2[3], 128)
+    out = [BEGIN,
+           "<!-- generated by benchmarks/scaling_model.py: do not edit -->",
+           f"Inputs: the node rate measured on this machine, {node_tps:.0f} tokens/s on GPT-2 small (8 x 128), i.e. "
+           f"{measured / 1e9:.0f} GFLOP/s sustained, and a node {NODE_SPEEDS[-1]}x faster (modelled); networks of "
+           f"{' and '.join(f'{g:g}' for g in networks)} Gbit/s with {ALPHA * 1e6:g} us per message round (modelled); "
+           f"{MEMORY_GB:g} GB per machine. Each cell: the fastest layout TP x PP x DP whose state and activations fit "
+           "a machine, its step time and its efficiency against perfect scaling of the compute; shares of the step "
+           "(compute / pipeline bubble / TP / PP / DP communication) at the slower network; the pure data-parallel "
+           "layout beside it.",
+           "",
+           "| model | node | global batch | machines | " + " | ".join(f"{g:g} Gbit/s" for g in networks)
+           + f" | shares % at {networks[0]:g} Gbit/s | pure DP at {networks[0]:g} Gbit/s |",
+           "|---|---|---:|---:|" + "---|" * len(networks) + "---|---|"]
+    for model in MODELS:
+        for speed in NODE_SPEEDS:
+            node = "this machine" if speed == 1 else f"{speed}x faster"
+            for batch in BATCHES:
+                for machines in MACHINES:
+                    cells, shares = [], ""
+                    for i, gbit in enumerate(networks):
+                        best = best_layout(model, machines, gbit, measured * speed, batch)
+                        if best is None:
+                            cells.append("none fits")
+                            continue
+                        (tp, pp, dp), r = best
+                        cells.append(f"{tp} x {pp} x {dp}: {r['total']:.2f} s, {100 * r['efficiency']:.0f} %")
+                        if i == 0:
+                            shares = " / ".join(f"{100 * r[k] / r['total']:.0f}"
+                                                for k in ("compute", "bubble", "tp", "pp", "dp"))
+                    d = step(model, 1, 1, machines, networks[0], measured * speed, batch)
+                    if d is None:
+                        dp_cell = f"batch < {machines} machines"
+                    else:
+                        fits = d["memory"] <= MEMORY_GB - HEADROOM_GB
+                        dp_cell = f"{d['total']:.2f} s, {100 * d['efficiency']:.0f} %" + (
+                            "" if fits else f" (does not fit: {d['memory']:.0f} GB)")
+                    out.append(f"| {model} | {node} | {batch} | {machines} | " + " | ".join(cells)
+                               + f" | {shares} | {dp_cell} |")
+    gpt2_bytes = 4 * params(gpt2[0], gpt2[1], gpt2[3], gpt2[4])
+    out += ["",
+            f"Measured on one machine, for scale: the gradient sum of GPT-2 small ({gpt2_bytes / 1e6:.1f} MB) between "
+            f"2 ranks runs at {local_gb_s:.2f} GB/s (a shared-memory transport, not a network), "
+            f"{gpt2_bytes / (local_gb_s * 1e9):.3f} s.",
+            END]
+    return "\n".join(out) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--node-tokens-per-s", type=float, default=456.0)
+    ap.add_argument("--local-sum-gb-s", type=float, default=497.8e6 / 0.107 / 1e9)
+    ap.add_argument("--networks", default="25,100")
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--write", metavar="FILE")
+    g.add_argument("--check", metavar="FILE")
+    a = ap.parse_args()
+    block = render(a.node_tokens_per_s, a.local_sum_gb_s, [float(x) for x in a.networks.split(",")])
+    target = a.write or a.check
+    if not target:
+        sys.stdout.write(block)
+        return 0
+    text = open(target, encoding="utf-8").read()
+    if BEGIN not in text or END not in text[text.index(BEGIN):]:
+        print(f"scaling_model.py: {target} has no '{BEGIN}' ... '{END}' block", file=sys.stderr)
+        return 2
+    i = text.index(BEGIN)
+    j = text.index(END, i) + len(END) + 1
+    new = text[:i] + block + text[j:]
+    if a.check:
+        if new != text:
+            print(f"scaling_model.py: {target}'s table is not what the model gives; run with --write", file=sys.stderr)
+            return 1
+        return 0
+    open(target, "w", encoding="utf-8").write(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
