@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ctest examples.generate_from_run: trains three tiny models for a few steps — a block-sparse GPT
-# (B = 16) and an unstructured one (B = 1) with gpt_train, and the S1 sparse LM with sparse_lm —
+# (B = 16) and an unstructured one (B = 1, ERK allocation: each weight its own density) with gpt_train, and the S1 sparse LM with sparse_lm —
 # then runs generate on each run directory (which stands for its latest checkpoint) and checks that
 #   - sampling (temperature 1, no top-k/top-p, fixed seed) with the KV cache and without it (full
 #     recompute every token) prints the same text (the logits agree to rounding; a 20-step model's
@@ -20,7 +20,7 @@ rm -rf "$work"; mkdir -p "$work"
 
 "$train" --config "$src/configs/gpt-mini-train.json" --train "$work/train.tok" --valid "$work/train.tok" \
   --layers 2 --embd 64 --heads 2 --positions 48 --seq-len 32 --batch-size 2 --steps 6 --warmup-steps 2 \
-  --eval-batches 1 --block-size 1 --sparsity 0.7 --threads 2 --out "$work/run-b1" > /dev/null 2> "$work/train-b1.err"
+  --eval-batches 1 --block-size 1 --sparsity 0.7 --allocation erk --threads 2 --out "$work/run-b1" > /dev/null 2> "$work/train-b1.err"
 "$sparse_lm" -c "$src/configs/s1-tiny-train.json" --train "$work/train.tok" --valid "$work/train.tok" --vocab 50257 \
   --steps 6 --threads 2 --out "$work/run-s1" > /dev/null 2> "$work/train-s1.err"
 for r in run-b1 run-s1; do

@@ -124,10 +124,9 @@ int main(int argc, char** argv) {
     auto bpe = gpt2_bpe::from_directory(vocab_dir);
     ro.checkpoint = io::resolve_checkpoint(ro.checkpoint);  // a run directory means its latest checkpoint
     std::fprintf(stderr, "checkpoint %s\n", ro.checkpoint.string().c_str());
-    const json j = io::read_model_config(ro.checkpoint);
-    check_model_limits(j, (ro.checkpoint / "config.json").string());
-    return registry::with_model(
-        j, (ro.checkpoint / "config.json").string(),
-        [&]<class Model, class Family>(const auto& spec) { return run<Model, Family>(ro, spec, bpe); });
+    // the model the checkpoint holds, with each block-sparse weight's block count from the file
+    // (any allocation: uniform, ERK, pruned), not recomputed from the config's sparsity
+    return registry::with_checkpoint(
+        ro.checkpoint, [&]<class Model, class Family>(const auto& spec) { return run<Model, Family>(ro, spec, bpe); });
   });
 }
