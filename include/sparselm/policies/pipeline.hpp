@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "sparselm/core/error.hpp"
+#include "sparselm/core/step_context.hpp"
 
 namespace sparselm::pipeline {
 
@@ -198,6 +199,17 @@ class stage_link {
   virtual void recv(std::span<float> x, std::size_t from, std::uint64_t tag) = 0;
   // Completes every send started (end of a step).
   virtual void flush() = 0;
+};
+
+// What a model's training or evaluation pass receives: the step context its layers see, plus the
+// run's pipeline plan (read by pipeline::configured; null: one stage) and, for a pipeline over
+// ranks, this process's stage link (null: the stages are threads of this process). Layers take the
+// step_context part only, so they never depend on pipelining.
+struct pass_context : step_context {
+  const plan* pipeline = nullptr;
+  pipeline::stage_link* stage_link = nullptr;
+  pass_context() = default;
+  pass_context(const step_context& s) : step_context(s) {}  // NOLINT(google-explicit-constructor): no plan
 };
 
 struct none {

@@ -56,7 +56,7 @@
 #include "sparselm/train/rank_grid.hpp"
 #include "sparselm/train/replica_checks.hpp"
 #include "sparselm/train/replica_sums.hpp"
-#include "sparselm/train/slot_stream.hpp"
+#include "sparselm/io/slot_stream.hpp"
 #include "sparselm/train/stage_params.hpp"
 #include "sparselm/train/trainer_options.hpp"
 
@@ -264,17 +264,17 @@ class trainer {
     if (stream_.armed()) stream_.drain(shard_group());  // a save that did not take the streamed slots
   }
   // Sharded, on every process before a save (instead of gather_optimizer_state()): the other
-  // ranks send their slots to rank 0 in chunks as it writes them (train/slot_stream.hpp), so it
+  // ranks send their slots to rank 0 in chunks as it writes them (io/slot_stream.hpp), so it
   // never holds their whole state; io::save_training_state takes them from streamed_slots().
   // Then release_gathered_state() on every rank.
   void stream_optimizer_state() {
     if (!sharded() || !gathers_state()) return;
     gather_parameters();
-    stream_.prepare(shard_group(), *model_.layout(), shards_.bounds(), own_slots_of(opt_));
+    stream_.prepare(shard_group(), *model_.layout(), shards_.bounds(), io::own_slots_of(opt_));
     stream_.send_own(shard_group());
   }
   // Rank 0 between stream_optimizer_state() and the save; null otherwise.
-  slot_stream* streamed_slots() noexcept { return stream_.armed() && processes().rank() == 0 ? &stream_ : nullptr; }
+  io::slot_stream* streamed_slots() noexcept { return stream_.armed() && processes().rank() == 0 ? &stream_ : nullptr; }
   // The ranks the optimiser state is sharded over, whose slots a save streams: a replica's pipeline
   // on a grid (its replicas hold the same shards), or every process.
   parallel::replica_group& shard_group() noexcept { return sharded_by_stage() ? *stage_group() : processes(); }
@@ -326,7 +326,7 @@ class trainer {
   // process runs only its stage (transformer::evaluate): every rank evaluates the same batches, and
   // finish_evaluation then sums the stages' statistics (only the last stage's are non-zero).
   loss_stats evaluate(const batch_type& b) {
-    step_context ctx;
+    pipeline::pass_context ctx;
     if constexpr (requires { model_.evaluate(b, ctx); }) {
       if (stage_group()) ctx.pipeline = &o_.pipeline, ctx.stage_link = &link_;
       return model_.evaluate(b, ctx);
@@ -353,7 +353,7 @@ class trainer {
       stage_.zero(model_.grads());
     else
       model_.grads().zero();
-    step_context ctx;
+    pipeline::pass_context ctx;
     ctx.training = true;
     ctx.step = step_;
     ctx.rng = counter_rng(o_.dropout_seed);
@@ -520,7 +520,7 @@ class trainer {
   gradient_shards shards_;                       // sharded: each rank's flat range
   std::vector<arena<slot_type>> full_slots_;     // sharded: whole-layout slots of a checkpoint
   gathered_slots16 full16_;  // sharded 16-bit slots gathered in their own type (gather_optimizer_state)
-  slot_stream stream_;              // sharded: a save's slots streamed to rank 0 (stream_optimizer_state)
+  io::slot_stream stream_;              // sharded: a save's slots streamed to rank 0 (stream_optimizer_state)
   tied_gradient_sum tied_;        // by stage: the head's tensors stage 0 owns (train/replica_sums.hpp)
   stage_range_sums stage_sums_;   // by stage on a grid: the ranges a stage's replicas sum
   stage_params stage_;            // stage-local: the parts of the arenas this rank keeps
