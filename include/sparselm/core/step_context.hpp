@@ -80,7 +80,7 @@ struct step_context {
   std::size_t batch = 0, seq = 0;        // B and T of the current pass (rows = B·T)
   std::span<const std::int32_t> lengths; // padding masks: valid length of each sequence (size B)
   bool need_dense_grad = false;          // sparse layers: compute pooled dense gradients (RigL update step)
-  dtype compute = dtype::f32;            // operand type of the dense GEMMs (precision policy, kernels::gemm_as)
+  dtype compute = dtype::f32;            // operand type of the dense GEMMs (trainer_options::precision, kernels::gemm_as)
   // Under bf16 compute, keep the activations that only feed bf16 products in bf16 (the norms'
   // outputs of pre-LN blocks, the feed-forward's pre-activation and activation); false: fp32
   // buffers, as under fp32 (the products are the same; gelu' then sees the fp32 pre-activation).

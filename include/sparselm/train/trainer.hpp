@@ -62,13 +62,13 @@
 
 namespace sparselm {
 
-// The default policy bundle: recompute, pipeline stages and precision as the options say (keep all
-// activations, one stage, fp32 unless they say otherwise), one replica, AdamW.
+// The default policy bundle: recompute and pipeline stages as the options say (keep all
+// activations, one stage unless they say otherwise), one replica, AdamW. Precision is not a
+// policy: trainer_options::precision chooses it at run time (policies/precision.hpp).
 struct default_policies {
   using recompute = sparselm::recompute::configured;  // trainer_options::recompute (default none)
   using pipeline = sparselm::pipeline::configured;  // trainer_options::pipeline (default one stage)
   using data_parallel = sparselm::data_parallel::none;
-  using precision = sparselm::precision::configured;  // trainer_options::precision (default fp32)
   using optimizer = optim::adamw<float>;
 };
 
@@ -104,8 +104,9 @@ class trainer {
   static_assert(pipeline::policy<typename Policies::pipeline>, "trainer: Policies::pipeline is not a pipeline policy");
   static_assert(data_parallel::policy<typename Policies::data_parallel>,
                 "trainer: Policies::data_parallel is not a data-parallel policy (policies/data_parallel.hpp)");
-  static_assert(precision::policy<typename Policies::precision>,
-                "trainer: Policies::precision is not a precision policy (policies/precision.hpp)");
+  static_assert(!requires { typename Policies::precision; },
+                "trainer: precision is a run-time option (trainer_options::precision), not a policy: "
+                "remove Policies::precision and set the options' precision");
   static_assert(optim::optimizer<typename Policies::optimizer>, "trainer: Policies::optimizer is not an optimiser");
   static_assert(trainable_model<Model>, "trainer: Model does not provide forward_backward/evaluate/params/grads");
 
@@ -139,8 +140,7 @@ class trainer {
     opt_.attach(model_.layout());
   }
 
-  // The operand type of the dense GEMMs (the precision policy's, or the options' under
-  // precision::configured).
+  // The operand type of the dense GEMMs (trainer_options::precision; fp32 when unset).
   dtype compute() const noexcept { return *o_.precision; }
 
   Model& model() noexcept { return model_; }
