@@ -48,6 +48,8 @@ gen=(--prompt "Call me Ishmael." --vocab-dir "$src/data/gpt2" --no-stop --temper
      --max-new-tokens 12 --threads 2)
 "$bin/generate" --checkpoint "$work/llama" "${gen[@]}" > "$work/ours.txt" 2> "$work/gen.err" ||
   { cat "$work/gen.err"; fail "generate (llama)"; }
+grep -q "note: a LLaMA model: the prompt is encoded and the output decoded with the GPT-2 tokenizer" "$work/gen.err" ||
+  fail "generate did not say that it uses the GPT-2 tokenizer for LLaMA: $(cat "$work/gen.err")"
 "$bin/generate" --checkpoint "$work/llama-hf" "${gen[@]}" > "$work/hf.txt" 2> "$work/gen-hf.err" ||
   { cat "$work/gen-hf.err"; fail "generate from the LLaMA HF copy"; }
 grep -q "huggingface" "$work/gen-hf.err" || fail "generate did not report an HF load: $(cat "$work/gen-hf.err")"

@@ -10,7 +10,9 @@
 // also records "sparselm": {"block_size", "sparsity"}) and model.safetensors (io/checkpoint.hpp);
 // a run directory (gpt_train/sparse_lm --out) stands for its newest complete checkpoint. A
 // HuggingFace GPT-2 or LLaMA directory (config.json + model.safetensors as save_pretrained writes
-// them) is read too (io/huggingface.hpp). The prompt is always encoded with the GPT-2 tokenizer. The model
+// them) is read too (io/huggingface.hpp). The prompt is always encoded with the GPT-2 tokenizer, for
+// LLaMA too (there is no SentencePiece tokenizer here): right for a LLaMA trained by gpt_train on
+// GPT-2 token files, not for a HuggingFace LLaMA's own vocabulary (a note on stderr says so). The model
 // type comes from train/registry.hpp, generation from models/generation.hpp; this is argument
 // parsing, loading and output.
 
@@ -20,6 +22,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli.hpp"
@@ -52,6 +55,11 @@ int run(const run_options& ro, const Spec& spec, gpt2_bpe& bpe) {
   if constexpr (Model::sparsity::is_sparse) model.init(0);  // sizes the block patterns that loading restores
   const auto loaded = io::load_pretrained(ro.checkpoint, model, Family::hf_map(spec.config), {.verify = ro.verify});
   if (loaded.format == "huggingface") std::fprintf(stderr, "%s\n", loaded.summary().c_str());
+  if constexpr (Family::name == std::string_view("llama"))
+    std::fprintf(stderr,
+                 "note: a LLaMA model: the prompt is encoded and the output decoded with the GPT-2 tokenizer "
+                 "(--vocab-dir), which fits a LLaMA trained here on GPT-2 token files but not a HuggingFace "
+                 "LLaMA's own (SentencePiece) vocabulary\n");
   generation_options o = ro.gen;
   if (o.stop_token >= 0 && std::size_t(o.stop_token) >= model.vocab_size()) {
     std::fprintf(stderr, "note: the model's vocabulary (%zu) has no <|endoftext|>; no stop token\n", model.vocab_size());
@@ -80,7 +88,9 @@ int run(const run_options& ro, const Spec& spec, gpt2_bpe& bpe) {
 int main(int argc, char** argv) {
   return run_program("generate", [&]() -> int {
     CLI::App app{
-        "Generate text from a GPT checkpoint (config.json + model.safetensors) with the GPT-2 tokenizer.\n"
+        "Generate text from a GPT, S1 or LLaMA checkpoint (config.json + model.safetensors) with the GPT-2\n"
+        "tokenizer. For LLaMA too: it fits a LLaMA trained here on GPT-2 token files, not a HuggingFace\n"
+        "LLaMA's own (SentencePiece) vocabulary.\n"
         "Sampling: temperature (0: greedy), then top-k (0: off), then top-p (1: off); a seed gives the same\n"
         "text for any thread count."};
     run_options ro;
@@ -94,7 +104,7 @@ int main(int argc, char** argv) {
     s.seed = 1;
     examples::reads(app.add_option("--checkpoint", ro.checkpoint,
                                    "Checkpoint directory (config.json + model.safetensors; ours or HuggingFace "
-                                   "GPT-2's), or a run directory (its latest checkpoint)")
+                                   "GPT-2's or LLaMA's), or a run directory (its latest checkpoint)")
                         ->required());
     app.add_option("--prompt", ro.prompt, "Prompt text (must encode to at least one token)")->required();
     app.add_option("--max-new-tokens", ro.gen.max_new_tokens, "Tokens to generate at most")

@@ -103,7 +103,7 @@ TEST_CASE("safetensors checksums reject every single-byte mutant of the tensor d
   CHECK_FALSE(p.metadata().contains(io::checksum_key));
 }
 
-// A streamed tensor (another process's bytes, arriving in chunks: train/slot_stream.hpp) is
+// A streamed tensor (another process's bytes, arriving in chunks: io/slot_stream.hpp) is
 // written byte for byte as if added whole; a source that hands over other bytes or another count
 // fails the write, naming the tensor, and leaves the previous file untouched.
 TEST_CASE("safetensors: streamed tensors are written as added ones; a wrong stream leaves no file") {

@@ -93,7 +93,7 @@ template <class Recompute = recompute::none, class Model, class Batch>
 std::pair<loss_stats, std::vector<float>> step(Model& m, std::span<const Batch> mb, const pipeline::plan* plan,
                                                int threads) {
   set_num_threads(threads);
-  step_context ctx;
+  pipeline::pass_context ctx;
   ctx.training = true;
   ctx.step = 3;
   ctx.rng = counter_rng(11);
@@ -429,7 +429,7 @@ TEST_CASE("a pipeline over ranks (threads as processes): the ranks' gradients su
     for (std::size_t r = 0; r < S; ++r)
       ranks.emplace_back([&, r] {
         set_num_threads(1);
-        step_context ctx;
+        pipeline::pass_context ctx;
         ctx.training = true;
         ctx.step = 3;
         ctx.rng = counter_rng(11);
@@ -478,7 +478,7 @@ TEST_CASE("evaluation over ranks: a plan that does not match the link, and per-p
   mailbox::link link(box, 0, 2);
   const pipeline::plan three{3, order::one_f_one_b, {}, pipeline::placement::ranks};
   const pipeline::plan two{2, order::one_f_one_b, {}, pipeline::placement::ranks};
-  step_context ctx;
+  pipeline::pass_context ctx;
   ctx.stage_link = &link;
   ctx.pipeline = &three;
   CHECK_THROWS_WITH_AS(m.evaluate(mb[0], ctx),

@@ -85,10 +85,6 @@ run train(trainer_options o, int steps) {
   return r;
 }
 
-struct bf16_policies : default_policies {
-  using precision = sparselm::precision::bf16_mixed;
-};
-
 }  // namespace
 
 TEST_CASE("precision: a linear layer multiplies in the step's compute type; W and dW stay fp32") {
@@ -436,22 +432,24 @@ TEST_CASE("precision: a block-sparse GPT (B = 16) trains in bf16 like fp32, dete
   CHECK(train<default_policies, sparse_gpt>(with_precision(dtype::bf16), steps).params == b16.params);
 }
 
-TEST_CASE("precision: policies fix the compute type; options and policies that disagree are refused") {
+TEST_CASE("precision: the options choose the compute type (fp32 when unset); fp16 scales the loss") {
   gpt<> m(small());
   m.init(1);
-  trainer<gpt<>, bf16_policies> t(m, {}, optim::adamw<>(), constant_lr());
+  trainer<gpt<>> t(m, with_precision(dtype::bf16), optim::adamw<>(), constant_lr());
   CHECK(t.compute() == dtype::bf16);
+  CHECK_FALSE(t.scaler().is_dynamic());
   trainer<gpt<>> d(m, {}, optim::adamw<>(), constant_lr());
   CHECK(d.compute() == dtype::f32);
-  // Same result as the configured policy with bf16 options.
-  CHECK(train<bf16_policies>({}, 3).params == train(with_precision(dtype::bf16), 3).params);
-  try {
-    trainer<gpt<>, bf16_policies> bad(m, with_precision(dtype::f16), optim::adamw<>(), constant_lr());
-    FAIL("no error");
-  } catch (const error& e) {
-    CHECK(std::string(e.what()).find("computes in bf16 but the options ask for fp16") != std::string::npos);
-  }
-  // fp16 keeps a configured static scale.
+  // The options' type acts: bf16 products change the trained weights, the same options repeat them.
+  const run b16 = train(with_precision(dtype::bf16), 3);
+  CHECK(b16.params != train({}, 3).params);
+  CHECK(b16.params == train(with_precision(dtype::bf16), 3).params);
+  // fp16 turns on dynamic loss scaling from 2^16 when the options leave it off ...
+  trainer<gpt<>> f(m, with_precision(dtype::f16), optim::adamw<>(), constant_lr());
+  CHECK(f.compute() == dtype::f16);
+  CHECK(f.scaler().is_dynamic());
+  CHECK(f.scaler().scale() == 65536.0f);
+  // ... and keeps a configured static scale.
   trainer_options o = with_precision(dtype::f16);
   o.loss_scaling = optim::loss_scale_config(json(1024));
   trainer<gpt<>> h(m, o, optim::adamw<>(), constant_lr());

@@ -9,6 +9,10 @@
 //   io::save_training_state(dir / "training_state.safetensors", trainer, run_json, updater);
 //   json run = io::load_training_state(dir / "training_state.safetensors", trainer, updater);
 //
+// The training-state functions take any trainer that satisfies io::checkpointable_trainer (below:
+// the members they call, each stated; train/trainer.hpp has them all). A type missing one fails in a
+// static_assert that names it.
+//
 // Tensor names are the parameter arena's names, which follow HF GPT-2 (`wte.weight`,
 // `h.0.attn.c_attn.weight` in Conv1D (in, out) layout, `ln_f.bias`, ...). A block-sparse weight is
 // stored as its values `(nnz, B, B)` under the weight's name plus `<name>.pattern`, an I32 `(nnz, 2)`
@@ -21,11 +25,13 @@
 // crash (kill -9) at any moment leaves the previous checkpoint intact and resumable.
 
 #include <algorithm>
+#include <concepts>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -35,10 +41,11 @@
 #include "sparselm/core/json.hpp"
 #include "sparselm/io/atomic_file.hpp"
 #include "sparselm/io/safetensors.hpp"
+#include "sparselm/optim/loss_scaling.hpp"
 #include "sparselm/optim/slot_choice.hpp"
 #include "sparselm/sparse/pattern_io.hpp"
 #include "sparselm/sparse/update.hpp"
-#include "sparselm/train/slot_stream.hpp"
+#include "sparselm/io/slot_stream.hpp"
 
 namespace sparselm::io {
 
@@ -197,6 +204,64 @@ void load_model(const std::filesystem::path& path, Model& model, const load_opti
 
 // ---- training state -----------------------------------------------------------------------
 
+// What save_training_state and load_training_state use of a trainer, and nothing else:
+//   model()                  the model: layout() (shared_ptr to its arena_layout), params(), and
+//                            sparse_weights() when it has block-sparse weights
+//   optimizer()              its state() (named slot arenas), step_count() and, for a run-time slot
+//                            choice, visit(f) over the optimiser inside (optim/slot_choice.hpp)
+//   step(), set_step(n)      the trainer's step counter
+//   scaler()                 the loss scaler (optim/loss_scaling.hpp)
+//   sharded()                whether the optimiser state is sharded over ranks; then
+//   checkpoint_state()       the whole-layout state gathered on rank 0 (gather_optimizer_state),
+//   visit_gathered16(f)      or the gathered 16-bit slots in their own type (false: none),
+//   streamed_slots()         or the slots streamed from the other ranks (io/slot_stream.hpp; null:
+//                            not streaming), received over shard_group()
+//   release_gathered_state() frees what a save gathered (called after a load too)
+template <class T>
+concept checkpointable_trainer = requires(T& t, std::size_t n) {
+  *t.model().layout();
+  t.model().params();
+  t.optimizer().state();
+  { t.optimizer().step_count() } -> std::convertible_to<std::size_t>;
+  { t.step() } -> std::convertible_to<std::size_t>;
+  t.set_step(n);
+  { t.scaler() } -> std::convertible_to<optim::loss_scaler&>;
+  { t.sharded() } -> std::convertible_to<bool>;
+  t.checkpoint_state();
+  { t.visit_gathered16([](const auto&) {}) } -> std::convertible_to<bool>;
+  { t.streamed_slots() } -> std::convertible_to<slot_stream*>;
+  t.shard_group();
+  t.release_gathered_state();
+};
+
+namespace detail {
+// checkpointable_trainer member by member, so a violation names what is missing.
+template <class T>
+constexpr bool check_checkpointable() {
+  static_assert(requires(T& t) { *t.model().layout(); t.model().params(); },
+                "io training state: the trainer needs 'model()', a model with 'layout()' and 'params()'");
+  static_assert(requires(T& t) { t.optimizer().state(); t.optimizer().step_count(); },
+                "io training state: the trainer needs 'optimizer()' with 'state()' and 'step_count()'");
+  static_assert(requires(T& t, std::size_t n) { { t.step() } -> std::convertible_to<std::size_t>; t.set_step(n); },
+                "io training state: the trainer needs 'step()' and 'set_step(n)'");
+  static_assert(requires(T& t) { { t.scaler() } -> std::convertible_to<optim::loss_scaler&>; },
+                "io training state: the trainer needs 'scaler()' returning its optim::loss_scaler&");
+  static_assert(requires(T& t) { { t.sharded() } -> std::convertible_to<bool>; t.checkpoint_state(); },
+                "io training state: the trainer needs 'sharded()' and 'checkpoint_state()'");
+  static_assert(requires(T& t) { { t.visit_gathered16([](const auto&) {}) } -> std::convertible_to<bool>; },
+                "io training state: the trainer needs 'visit_gathered16(f)' returning bool");
+  static_assert(requires(T& t) { { t.streamed_slots() } -> std::convertible_to<slot_stream*>; t.shard_group(); },
+                "io training state: the trainer needs 'streamed_slots()' (io::slot_stream*) and 'shard_group()'");
+  static_assert(requires(T& t) { t.release_gathered_state(); },
+                "io training state: the trainer needs 'release_gathered_state()'");
+  return checkpointable_trainer<T>;
+}
+
+// A run-time choice of optimisers (optim/slot_choice.hpp) reaches the one it holds through visit.
+template <class O>
+concept optimizer_visitor = requires(O& o) { o.visit([](auto&) {}); };
+}  // namespace detail
+
 // Writes the optimiser slots ("optimizer.<slot>.<tensor>"), the trainer and optimiser step
 // counters, the loss scaler's state (a dynamic scale is restored on resume into a dynamic scaler;
 // a static one comes from the config, and a run resumed under fp16 after a run without dynamic
@@ -205,6 +270,7 @@ void load_model(const std::filesystem::path& path, Model& model, const load_opti
 template <class Trainer>
 void save_training_state(const std::filesystem::path& path, Trainer& t, const nlohmann::json& run,
                          const sparse::pattern_updater* updater = nullptr) {
+  static_assert(detail::check_checkpointable<Trainer>());
   auto& model = t.model();
   const arena_layout& layout = *model.layout();
   safetensors_writer w;
@@ -230,30 +296,25 @@ void save_training_state(const std::filesystem::path& path, Trainer& t, const nl
   // Sharded state streamed from the other ranks while the file is written
   // (trainer::stream_optimizer_state): rank 0's own slots from its arenas, the others' in chunks
   // as they arrive, in the same order and bytes as a gathered state.
-  slot_stream* streamed = nullptr;
-  if constexpr (requires { t.streamed_slots(); }) {
-    if ((streamed = t.streamed_slots())) {
-      for (const auto& p : streamed->pieces()) {
-        const auto& ti = layout[p.tensor];
-        const auto& sl = streamed->slots()[p.slot];
-        std::string name = "optimizer." + sl.name + "." + ti.name;
-        if (p.local)
-          w.add(std::move(name), dtype_of(sl.type), ti.shape, p.local);
-        else
-          w.add_streamed(std::move(name), dtype_of(sl.type), ti.shape, p.crc,
-                         [&t, streamed, &p](const safetensors_writer::byte_sink& sink) {
-                           streamed->receive(t.shard_group(), p, sink);
-                         });
-      }
-      optimizer_step = t.optimizer().step_count();
-      written = true;
+  slot_stream* streamed = t.streamed_slots();
+  if (streamed) {
+    for (const auto& p : streamed->pieces()) {
+      const auto& ti = layout[p.tensor];
+      const auto& sl = streamed->slots()[p.slot];
+      std::string name = "optimizer." + sl.name + "." + ti.name;
+      if (p.local)
+        w.add(std::move(name), dtype_of(sl.type), ti.shape, p.local);
+      else
+        w.add_streamed(std::move(name), dtype_of(sl.type), ti.shape, p.crc,
+                       [&t, streamed, &p](const safetensors_writer::byte_sink& sink) {
+                         streamed->receive(t.shard_group(), p, sink);
+                       });
     }
+    optimizer_step = t.optimizer().step_count();
+    written = true;
   }
-  if constexpr (requires { t.visit_gathered16([](const auto&) {}); }) {
-    if (!written && t.sharded())
-      written = t.visit_gathered16([&](const auto& st) { optimizer_step = add_slots(st); });
-  }
-  if constexpr (requires { t.optimizer().visit([](auto&) {}); t.sharded(); }) {
+  if (!written && t.sharded()) written = t.visit_gathered16([&](const auto& st) { optimizer_step = add_slots(st); });
+  if constexpr (detail::optimizer_visitor<std::remove_reference_t<decltype(t.optimizer())>>) {
     if (!written && !t.sharded() && optim::slot_storage_of(t.optimizer()) != dtype::f32) {
       t.optimizer().visit([&]<class O>(O& o) {
         if constexpr (requires { o.state(); }) {
@@ -265,17 +326,13 @@ void save_training_state(const std::filesystem::path& path, Trainer& t, const nl
   }
   if (!written) {
     // the whole state (a sharded trainer's gathered one: trainer::gather_optimizer_state)
-    auto st = [&] {
-      if constexpr (requires { t.checkpoint_state(); }) return t.checkpoint_state();
-      else return t.optimizer().state();
-    }();
-    optimizer_step = add_slots(st);
+    optimizer_step = add_slots(t.checkpoint_state());
   }
   nlohmann::json meta = {{"step", t.step()},
                          {"optimizer_step", optimizer_step},
                          {"optimizer_slots", optim::slot_dtype_name(optim::slot_storage_of(t.optimizer()))},
                          {"run", run}};
-  if constexpr (requires { t.scaler().state(); }) meta["loss_scaler"] = t.scaler().state();
+  meta["loss_scaler"] = t.scaler().state();
   if (updater) {
     auto ws = detail::sparse_weights_of(model);
     for (auto& sw : ws)
@@ -298,6 +355,7 @@ void save_training_state(const std::filesystem::path& path, Trainer& t, const nl
 template <class Trainer>
 nlohmann::json load_training_state(const std::filesystem::path& path, Trainer& t,
                                    sparse::pattern_updater* updater = nullptr, bool verify = true) {
+  static_assert(detail::check_checkpointable<Trainer>());
   safetensors_file f(path, verify);
   auto& model = t.model();
   const arena_layout& layout = *model.layout();
@@ -370,14 +428,13 @@ nlohmann::json load_training_state(const std::filesystem::path& path, Trainer& t
     st.step = meta["optimizer_step"].get<std::size_t>();
     o.restore(st);  // the arenas are its own: sets the step counter
   };
-  if constexpr (requires { t.optimizer().visit([](auto&) {}); })
+  if constexpr (detail::optimizer_visitor<std::remove_reference_t<decltype(t.optimizer())>>)
     t.optimizer().visit(read_slots);
   else
     read_slots(t.optimizer());
-  if constexpr (requires { t.release_gathered_state(); }) t.release_gathered_state();
-  if constexpr (requires { t.scaler().restore(meta); })
-    if (meta.contains("loss_scaler") && t.scaler().is_dynamic() && meta["loss_scaler"].value("dynamic", true))
-      t.scaler().restore(meta["loss_scaler"]);
+  t.release_gathered_state();
+  if (meta.contains("loss_scaler") && t.scaler().is_dynamic() && meta["loss_scaler"].value("dynamic", true))
+    t.scaler().restore(meta["loss_scaler"]);
   if (updater) {
     for (auto& sw : detail::sparse_weights_of(model)) {
       const std::string name = "explored." + sw.name;

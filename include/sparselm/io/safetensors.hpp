@@ -143,7 +143,7 @@ class safetensors_writer {
   using byte_sink = std::function<void(const void*, std::size_t)>;
   using byte_source = std::function<void(const byte_sink&)>;
   // Adds a tensor whose bytes write() takes from `source` as it writes them (another process's
-  // data arriving in chunks: train/slot_stream.hpp), with their CRC-32C known beforehand (the
+  // data arriving in chunks: io/slot_stream.hpp), with their CRC-32C known beforehand (the
   // header precedes the data). write() fails, leaving no file, when the source hands over another
   // number of bytes or bytes with another checksum.
   void add_streamed(std::string name, st_dtype dtype, std::vector<std::size_t> shape, std::uint32_t crc,

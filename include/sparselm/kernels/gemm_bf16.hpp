@@ -39,7 +39,7 @@
 // gemm_f16 is the same with IEEE half: float operands rounded to the nearest half (overflow to
 // infinity, subnormals kept) while packed, products and sums in fp32 (no CPU of the project has
 // fp16 arithmetic; F16C converts). gemm_as(dtype, ...) picks gemm, gemm_bf16 or gemm_f16 by the
-// compute type a precision policy names.
+// compute type a run chose (trainer_options::precision, step_context::compute).
 
 #include <chrono>
 #include <cstddef>

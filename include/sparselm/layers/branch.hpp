@@ -11,7 +11,8 @@
 //     forward_cached(s, x, y, cache, kv, layer, past)   decoding; attention must have it; a branch
 //                                         without it (a feed-forward) runs forward
 //     kv_width()                          the kv-cache width of an attention (default heads()·head_dim())
-// Every member is called on a const part. A block checks its parts with check_branch / check_norm,
+// Every member is called on a const part. A block checks its parts with check_part (the layer
+// members, core/layer.hpp: check_layer_members),
 // whose static_asserts name the missing member.
 //
 // Parts are built by make_part<P>(layout, prefix, block_options): P(layout, prefix, options) when P
@@ -30,31 +31,11 @@
 
 namespace sparselm {
 
-template <class L>
-concept has_const_forward = requires(const L& l, const step_context& s, typename L::cache& c, const_matrix_view<float> x,
-                                     matrix_view<float> y) { l.forward(s, x, y, c); };
-template <class L>
-concept has_const_backward = requires(const L& l, const step_context& s, typename L::cache& c,
-                                      const_matrix_view<float> dy, matrix_view<float> dx) { l.backward(s, dy, dx, c); };
-template <class L>
-concept has_cache = requires { typename L::cache; } && std::default_initializable<typename L::cache>;
-
-// The members a block needs of each part (norm or branch), each with its own message.
+// The members a block needs of each part (norm or branch): those of a layer (core/layer.hpp), each
+// named by its own static_assert.
 template <class L>
 constexpr bool check_part() {
-  static_assert(has_cache<L>, "block part: needs a default-constructible nested type 'cache'");
-  if constexpr (has_cache<L>) {
-    static_assert(has_const_forward<L>,
-                  "block part: needs a const member 'forward(const step_context&, const_matrix_view<float> x, "
-                  "matrix_view<float> y, cache&) const'");
-    static_assert(has_const_backward<L>,
-                  "block part: needs a const member 'backward(const step_context&, const_matrix_view<float> dy, "
-                  "matrix_view<float> dx, cache&) const'");
-    static_assert(requires(const L& l) { l.visit([](const auto&) {}); } ||
-                      requires(const L& l) { l.parameters(); },
-                  "block part: needs 'parameters() const' (a leaf) or 'visit(f) const' (a composite)");
-  }
-  return true;
+  return check_layer_members<L>();
 }
 template <class L>
 concept attention_part = requires(const L& a) {

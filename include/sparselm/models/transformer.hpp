@@ -7,6 +7,7 @@
 //                                                 in sequence or over the pipeline policy's stages
 //   forward_backward<Recompute>(ctx, batch, scale)   one micro-batch
 //   evaluate(batch)                               loss without gradients (over ranks: this one's stage)
+// Staged steps (more than one pipeline stage) run in pipeline_staging (models/pipeline_staging.hpp).
 //   logits(ids, batch, seq, out), hidden(...)     inference
 // GPT (models/gpt.hpp), the S1 sparse LM (models/sparse_lm.hpp) and BERT differ only in the parts
 // they plug in and in their configs and initialisation, which derived classes add.
@@ -20,8 +21,6 @@
 //              to the embedding also projection() -> tied_lm_head (layers/lm_head.hpp)
 // and each is visitable (layers/visit.hpp), so init, parameter lists and sparse weights are derived.
 
-#include <algorithm>
-#include <chrono>
 #include <memory>
 #include <span>
 #include <string>
@@ -38,8 +37,8 @@
 #include "sparselm/layers/visit.hpp"
 #include "sparselm/models/grad_parts.hpp"
 #include "sparselm/models/lm_loss.hpp"
+#include "sparselm/models/pipeline_staging.hpp"
 #include "sparselm/models/stack.hpp"
-#include "sparselm/models/stage_runner.hpp"
 #include "sparselm/policies/pipeline.hpp"
 #include "sparselm/policies/recompute.hpp"
 #include "sparselm/sparse/update.hpp"
@@ -108,11 +107,11 @@ class transformer {
   // ctx supplies training (dropout), step and the dropout key; micro-batch m runs with
   // ctx.micro + m (its dropout streams), and the shapes are set here.
   template <recompute::policy Recompute = recompute::none, pipeline::policy Pipeline = pipeline::none>
-  loss_stats forward_backward(step_context ctx, std::span<const Batch> micro, std::span<const float> scales) {
+  loss_stats forward_backward(pipeline::pass_context ctx, std::span<const Batch> micro, std::span<const float> scales) {
     SPARSELM_CHECK(micro.size() == scales.size(), "model: ", micro.size(), " micro-batches and ", scales.size(),
                    " gradient scales");
     const pipeline::plan p = Pipeline::resolve(ctx.pipeline);
-    if (p.stages > 1) return staged_forward_backward<Recompute>(ctx, micro, scales, p);
+    if (p.stages > 1) return staging_.template forward_backward<Recompute>(*this, ctx, micro, scales, p);
     stack_.template prepare<Recompute>(1);
     if (emb_c_.empty()) emb_c_.resize(1);
     loss_stats st;
@@ -158,14 +157,14 @@ class transformer {
 
   // What the last staged step did (stages == 1 before the first one; models/stage_runner.hpp).
   using pipeline_report = sparselm::pipeline_report;
-  const pipeline_report& last_pipeline() const noexcept { return pipe_; }
+  const pipeline_report& last_pipeline() const noexcept { return staging_.report(); }
 
   // The tensor index ranges the stages of plan p own (stage_tensor_ranges, models/grad_parts.hpp),
   // over the split a pipeline over ranks runs (the plan's, else the cost model's); empty when the
   // layout is not in embedding, blocks, head order.
   std::vector<std::pair<std::size_t, std::size_t>> stage_tensors(const pipeline::plan& p) {
     pipeline::check_split(p.split, p.stages, stack_.size());
-    const auto split = p.stages > 1 ? choose_split(p, p.stages, false) : std::vector<std::size_t>{};
+    const auto split = p.stages > 1 ? staging_.choose_split(*this, p, p.stages, false) : std::vector<std::size_t>{};
     return stage_tensor_ranges(*layout_, grad_ranges_, split);
   }
   // The head's tensors stage 0 owns (tied to the embedding; tied_head_tensors, models/grad_parts.hpp).
@@ -173,7 +172,7 @@ class transformer {
 
   // One micro-batch (numbered ctx.micro for its dropout streams).
   template <recompute::policy Recompute = recompute::none>
-  loss_stats forward_backward(step_context ctx, const Batch& b, float grad_scale) {
+  loss_stats forward_backward(const pipeline::pass_context& ctx, const Batch& b, float grad_scale) {
     return forward_backward<Recompute>(ctx, std::span<const Batch>(&b, 1), std::span<const float>(&grad_scale, 1));
   }
 
@@ -181,8 +180,8 @@ class transformer {
   // unweighted cross-entropy.
   // With ctx.stage_link (a pipeline over ranks, ctx.pipeline its plan) only this process's stage:
   // non-zero statistics on the last stage; every rank must evaluate the same batches in order.
-  loss_stats evaluate(const Batch& b, step_context ctx = {}, std::span<float> ce = {}) {
-    if (ctx.stage_link) return evaluate_stage(ctx, b, ce);
+  loss_stats evaluate(const Batch& b, const pipeline::pass_context& ctx = {}, std::span<float> ce = {}) {
+    if (ctx.stage_link) return staging_.evaluate(*this, ctx, b, ce);
     const auto s = forward_stack(ctx, b);
     const std::size_t N = b.batch * b.seq;
     return head_.forward_backward(s, stack_.output(0, N), b, 1.0f, {}, head_c_, ce);
@@ -246,176 +245,7 @@ class transformer {
   sparse_plan plan_;  // set by derived constructors before they build the parts
 
  private:
-  // A step over the stages of plan p (policies/pipeline.hpp): stage s runs blocks
-  // [first[s], first[s + 1]) on its own thread group, stage 0 also the embedding's forward and the
-  // last stage the head. Micro-batch m lives in slot m % in_flight. The embedding's backward runs
-  // after the stages, in micro-batch order on every thread: the head may share its tensor (tied
-  // weights), and two stages must never add into one gradient at once.
-  template <recompute::policy Recompute>
-  loss_stats staged_forward_backward(step_context ctx, std::span<const Batch> micro, std::span<const float> scales,
-                                     const pipeline::plan& p) {
-    using pipeline::direction;
-    const std::size_t L = stack_.size(), S = p.stages, M = micro.size(), C = stack_.channels();
-    pipeline::check_split(p.split, S, L);
-    std::vector<step_context> bound(M);  // every micro-batch is checked before a stage starts
-    std::size_t max_rows = 0;
-    for (std::size_t m = 0; m < M; ++m) {
-      step_context c = ctx;
-      c.micro = ctx.micro + m;
-      c.grads_ready = nullptr;  // the gradients are final only after the deferred embedding backward
-      c.stage_link = nullptr;
-      bound[m] = bind(c, micro[m]);
-      max_rows = std::max(max_rows, micro[m].batch * micro[m].seq);
-    }
-    const std::size_t slots = pipeline::in_flight(p.schedule, S, M);
-    stack_.template prepare<Recompute>(slots);
-    stack_.reserve(max_rows);
-    if (emb_c_.size() < M) emb_c_.resize(M);
-    if (dx0_.size() < M) dx0_.resize(M);
-    for (std::size_t m = 0; m < M; ++m) dx0_[m].get(micro[m].batch * micro[m].seq * C);
-    if (stage_tmp_.size() < S) stage_tmp_.resize(S);
-
-    pipeline::stage_link* link = ctx.stage_link;
-    SPARSELM_CHECK(!link || (link->stages() == S && link->stage() < S), name_, ": a pipeline of ", S,
-                   " stages over ", link ? link->stages() : 0, " processes (one stage per process)");
-    std::vector<std::size_t> first(S + 1, L);
-    const std::vector<std::size_t> split = choose_split(p, S, link == nullptr);
-    first[0] = 0;
-    for (std::size_t s = 1; s < S; ++s) first[s] = split[s - 1];
-
-    std::vector<double> cost(L + 2, 0.0), busy(S, 0.0);
-    std::vector<loss_stats> head_st(M);
-    using clock = std::chrono::steady_clock;
-    // Stage s's work in its schedule's order; before(op, slot, N) gets the op's input ready, after
-    // signals or sends its output.
-    auto run_stage = [&](std::size_t s, auto&& before, auto&& after) {
-      auto timed = [&](std::size_t part, auto&& f) {
-        const auto a = clock::now();
-        f();
-        const double d = std::chrono::duration<double>(clock::now() - a).count();
-        cost[part] += d;
-        busy[s] += d;
-      };
-      for (const auto& op : pipeline::stage_schedule(p.schedule, s, S, M)) {
-        const std::size_t m = op.micro, slot = m % slots, N = micro[m].batch * micro[m].seq;
-        step_context c = bound[m];
-        c.tmp = &stage_tmp_[s];
-        const Batch& b = micro[m];
-        before(op, slot, N);
-        if (op.dir == direction::forward) {
-          if (s == 0) timed(0, [&] { embed_forward(c, b, stack_.input(slot, N), emb_c_[m]); });
-          for (std::size_t l = first[s]; l < first[s + 1]; ++l)
-            timed(1 + l, [&] { Recompute::forward(stack_, c, l, slot); });
-          if (s + 1 == S)
-            timed(L + 1, [&] {
-              head_st[m] = head_.forward_backward(c, stack_.output(slot, N), b, scales[m], stack_.grad(slot, N), head_c_);
-            });
-        } else {
-          for (std::size_t l = first[s + 1]; l-- > first[s];)
-            timed(1 + l, [&] { Recompute::backward(stack_, c, l, slot); });
-          if (s == 0) {
-            const auto g = stack_.grad(slot, N);
-            std::copy(g.data, g.data + N * C, dx0_[m].get(N * C).data());
-          }
-        }
-        after(op, slot, N);
-      }
-    };
-    const auto t0 = clock::now();
-    std::size_t threads = std::size_t(num_threads());
-    if (!link) {  // every stage on its own thread group of this process
-      threads = std::max<std::size_t>(1, threads / S);
-      stage_runner runner(S, M);
-      runner.run(threads, [&](std::size_t s) {
-        run_stage(
-            s,
-            [&](const pipeline::stage_op& op, std::size_t, std::size_t) {
-              if (op.dir == direction::forward && s > 0) runner.wait(direction::forward, s - 1, op.micro);
-              if (op.dir == direction::backward && s + 1 < S) runner.wait(direction::backward, s + 1, op.micro);
-            },
-            [&](const pipeline::stage_op& op, std::size_t, std::size_t) { runner.done(op.dir, s, op.micro); });
-      });
-    } else {  // this process's stage; the neighbours are other processes
-      const std::size_t s = link->stage();
-      if (ctx.need_dense_grad)  // RigL scores are summed over the ranks: the layers of other stages give zeros
-        visit_tree(*this, [](const auto& n) {
-          if constexpr (requires { n.reset_pooled(); }) n.reset_pooled();
-        });
-      auto span_of = [](matrix_view<float> v) { return std::span<float>(v.data, v.rows * v.cols); };
-      run_stage(
-          s,
-          [&](const pipeline::stage_op& op, std::size_t slot, std::size_t N) {
-            if (op.dir == direction::forward && s > 0) link->recv(span_of(stack_.residual(slot, first[s], N)), s - 1, 2 * op.micro);
-            if (op.dir == direction::backward && s + 1 < S) link->recv(span_of(stack_.grad(slot, N)), s + 1, 2 * op.micro + 1);
-          },
-          [&](const pipeline::stage_op& op, std::size_t slot, std::size_t N) {
-            if (op.dir == direction::forward && s + 1 < S) link->send(span_of(stack_.residual(slot, first[s + 1], N)), s + 1, 2 * op.micro);
-            if (op.dir == direction::backward && s > 0) link->send(span_of(stack_.grad(slot, N)), s - 1, 2 * op.micro + 1);
-          });
-      link->flush();
-    }
-    const double wall = std::chrono::duration<double>(clock::now() - t0).count();
-    loss_stats st;
-    for (std::size_t m = 0; m < M; ++m) {
-      const std::size_t N = micro[m].batch * micro[m].seq;
-      if (!link || link->stage() == 0)
-        embed_backward(bound[m], micro[m], matrix_view<float>{dx0_[m].get(N * C).data(), N, C}, emb_c_[m]);
-      st += head_st[m];
-    }
-    if (p.split.empty() && !link) part_cost_ = cost;
-    pipe_.record(p, S, M, threads, split, busy, wall, link != nullptr);
-    return st;
-  }
-
-  // This process's stage of an evaluation over ranks (evaluate): stage 0 embeds, the others receive
-  // their input from the previous rank (the steps' split), the last runs the head.
-  loss_stats evaluate_stage(step_context ctx, const Batch& b, std::span<float> ce) {
-    pipeline::stage_link& link = *std::exchange(ctx.stage_link, nullptr);
-    const pipeline::plan p = pipeline::configured::resolve(ctx.pipeline);
-    const std::size_t S = link.stages(), s = link.stage(), L = stack_.size(), N = b.batch * b.seq;
-    SPARSELM_CHECK(p.stages == S && s < S && ce.empty(), name_, ": evaluation on a pipeline of ", p.stages,
-                   " stages over ", S, " processes (one stage each; no per-position cross-entropy)");
-    pipeline::check_split(p.split, S, L);
-    const auto split = choose_split(p, S, false);
-    const std::size_t lo = s == 0 ? 0 : split[s - 1], hi = s + 1 == S ? L : split[s];
-    const auto c = begin_forward(ctx, b, s == 0);
-    if (s > 0) link.recv({stack_.residual(0, lo, N).data, N * stack_.channels()}, s - 1, pipeline::evaluation_tag);
-    for (std::size_t l = lo; l < hi; ++l) stack_.forward_block(c, l, 0, 0);
-    if (s + 1 == S) return head_.forward_backward(c, stack_.output(0, N), b, 1.0f, {}, head_c_, ce);
-    link.send({stack_.residual(0, hi, N).data, N * stack_.channels()}, s + 1, pipeline::evaluation_tag);
-    return {};
-  }
-
-  // The split of a staged step: the plan's, else balanced from the part times of the previous
-  // staged steps (the first two re-balance, later ones keep the split; stages on threads only:
-  // processes measure only their own stage and must agree), else from a cost model (each part's
-  // parameter count, a tied head's projection counting its table; the embedding's forward is a
-  // gather, counted as nothing).
-  std::vector<std::size_t> choose_split(const pipeline::plan& p, std::size_t S, bool measured) {
-    const std::size_t L = stack_.size();
-    if (!p.split.empty()) return p.split;
-    if (auto_stages_ == S && (balanced_steps_ >= 2 || !measured)) return auto_split_;
-    std::vector<double> block(L);
-    double head = 0;
-    if (auto_stages_ == S && part_cost_.size() == L + 2) {
-      for (std::size_t l = 0; l < L; ++l) block[l] = part_cost_[1 + l];
-      head = part_cost_[L + 1];
-      auto_split_ = pipeline::balance(block, part_cost_[0], head, S);
-      ++balanced_steps_;
-      pipe_.balanced = true;
-      return auto_split_;
-    }
-    for (std::size_t l = 0; l < L; ++l)
-      for (const auto& t : parameters_of(stack_[l])) block[l] += double((*layout_)[t.index].size);
-    for (const auto& t : parameters_of(head_)) head += double((*layout_)[t.index].size);
-    if constexpr (requires { head_.projection().embedding().index; })  // a tied projection: the embedding's tensor
-      head += double((*layout_)[head_.projection().embedding().index].size);
-    auto_stages_ = S;
-    balanced_steps_ = 0;
-    pipe_.balanced = false;
-    auto_split_ = pipeline::balance(block, 0.0, head, S);
-    return auto_split_;
-  }
+  friend class pipeline_staging;  // runs staged steps through the primitives below
 
   // Checks a batch against the model and binds the step context to this model's storage.
   step_context bind(step_context s, const Batch& b) {
@@ -471,14 +301,7 @@ class transformer {
   std::vector<typename Embedding::cache> emb_c_;  // per slot (sequential) or per micro-batch (staged)
   typename Head::cache head_c_;
   scratch tmp_;
-  // Staged steps: scratch per stage, the embedding's input gradient per micro-batch (its backward
-  // is deferred), measured part times and the automatic split.
-  std::vector<scratch> stage_tmp_;
-  std::vector<buffer> dx0_;
-  std::vector<double> part_cost_;
-  std::vector<std::size_t> auto_split_;
-  std::size_t auto_stages_ = 0, balanced_steps_ = 0;
-  pipeline_report pipe_;
+  pipeline_staging staging_;  // what staged steps keep between steps
 };
 
 }  // namespace sparselm

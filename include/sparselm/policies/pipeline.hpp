@@ -6,20 +6,22 @@
 // 0..L-1, the head (which computes the loss and its own backward), the blocks L-1..0 backward and
 // the embedding backward.
 //
+// A plan of N stages runs each contiguous range of blocks on its own thread group (threads / N
+// threads each); stage 0 also runs the embedding, the last the head. Micro-batch m's forward passes
+// stage s to s + 1, its backward s + 1 to s. The plan's order is how each stage takes its work:
+//   one_f_one_b  stage s runs N - 1 - s forwards, then alternates one forward and one backward,
+//                then drains the backwards ("1F1B"; at most N micro-batches in flight, so N
+//                residual streams)
+//   gpipe        every forward, then every backward (M in flight)
+// Both leave (N - 1) / (M + N - 1) of each stage's time idle when the stages cost the same (the
+// "bubble"); more micro-batches per step shrink it.
+//
+// The policies say where a step's plan comes from:
 //   none            one stage: each micro-batch forward and backward before the next one (one in
 //                   flight; every kernel uses all threads).
-//   stages<N, O>    N stages, each a contiguous range of blocks on its own thread group
-//                   (threads / N threads each); stage 0 also runs the embedding, the last the head.
-//                   Micro-batch m's forward passes stage s to s + 1, its backward s + 1 to s. O is
-//                   the order each stage takes its work in:
-//                     one_f_one_b  stage s runs N - 1 - s forwards, then alternates one forward and
-//                                  one backward, then drains the backwards ("1F1B"; at most N
-//                                  micro-batches in flight, so N residual streams)
-//                     gpipe        every forward, then every backward (M in flight)
-//                   Both leave (N - 1) / (M + N - 1) of each stage's time idle when the stages cost
-//                   the same (the "bubble"); more micro-batches per step shrink it.
 //   configured      the plan of the run config (trainer_options::pipeline), one stage when unset;
-//                   the trainer's default.
+//                   the trainer's default. A plan is a run-time choice (stages, order, split and
+//                   placement come from configs and flags), so there is no policy type per plan.
 //
 // Placement: the stages run as threads of one process (plan::placement threads), or one stage per
 // process (ranks: under mpirun with as many ranks as stages; each process holds the whole model,
@@ -47,6 +49,7 @@
 #include <vector>
 
 #include "sparselm/core/error.hpp"
+#include "sparselm/core/step_context.hpp"
 
 namespace sparselm::pipeline {
 
@@ -200,17 +203,20 @@ class stage_link {
   virtual void flush() = 0;
 };
 
+// What a model's training or evaluation pass receives: the step context its layers see, plus the
+// run's pipeline plan (read by pipeline::configured; null: one stage) and, for a pipeline over
+// ranks, this process's stage link (null: the stages are threads of this process). Layers take the
+// step_context part only, so they never depend on pipelining.
+struct pass_context : step_context {
+  const plan* pipeline = nullptr;
+  pipeline::stage_link* stage_link = nullptr;
+  pass_context() = default;
+  pass_context(const step_context& s) : step_context(s) {}  // NOLINT(google-explicit-constructor): no plan
+};
+
 struct none {
   static constexpr const char* name = "none";
   static plan resolve(const plan*) { return {}; }
-};
-
-// N stages on their own thread groups (see above).
-template <std::size_t N, order O = order::one_f_one_b>
-struct stages {
-  static_assert(N >= 1, "pipeline::stages: at least one stage");
-  static constexpr const char* name = "stages";
-  static plan resolve(const plan*) { return {N, O, {}, placement::threads}; }
 };
 
 // The run config's plan (trainer_options::pipeline), one stage when there is none.

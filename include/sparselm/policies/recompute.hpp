@@ -22,7 +22,7 @@
 #include <concepts>
 #include <cstddef>
 
-#include "sparselm/layers/context.hpp"
+#include "sparselm/core/step_context.hpp"
 
 namespace sparselm::recompute {
 

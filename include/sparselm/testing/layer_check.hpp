@@ -205,28 +205,32 @@ void check_layer_paths(const L& l, const std::shared_ptr<const arena_layout>& la
 // Any layer (forward(s, x, y, cache), backward(s, dy, dx, cache), parameters()) whose tensors live
 // on `layout`: its gradients by finite differences and, with o.paths, its optional paths
 // (detail::check_layer_paths).
-template <layer L>
+template <class L>
 gradcheck_result check_layer(const L& l, std::shared_ptr<arena_layout> layout, const layer_check_options& o,
                              std::uint64_t seed = 7) {
-  auto c = std::make_shared<typename L::cache>();
-  layer_case lc{layout, o.batch * o.seq, o.in, o.out, o.batch, o.seq};
-  lc.forward = [&l, c](const step_context& s, auto x, auto y) { l.forward(s, x, y, *c); };
-  lc.backward = [&l, c](const step_context& s, auto dy, auto dx) { l.backward(s, dy, dx, *c); };
-  lc.init = o.init ? o.init : std::function<void(arena<float>&)>([&l, seed](arena<float>& p) {
-    detail::default_layer_init(l, p, seed);
-  });
-  lc.options = o.tolerance;
-  lc.training = o.training;
-  lc.dropout_seed = o.dropout_seed;
-  lc.lengths = o.lengths;
-  gradcheck_result r = check_layer(lc, seed);
-  if (o.paths && !o.training) {
-    std::shared_ptr<const arena_layout> cl = layout;
-    arena<float> params(cl);
-    lc.init(params);
-    detail::check_layer_paths(l, cl, o, params, seed, r);
+  static_assert(check_layer_members<L>(), "check_layer: L is not a layer (core/layer.hpp)");
+  if constexpr (!layer<L>) return {};  // only the static_assert above is reported
+  else {
+    auto c = std::make_shared<typename L::cache>();
+    layer_case lc{layout, o.batch * o.seq, o.in, o.out, o.batch, o.seq};
+    lc.forward = [&l, c](const step_context& s, auto x, auto y) { l.forward(s, x, y, *c); };
+    lc.backward = [&l, c](const step_context& s, auto dy, auto dx) { l.backward(s, dy, dx, *c); };
+    lc.init = o.init ? o.init : std::function<void(arena<float>&)>([&l, seed](arena<float>& p) {
+      detail::default_layer_init(l, p, seed);
+    });
+    lc.options = o.tolerance;
+    lc.training = o.training;
+    lc.dropout_seed = o.dropout_seed;
+    lc.lengths = o.lengths;
+    gradcheck_result r = check_layer(lc, seed);
+    if (o.paths && !o.training) {
+      std::shared_ptr<const arena_layout> cl = layout;
+      arena<float> params(cl);
+      lc.init(params);
+      detail::check_layer_paths(l, cl, o, params, seed, r);
+    }
+    return r;
   }
-  return r;
 }
 
 struct model_check_options {

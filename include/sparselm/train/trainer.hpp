@@ -56,19 +56,19 @@
 #include "sparselm/train/rank_grid.hpp"
 #include "sparselm/train/replica_checks.hpp"
 #include "sparselm/train/replica_sums.hpp"
-#include "sparselm/train/slot_stream.hpp"
+#include "sparselm/io/slot_stream.hpp"
 #include "sparselm/train/stage_params.hpp"
 #include "sparselm/train/trainer_options.hpp"
 
 namespace sparselm {
 
-// The default policy bundle: recompute, pipeline stages and precision as the options say (keep all
-// activations, one stage, fp32 unless they say otherwise), one replica, AdamW.
+// The default policy bundle: recompute and pipeline stages as the options say (keep all
+// activations, one stage unless they say otherwise), one replica, AdamW. Precision is not a
+// policy: trainer_options::precision chooses it at run time (policies/precision.hpp).
 struct default_policies {
   using recompute = sparselm::recompute::configured;  // trainer_options::recompute (default none)
   using pipeline = sparselm::pipeline::configured;  // trainer_options::pipeline (default one stage)
   using data_parallel = sparselm::data_parallel::none;
-  using precision = sparselm::precision::configured;  // trainer_options::precision (default fp32)
   using optimizer = optim::adamw<float>;
 };
 
@@ -104,8 +104,9 @@ class trainer {
   static_assert(pipeline::policy<typename Policies::pipeline>, "trainer: Policies::pipeline is not a pipeline policy");
   static_assert(data_parallel::policy<typename Policies::data_parallel>,
                 "trainer: Policies::data_parallel is not a data-parallel policy (policies/data_parallel.hpp)");
-  static_assert(precision::policy<typename Policies::precision>,
-                "trainer: Policies::precision is not a precision policy (policies/precision.hpp)");
+  static_assert(!requires { typename Policies::precision; },
+                "trainer: precision is a run-time option (trainer_options::precision), not a policy: "
+                "remove Policies::precision and set the options' precision");
   static_assert(optim::optimizer<typename Policies::optimizer>, "trainer: Policies::optimizer is not an optimiser");
   static_assert(trainable_model<Model>, "trainer: Model does not provide forward_backward/evaluate/params/grads");
 
@@ -139,8 +140,7 @@ class trainer {
     opt_.attach(model_.layout());
   }
 
-  // The operand type of the dense GEMMs (the precision policy's, or the options' under
-  // precision::configured).
+  // The operand type of the dense GEMMs (trainer_options::precision; fp32 when unset).
   dtype compute() const noexcept { return *o_.precision; }
 
   Model& model() noexcept { return model_; }
@@ -264,17 +264,17 @@ class trainer {
     if (stream_.armed()) stream_.drain(shard_group());  // a save that did not take the streamed slots
   }
   // Sharded, on every process before a save (instead of gather_optimizer_state()): the other
-  // ranks send their slots to rank 0 in chunks as it writes them (train/slot_stream.hpp), so it
+  // ranks send their slots to rank 0 in chunks as it writes them (io/slot_stream.hpp), so it
   // never holds their whole state; io::save_training_state takes them from streamed_slots().
   // Then release_gathered_state() on every rank.
   void stream_optimizer_state() {
     if (!sharded() || !gathers_state()) return;
     gather_parameters();
-    stream_.prepare(shard_group(), *model_.layout(), shards_.bounds(), own_slots_of(opt_));
+    stream_.prepare(shard_group(), *model_.layout(), shards_.bounds(), io::own_slots_of(opt_));
     stream_.send_own(shard_group());
   }
   // Rank 0 between stream_optimizer_state() and the save; null otherwise.
-  slot_stream* streamed_slots() noexcept { return stream_.armed() && processes().rank() == 0 ? &stream_ : nullptr; }
+  io::slot_stream* streamed_slots() noexcept { return stream_.armed() && processes().rank() == 0 ? &stream_ : nullptr; }
   // The ranks the optimiser state is sharded over, whose slots a save streams: a replica's pipeline
   // on a grid (its replicas hold the same shards), or every process.
   parallel::replica_group& shard_group() noexcept { return sharded_by_stage() ? *stage_group() : processes(); }
@@ -325,7 +325,14 @@ class trainer {
   // Loss statistics of a batch without gradients (fp32, no dropout). On a pipeline over ranks this
   // process runs only its stage (transformer::evaluate): every rank evaluates the same batches, and
   // finish_evaluation then sums the stages' statistics (only the last stage's are non-zero).
-  loss_stats evaluate(const batch_type& b);
+  loss_stats evaluate(const batch_type& b) {
+    pipeline::pass_context ctx;
+    if constexpr (requires { model_.evaluate(b, ctx); }) {
+      if (stage_group()) ctx.pipeline = &o_.pipeline, ctx.stage_link = &link_;
+      return model_.evaluate(b, ctx);
+    }
+    return model_.evaluate(b);
+  }
   void finish_evaluation(loss_stats& st) {
     if (!stage_group()) return;
     link_.flush();
@@ -337,9 +344,112 @@ class trainer {
   const optim::loss_scaler& scaler() const noexcept { return scaler_; }
 
   // One optimiser step over the given micro-batches (exactly accumulation.steps of them).
-  // (Defined after the class: not inline, so that a precompiled instance -- train/precompiled.hpp --
-  // spares a translation unit the whole step.)
-  step_metrics train_step(std::span<const batch_type> micro);
+  step_metrics train_step(std::span<const batch_type> micro) {
+    SPARSELM_CHECK(micro.size() == o_.accumulation.steps, "trainer: ", micro.size(),
+                   " micro-batches given, gradient accumulation expects ", o_.accumulation.steps);
+    const auto t0 = std::chrono::steady_clock::now();
+    step_metrics m;
+    if (stage_local())
+      stage_.zero(model_.grads());
+    else
+      model_.grads().zero();
+    pipeline::pass_context ctx;
+    ctx.training = true;
+    ctx.step = step_;
+    ctx.rng = counter_rng(o_.dropout_seed);
+    ctx.need_dense_grad = hooks_.needs_dense_grad && hooks_.needs_dense_grad(step_ + 1);
+    ctx.compute = compute();
+    ctx.bf16_activations = o_.bf16_activations;
+    ctx.pipeline = &o_.pipeline;
+    ctx.recompute_blocks = o_.recompute == recompute::blocks::name;
+    if (stage_group()) ctx.stage_link = &link_;
+    scales_.resize(micro.size());
+    m.loss_scale = scaler_.scale();
+    // The micro-batches' normalisers, tokens, samples and objective counts over the replicas,
+    // whose rows together form the global micro-batches.
+    auto& g = replicas();
+    sums_.compute(model_, micro, g);
+    if constexpr (step_sums_type::objectives > 0) {
+      ctx.objective_counts = sums_.objective_counts();
+      ctx.objectives = step_sums_type::objectives;
+    }
+    for (std::size_t k = 0; k < micro.size(); ++k) {
+      const double w = sums_.normaliser(k);
+      SPARSELM_CHECK(w > 0, "trainer: micro-batch ", k, " of step ", step_, " has no targets to learn from");
+      // gradient of the micro-batch's mean loss, times the accumulation's per-micro factor
+      scales_[k] = float(o_.accumulation.micro_batch_scale() / w * double(m.loss_scale));
+    }
+    m.tokens = sums_.tokens();
+    m.samples = sums_.samples();
+    std::function<void(std::size_t, std::size_t)> ready;
+    std::size_t started = 0;  // gradient elements whose sum over the replicas has begun
+    if (g.size() > 1) {
+      // Each part's gradient range is summed over the replicas as soon as backward has finished it.
+      ready = [&](std::size_t begin, std::size_t end) {
+        sum_gradients(g, begin, end);
+        started += end - begin;
+        g.progress();
+      };
+      ctx.grads_ready = &ready;
+    }
+    m.loss = model_.template forward_backward<recompute_policy, pipeline_policy>(ctx, micro, scales_);
+    if (g.size() > 1) reduce_over_replicas(g, started, ctx.need_dense_grad, m.loss);
+    // A pipeline over ranks: each rank holds its stage's gradients (and the loss on the last one);
+    // their sum is the whole gradient on every rank, which then applies the same update.
+    // Sharded by stage, a rank's own tensors' gradients are complete once the tied ones are added
+    // (the whole arena counts as summed).
+    if (sharded_by_stage()) tied_.add(*stage_group(), model_.grads());
+    if (auto* stages = stage_group())
+      reduce_over_replicas(*stages, sharded_by_stage() ? model_.grads().all().size() : 0, ctx.need_dense_grad, m.loss);
+    // The gradients hold loss_scale × the true ones; final_scale folds the un-scaling in.
+    const float final_scale = float(o_.accumulation.final_scale()) / m.loss_scale;
+    float grad_scale = final_scale;
+    m.grad_norm = gradient_norm() * double(final_scale);
+    // Dynamic loss scaling: overflowing gradients with a finite loss skip the step and back off.
+    if (scaler_.is_dynamic() && std::isfinite(m.loss.loss_sum)) {
+      const bool finite = std::isfinite(m.grad_norm);
+      if (!finite && m.loss_scale <= scaler_.config().min_scale) [[unlikely]]
+        throw loss_scale_underflow(step_ + 1, m.loss_scale, scaler_.skipped_steps());
+      if (!scaler_.update(finite)) {
+        m.skipped = m.overflow = true;
+        m.lr = sched_(step_);
+        m.step = ++step_;
+        m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        return m;
+      }
+    }
+    // The guard: the norm above is the one reduction it needs (clipping and the log read it too).
+    if (!std::isfinite(m.grad_norm) || !std::isfinite(m.loss.loss_sum)) [[unlikely]] {
+      if (o_.on_nonfinite == nonfinite_action::stop || skipped_in_row_ >= o_.max_skipped)
+        throw nonfinite_error(step_ + 1, m.loss.mean_loss(), m.grad_norm, skipped_in_row_);
+      ++skipped_in_row_;
+      m.skipped = true;
+      m.lr = sched_(step_);
+      m.step = ++step_;
+      m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return m;
+    }
+    skipped_in_row_ = 0;
+    if (o_.clip == clip_mode::global_norm) {
+      grad_scale *= optim::clip_factor(m.grad_norm, o_.max_norm);
+    } else if (o_.clip == clip_mode::per_tensor) {  // stage-local: its own tensors (the others' are zero)
+      const auto [lo, hi] = stage_.own_elements();
+      if (final_scale != 1.0f) optim::scale_grads(model_.grads(), final_scale, lo, hi);
+      optim::clip_tensor_norms(model_.grads(), o_.max_norm, lo, hi);
+      grad_scale = 1.0f;
+    }
+    m.lr = sched_(step_);
+    opt_.step(model_.params(), model_.grads(), m.lr, grad_scale);
+    if (stage_local())  // the last stage's head reads the tied tensors stage 0 updated
+      tied_.share_params(*stage_group(), model_.params());
+    else if (sharded())  // each process updated its own tensors
+      shards_.share_params(shard_group(), model_.params());
+    ++step_;
+    if (hooks_.after_update) hooks_.after_update(step_);
+    m.step = step_;
+    m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return m;
+  }
 
   // Sets the step counter (resume); the optimiser's own counter is restored with its state.
   void set_step(std::size_t s) noexcept { step_ = s; }
@@ -410,7 +520,7 @@ class trainer {
   gradient_shards shards_;                       // sharded: each rank's flat range
   std::vector<arena<slot_type>> full_slots_;     // sharded: whole-layout slots of a checkpoint
   gathered_slots16 full16_;  // sharded 16-bit slots gathered in their own type (gather_optimizer_state)
-  slot_stream stream_;              // sharded: a save's slots streamed to rank 0 (stream_optimizer_state)
+  io::slot_stream stream_;              // sharded: a save's slots streamed to rank 0 (stream_optimizer_state)
   tied_gradient_sum tied_;        // by stage: the head's tensors stage 0 owns (train/replica_sums.hpp)
   stage_range_sums stage_sums_;   // by stage on a grid: the ranges a stage's replicas sum
   stage_params stage_;            // stage-local: the parts of the arenas this rank keeps
@@ -418,124 +528,5 @@ class trainer {
   std::size_t step_ = 0;
   std::size_t skipped_in_row_ = 0;  // consecutive steps skipped for a non-finite loss or gradient
 };
-
-// The members defined outside the class (see train_step's declaration).
-template <class Model, class Policies>
-step_metrics trainer<Model, Policies>::train_step(std::span<const batch_type> micro) {
-  SPARSELM_CHECK(micro.size() == o_.accumulation.steps, "trainer: ", micro.size(),
-                 " micro-batches given, gradient accumulation expects ", o_.accumulation.steps);
-  const auto t0 = std::chrono::steady_clock::now();
-  step_metrics m;
-  if (stage_local())
-    stage_.zero(model_.grads());
-  else
-    model_.grads().zero();
-  step_context ctx;
-  ctx.training = true;
-  ctx.step = step_;
-  ctx.rng = counter_rng(o_.dropout_seed);
-  ctx.need_dense_grad = hooks_.needs_dense_grad && hooks_.needs_dense_grad(step_ + 1);
-  ctx.compute = compute();
-  ctx.bf16_activations = o_.bf16_activations;
-  ctx.pipeline = &o_.pipeline;
-  ctx.recompute_blocks = o_.recompute == recompute::blocks::name;
-  if (stage_group()) ctx.stage_link = &link_;
-  scales_.resize(micro.size());
-  m.loss_scale = scaler_.scale();
-  // The micro-batches' normalisers, tokens, samples and objective counts over the replicas,
-  // whose rows together form the global micro-batches.
-  auto& g = replicas();
-  sums_.compute(model_, micro, g);
-  if constexpr (step_sums_type::objectives > 0) {
-    ctx.objective_counts = sums_.objective_counts();
-    ctx.objectives = step_sums_type::objectives;
-  }
-  for (std::size_t k = 0; k < micro.size(); ++k) {
-    const double w = sums_.normaliser(k);
-    SPARSELM_CHECK(w > 0, "trainer: micro-batch ", k, " of step ", step_, " has no targets to learn from");
-    // gradient of the micro-batch's mean loss, times the accumulation's per-micro factor
-    scales_[k] = float(o_.accumulation.micro_batch_scale() / w * double(m.loss_scale));
-  }
-  m.tokens = sums_.tokens();
-  m.samples = sums_.samples();
-  std::function<void(std::size_t, std::size_t)> ready;
-  std::size_t started = 0;  // gradient elements whose sum over the replicas has begun
-  if (g.size() > 1) {
-    // Each part's gradient range is summed over the replicas as soon as backward has finished it.
-    ready = [&](std::size_t begin, std::size_t end) {
-      sum_gradients(g, begin, end);
-      started += end - begin;
-      g.progress();
-    };
-    ctx.grads_ready = &ready;
-  }
-  m.loss = model_.template forward_backward<recompute_policy, pipeline_policy>(ctx, micro, scales_);
-  if (g.size() > 1) reduce_over_replicas(g, started, ctx.need_dense_grad, m.loss);
-  // A pipeline over ranks: each rank holds its stage's gradients (and the loss on the last one);
-  // their sum is the whole gradient on every rank, which then applies the same update.
-  // Sharded by stage, a rank's own tensors' gradients are complete once the tied ones are added
-  // (the whole arena counts as summed).
-  if (sharded_by_stage()) tied_.add(*stage_group(), model_.grads());
-  if (auto* stages = stage_group())
-    reduce_over_replicas(*stages, sharded_by_stage() ? model_.grads().all().size() : 0, ctx.need_dense_grad, m.loss);
-  // The gradients hold loss_scale × the true ones; final_scale folds the un-scaling in.
-  const float final_scale = float(o_.accumulation.final_scale()) / m.loss_scale;
-  float grad_scale = final_scale;
-  m.grad_norm = gradient_norm() * double(final_scale);
-  // Dynamic loss scaling: overflowing gradients with a finite loss skip the step and back off.
-  if (scaler_.is_dynamic() && std::isfinite(m.loss.loss_sum)) {
-    const bool finite = std::isfinite(m.grad_norm);
-    if (!finite && m.loss_scale <= scaler_.config().min_scale) [[unlikely]]
-      throw loss_scale_underflow(step_ + 1, m.loss_scale, scaler_.skipped_steps());
-    if (!scaler_.update(finite)) {
-      m.skipped = m.overflow = true;
-      m.lr = sched_(step_);
-      m.step = ++step_;
-      m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      return m;
-    }
-  }
-  // The guard: the norm above is the one reduction it needs (clipping and the log read it too).
-  if (!std::isfinite(m.grad_norm) || !std::isfinite(m.loss.loss_sum)) [[unlikely]] {
-    if (o_.on_nonfinite == nonfinite_action::stop || skipped_in_row_ >= o_.max_skipped)
-      throw nonfinite_error(step_ + 1, m.loss.mean_loss(), m.grad_norm, skipped_in_row_);
-    ++skipped_in_row_;
-    m.skipped = true;
-    m.lr = sched_(step_);
-    m.step = ++step_;
-    m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return m;
-  }
-  skipped_in_row_ = 0;
-  if (o_.clip == clip_mode::global_norm) {
-    grad_scale *= optim::clip_factor(m.grad_norm, o_.max_norm);
-  } else if (o_.clip == clip_mode::per_tensor) {  // stage-local: its own tensors (the others' are zero)
-    const auto [lo, hi] = stage_.own_elements();
-    if (final_scale != 1.0f) optim::scale_grads(model_.grads(), final_scale, lo, hi);
-    optim::clip_tensor_norms(model_.grads(), o_.max_norm, lo, hi);
-    grad_scale = 1.0f;
-  }
-  m.lr = sched_(step_);
-  opt_.step(model_.params(), model_.grads(), m.lr, grad_scale);
-  if (stage_local())  // the last stage's head reads the tied tensors stage 0 updated
-    tied_.share_params(*stage_group(), model_.params());
-  else if (sharded())  // each process updated its own tensors
-    shards_.share_params(shard_group(), model_.params());
-  ++step_;
-  if (hooks_.after_update) hooks_.after_update(step_);
-  m.step = step_;
-  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return m;
-}
-
-template <class Model, class Policies>
-loss_stats trainer<Model, Policies>::evaluate(const batch_type& b) {
-  step_context ctx;
-  if constexpr (requires { model_.evaluate(b, ctx); }) {
-    if (stage_group()) ctx.pipeline = &o_.pipeline, ctx.stage_link = &link_;
-    return model_.evaluate(b, ctx);
-  }
-  return model_.evaluate(b);
-}
 
 }  // namespace sparselm

@@ -66,8 +66,8 @@ struct trainer_options {
   // dynamic: a step whose gradients overflow is skipped and the scale backs off; an overflow at
   // min_scale is an error (loss_scale_underflow).
   optim::loss_scale_config loss_scaling{};
-  // Compute type of the dense GEMMs under precision::configured (policies/precision.hpp); unset
-  // means the policy's own (fp32 for configured).
+  // Compute type of the dense GEMMs (policies/precision.hpp: "fp32", "bf16", "fp16"); unset
+  // means fp32.
   std::optional<dtype> precision;
   // Under bf16: keep the activations that only feed bf16 products in bf16 (step_context::
   // bf16_activations; less memory, gelu' at the bf16 pre-activation); false: fp32 activations.
@@ -150,18 +150,12 @@ struct trainer_options {
   }
 };
 
-// The options a trainer with the policy bundle Policies runs with: fixes the compute type (a
-// precision policy that names one refuses options naming another) and gives fp16 dynamic loss
+// The options a trainer with the policy bundle Policies runs with: fixes the compute type (fp32
+// when the options name none), refuses options a fixed policy contradicts, and gives fp16 dynamic loss
 // scaling (initial scale 2^16) when the options leave loss scaling off (static, scale 1); a
 // configured static scale or dynamic scaler is kept.
 template <class Policies>
 trainer_options resolve_options(trainer_options o) {
-  using P = typename Policies::precision;
-  if constexpr (P::compute.has_value()) {
-    SPARSELM_CHECK(!o.precision || *o.precision == *P::compute, "trainer: the precision policy computes in ",
-                   precision::name(*P::compute), " but the options ask for ", precision::name(*o.precision));
-    o.precision = *P::compute;
-  }
   if (!o.precision) o.precision = dtype::f32;
   if constexpr (!std::is_same_v<typename Policies::pipeline, pipeline::configured>)
     SPARSELM_CHECK(o.pipeline.stages <= 1, "trainer: the options ask for ", o.pipeline.stages,
@@ -171,7 +165,7 @@ trainer_options resolve_options(trainer_options o) {
     SPARSELM_CHECK(o.recompute == "none" || o.recompute == Policies::recompute::name, "trainer: the options ask for recompute '",
                    o.recompute, "' but the policy is recompute::", Policies::recompute::name,
                    " (recompute::configured follows the options)");
-  if ((*o.precision == dtype::f16 || P::loss_scaling) && !o.loss_scaling.dynamic && o.loss_scaling.scale == 1.0f) {
+  if (*o.precision == dtype::f16 && !o.loss_scaling.dynamic && o.loss_scaling.scale == 1.0f) {
     o.loss_scaling = optim::loss_scale_config{};
     o.loss_scaling.dynamic = true;
     o.loss_scaling.scale = 65536.0f;
