@@ -34,6 +34,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sparselm/core/error.hpp"
+#include "sparselm/core/offload_stats.hpp"
 #include "sparselm/core/rng.hpp"
 #include "sparselm/layers/context.hpp"
 #include "sparselm/layers/lm_head.hpp"
@@ -95,6 +96,8 @@ struct step_metrics {
                              // or gradients that overflowed under dynamic loss scaling
   bool overflow = false;     // skipped because the scaled gradients overflowed (dynamic loss scaling)
   float loss_scale = 1.0f;   // the loss scale this step's gradients were computed with
+  double update_seconds = 0; // the optimiser's update (with offloaded state: streamed from and to disk)
+  offload_snapshot_t io;     // offloaded state: I/O waits and bytes during the step (core/offload_stats.hpp)
   double tokens_per_second() const noexcept { return seconds > 0 ? double(tokens) / seconds : 0.0; }
 };
 
@@ -135,6 +138,8 @@ class trainer {
         opt_.offload_to(o_.offload);
       else
         fail("trainer: offload '", o_.offload, "': optimiser ", optim::name_of(opt_), " cannot keep its state in files");
+      // the weights and gradients too (a model that offloaded them before its init keeps them)
+      if constexpr (requires { model_.offload_to(std::filesystem::path()); }) model_.offload_to(o_.offload);
     }
     opt_.attach(model_.layout());
   }
@@ -348,6 +353,8 @@ class trainer {
     SPARSELM_CHECK(micro.size() == o_.accumulation.steps, "trainer: ", micro.size(),
                    " micro-batches given, gradient accumulation expects ", o_.accumulation.steps);
     const auto t0 = std::chrono::steady_clock::now();
+    const bool offloaded = !o_.offload.empty();
+    const offload_snapshot_t io0 = offloaded ? offload_snapshot() : offload_snapshot_t{};
     step_metrics m;
     if (stage_local())
       stage_.zero(model_.grads());
@@ -439,7 +446,9 @@ class trainer {
       grad_scale = 1.0f;
     }
     m.lr = sched_(step_);
+    const auto u0 = std::chrono::steady_clock::now();
     opt_.step(model_.params(), model_.grads(), m.lr, grad_scale);
+    m.update_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - u0).count();
     if (stage_local())  // the last stage's head reads the tied tensors stage 0 updated
       tied_.share_params(*stage_group(), model_.params());
     else if (sharded())  // each process updated its own tensors
@@ -448,6 +457,7 @@ class trainer {
     if (hooks_.after_update) hooks_.after_update(step_);
     m.step = step_;
     m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (offloaded) m.io = offload_snapshot() - io0;
     return m;
   }
 
