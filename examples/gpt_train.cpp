@@ -73,6 +73,8 @@ int dispatch(const gpt_job& job, const typename Family::config_type& cfg, parall
     if constexpr (Sparsity::is_sparse)
       plan = allocate_plan(plan, Sparsity::block, sp.allocation, [&](const sparse_plan& p) { Model probe(cfg, p); });
     Model model(cfg, plan);
+    // offloaded weights and gradients: to their files before init, which then never holds them all
+    if (!job.run.trainer.offload.empty()) model.offload_to(job.run.trainer.offload);
     model.init(job.run.seed);
     if (!job.init_from.empty() && !job.options.resume) {  // a resume takes its own checkpoint's weights
       const auto r = io::load_pretrained(job.init_from, model, Family::hf_map(cfg));

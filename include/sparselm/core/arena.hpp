@@ -28,6 +28,7 @@
 #include "sparselm/core/checked.hpp"
 #include "sparselm/core/dtype.hpp"
 #include "sparselm/core/error.hpp"
+#include "sparselm/core/offload_stats.hpp"
 #include "sparselm/core/view.hpp"
 
 #if defined(__linux__)
@@ -147,6 +148,32 @@ struct aligned_free {
 // once written, so a part a process never writes, such as another pipeline stage's gradients,
 // costs nothing); smaller ones come from aligned_alloc and are zeroed.
 inline constexpr std::size_t arena_map_bytes = std::size_t(4) << 20;
+// The file descriptor of an offloaded arena's file (kept for zeroing by punching holes and for
+// starting write-back), closed with the arena.
+class unique_fd {
+ public:
+  unique_fd() = default;
+  explicit unique_fd(int fd) noexcept : fd_(fd) {}
+  unique_fd(unique_fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  unique_fd& operator=(unique_fd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  ~unique_fd() { reset(); }
+  int get() const noexcept { return fd_; }
+  void reset() noexcept {
+#if defined(__linux__)
+    if (fd_ >= 0) ::close(fd_);
+#endif
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
 }  // namespace detail
 
 // Where an offloaded arena keeps its values: an unnamed file in `dir` (Linux O_TMPFILE: it has no
@@ -162,6 +189,9 @@ struct file_backing {
 // its space reserved up front (a full disk is an error here, never a SIGBUS later). Pages are
 // read in on use; page_out() drops them from the process (the values stay in the file and the
 // page cache, written back by the system), so the process holds only what it uses between.
+// prefetch() asks for pages ahead of their use, populate() waits for them (timed: the run's I/O
+// wait), write_behind() starts writing a range back and drops it; zero() punches the file's
+// blocks out (and reserves them again) instead of writing zeros through memory.
 template <storage_type T>
 class arena {
  public:
@@ -184,10 +214,11 @@ class arena {
     }
     void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     const int e = errno;
-    ::close(fd);  // the mapping keeps the file
+    fd_ = detail::unique_fd(fd);  // closed with the arena; the mapping keeps the file alive anyway
     SPARSELM_CHECK(m != MAP_FAILED, where, ": cannot map ", bytes, " bytes: ", std::strerror(e));
     data_ = std::unique_ptr<T, detail::aligned_free>(static_cast<T*>(m), detail::aligned_free{bytes});
     file_backed_ = true;
+    where_ = where;
   }
 #endif
   explicit arena(std::shared_ptr<const arena_layout> layout) : layout_(std::move(layout)) {
@@ -212,11 +243,17 @@ class arena {
   }
 
   arena(arena&& o) noexcept
-      : layout_(std::move(o.layout_)), data_(std::move(o.data_)), file_backed_(std::exchange(o.file_backed_, false)) {}
+      : layout_(std::move(o.layout_)),
+        data_(std::move(o.data_)),
+        file_backed_(std::exchange(o.file_backed_, false)),
+        fd_(std::move(o.fd_)),
+        where_(std::move(o.where_)) {}
   arena& operator=(arena&& o) noexcept {
+    data_ = std::move(o.data_);  // unmapped before the file's descriptor closes
     layout_ = std::move(o.layout_);
-    data_ = std::move(o.data_);
     file_backed_ = std::exchange(o.file_backed_, false);
+    fd_ = std::move(o.fd_);
+    where_ = std::move(o.where_);
     return *this;
   }
   // Deep copy (same layout, copied values).
@@ -259,8 +296,30 @@ class arena {
     return {data_.get() + t.offset, t.size / cols, cols, cols};
   }
 
-  void zero() noexcept {
-    if (data_) std::memset(data_.get(), 0, layout_->total() * sizeof(T));
+  // Offloaded: the file's blocks are punched out (reading as zero, the process's pages dropped,
+  // nothing written through memory) and reserved again, so a full disk is still an error here;
+  // a file system that cannot punch holes gets zeros written a chunk at a time, paged out behind.
+  void zero() {
+    if (!data_) return;
+#if defined(__linux__)
+    if (file_backed_) {
+      const std::size_t bytes = (layout_->total() * sizeof(T) + 63) / 64 * 64;
+      if (::fallocate(fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, off_t(bytes)) == 0) {
+        const int err = ::posix_fallocate(fd_.get(), 0, off_t(bytes));
+        SPARSELM_CHECK(err == 0, where_, ": cannot reserve ", bytes, " bytes again after zeroing: ",
+                       std::strerror(err), err == ENOSPC ? " (not enough free space on that disk)" : "");
+        return;
+      }
+      constexpr std::size_t chunk = (std::size_t(16) << 20) / sizeof(T);
+      for (std::size_t b = 0; b < layout_->total(); b += chunk) {
+        const std::size_t e = std::min(layout_->total(), b + chunk);
+        std::memset(data_.get() + b, 0, (e - b) * sizeof(T));
+        write_behind(b, e);
+      }
+      return;
+    }
+#endif
+    std::memset(data_.get(), 0, layout_->total() * sizeof(T));
   }
 
   // Zeroes elements [first, last) and gives the whole memory pages among them back to the system
@@ -297,39 +356,97 @@ class arena {
   // page they touch, shared edges included: a shared file page keeps its values, written or not,
   // and a later access reads it back). Nothing for an arena in memory, whose pages hold the only
   // copy of their values.
-  void page_out([[maybe_unused]] std::size_t first, [[maybe_unused]] std::size_t last) const noexcept {
+  void page_out(std::size_t first, std::size_t last) const noexcept {
 #if defined(__linux__)
-    if (!file_backed_ || !data_) return;
-    last = std::min(last, layout_->total());
-    if (first >= last) return;
-    const long ps = sysconf(_SC_PAGESIZE);
-    if (ps <= 0) return;
-    const auto page = std::uintptr_t(ps);
-    const auto b = reinterpret_cast<std::uintptr_t>(data_.get() + first) / page * page;
-    const auto e = (reinterpret_cast<std::uintptr_t>(data_.get() + last) + page - 1) / page * page;
-    ::madvise(reinterpret_cast<void*>(b), std::size_t(e - b), MADV_DONTNEED);
+    if (const auto r = pages_of(first, last)) ::madvise(r->data, r->bytes, MADV_DONTNEED);
 #endif
   }
   void page_out_all() const noexcept {
     if (layout_) page_out(0, layout_->total());
   }
-  // Asks the system to read elements [first, last) of an offloaded arena ahead of their use.
-  void prefetch([[maybe_unused]] std::size_t first, [[maybe_unused]] std::size_t last) const noexcept {
+  // Offloaded arenas: reads elements [first, last) in now (for writing too when `write`), the time
+  // counted as I/O wait (core/offload_stats.hpp), so that the compute after it does not fault.
+  void populate(std::size_t first, std::size_t last, [[maybe_unused]] bool write = false) const noexcept {
 #if defined(__linux__)
-    if (!file_backed_ || !data_) return;
+    const auto r = pages_of(first, last);
+    if (!r) return;
+    detail::offload_timer timer(detail::offload_counts().wait_ns);
+#if defined(MADV_POPULATE_READ) && defined(MADV_POPULATE_WRITE)
+    if (::madvise(r->data, r->bytes, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0) return;
+#endif
+    volatile const char* p = static_cast<const char*>(r->data);  // older kernels: touch each page
+    char sink = 0;
+    for (std::size_t a = 0; a < r->bytes; a += r->page) sink = char(sink ^ p[a]);
+    (void)sink;
+#endif
+  }
+  // Offloaded arenas: starts writing elements [first, last) back to the file (asynchronously,
+  // Linux sync_file_range) and drops their pages from the process (page_out).
+  void write_behind(std::size_t first, std::size_t last) const noexcept {
+#if defined(__linux__)
+    const auto r = pages_of(first, last);
+    if (!r) return;
+    detail::offload_timer timer(detail::offload_counts().writeback_ns);
+    const auto at = static_cast<const char*>(r->data) - reinterpret_cast<const char*>(data_.get());
+    ::sync_file_range(fd_.get(), off_t(at), off_t(r->bytes), SYNC_FILE_RANGE_WRITE);
+    ::madvise(r->data, r->bytes, MADV_DONTNEED);
+#endif
+  }
+  // Whether any page holding elements [first, last) is in memory (Linux mincore; true elsewhere).
+  // An arena in memory whose pages were never touched reads as zero without them: a copy of it can
+  // skip them instead of faulting them in.
+  bool any_resident(std::size_t first, std::size_t last) const {
+    if (!data_) return false;
     last = std::min(last, layout_->total());
-    if (first >= last) return;
-    const auto page = std::uintptr_t(sysconf(_SC_PAGESIZE));
-    const auto b = reinterpret_cast<std::uintptr_t>(data_.get() + first) / page * page;
-    const auto e = reinterpret_cast<std::uintptr_t>(data_.get() + last);
-    ::madvise(reinterpret_cast<void*>(b), std::size_t(e - b), MADV_WILLNEED);
+    if (first >= last) return false;
+#if defined(__linux__)
+    const long ps = sysconf(_SC_PAGESIZE);
+    if (ps > 0) {
+      const auto page = std::uintptr_t(ps);
+      const auto b = reinterpret_cast<std::uintptr_t>(data_.get() + first) / page * page;
+      const auto e = (reinterpret_cast<std::uintptr_t>(data_.get() + last) + page - 1) / page * page;
+      std::vector<unsigned char> in((e - b) / page);
+      if (::mincore(reinterpret_cast<void*>(b), std::size_t(e - b), in.data()) == 0)
+        return std::any_of(in.begin(), in.end(), [](unsigned char c) { return (c & 1) != 0; });
+    }
+#endif
+    return true;
+  }
+  // Asks the system to read elements [first, last) of an offloaded arena ahead of their use.
+  void prefetch(std::size_t first, std::size_t last) const noexcept {
+#if defined(__linux__)
+    if (const auto r = pages_of(first, last)) ::madvise(r->data, r->bytes, MADV_WILLNEED);
 #endif
   }
 
  private:
   std::shared_ptr<const arena_layout> layout_;
+  // The whole pages that hold elements [first, last) of an offloaded arena (none for one in memory
+  // or an empty range); the block is page-aligned, so they start at or after data_.
+  struct page_span {
+    void* data;
+    std::size_t bytes, page;
+  };
+  std::optional<page_span> pages_of(std::size_t first, std::size_t last) const noexcept {
+#if defined(__linux__)
+    if (!file_backed_ || !data_) return std::nullopt;
+    last = std::min(last, layout_->total());
+    const long ps = sysconf(_SC_PAGESIZE);
+    if (first >= last || ps <= 0) return std::nullopt;
+    const auto page = std::uintptr_t(ps);
+    const auto b = reinterpret_cast<std::uintptr_t>(data_.get() + first) / page * page;
+    const auto e = (reinterpret_cast<std::uintptr_t>(data_.get() + last) + page - 1) / page * page;
+    return page_span{reinterpret_cast<void*>(b), std::size_t(e - b), std::size_t(page)};
+#else
+    (void)first, (void)last;
+    return std::nullopt;
+#endif
+  }
+
   std::unique_ptr<T, detail::aligned_free> data_;
   bool file_backed_ = false;
+  detail::unique_fd fd_;  // offloaded: the file
+  std::string where_;     // offloaded: what and where, for messages
 };
 
 }  // namespace sparselm

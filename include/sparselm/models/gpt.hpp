@@ -145,7 +145,8 @@ class gpt : public transformer<token_position_embedding, pre_ln_block<T, Sparsit
 
   // GPT-2 initialisation: N(0, σ) for weights and embeddings (σ/sqrt(2L) for the projections that
   // write into the residual stream when scale_residual_init), zero biases, unit norms.
-  // Deterministic in the seed (every tensor draws from its own stream).
+  // Deterministic in the seed (every tensor draws from its own stream). Offloaded weights
+  // (offload_to before init) go to their file tensor by tensor, so init never holds them all.
   void init(std::uint64_t seed);
 
  private:
@@ -184,14 +185,26 @@ void gpt<T, Sparsity, Act>::init(std::uint64_t seed) {
   const float std = cfg_.initializer_range;
   const float proj_std = cfg_.scale_residual_init ? std / std::sqrt(2.0f * float(cfg_.n_layer)) : std;
   auto& p = this->params();
+  const auto& L = p.layout();
+  auto written = [&](const auto& n) {
+    if (!p.file_backed()) return;
+    if constexpr (std::is_same_v<std::decay_t<decltype(n)>, param_ref>) {
+      p.write_behind(L[n.index].offset, L[n.index].offset + L[n.index].size);
+    } else {
+      for (const auto& t : parameters_of(n)) p.write_behind(L[t.index].offset, L[t.index].offset + L[t.index].size);
+    }
+  };
   visit_tree(*this, [&](const auto& n) {
     using N = std::decay_t<decltype(n)>;
     if constexpr (std::is_same_v<N, param_ref>) {
       rng.fill_normal(p[n.index], n.index, 0.0f, std);  // wte, wpe
+      written(n);
     } else if constexpr (std::is_same_v<N, layer_norm>) {
       n.init(p);
+      written(n);
     } else if constexpr (is_linear_v<N>) {
       n.init(p, rng, n.role() == linear_role::residual_output ? proj_std : std);
+      written(n);
     }
   });
 }

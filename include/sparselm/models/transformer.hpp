@@ -21,6 +21,7 @@
 //              to the embedding also projection() -> tied_lm_head (layers/lm_head.hpp)
 // and each is visitable (layers/visit.hpp), so init, parameter lists and sparse weights are derived.
 
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
@@ -37,6 +38,7 @@
 #include "sparselm/layers/visit.hpp"
 #include "sparselm/models/grad_parts.hpp"
 #include "sparselm/models/lm_loss.hpp"
+#include "sparselm/models/offload_stream.hpp"
 #include "sparselm/models/pipeline_staging.hpp"
 #include "sparselm/models/stack.hpp"
 #include "sparselm/policies/pipeline.hpp"
@@ -67,6 +69,19 @@ class transformer {
   arena<float>& params() noexcept { return params_; }
   const arena<float>& params() const noexcept { return params_; }
   arena<float>& grads() noexcept { return grads_; }
+
+  // Offloaded weights and gradients (trainer_options::offload): both arenas move into unnamed
+  // files in `dir` (core/arena.hpp, file_backing; their values copied, a chunk at a time), and the
+  // passes then stream them block by block (models/offload_stream.hpp). Best before init(), which
+  // then writes the weights straight into their file. Nothing when they are offloaded already.
+  void offload_to(const std::filesystem::path& dir) {
+    if (params_.file_backed()) return;
+    params_ = offloaded_copy(params_, dir, name_ + " weights");
+    grads_ = offloaded_copy(grads_, dir, name_ + " gradients");
+  }
+  bool offloaded() const noexcept { return params_.file_backed(); }
+  // The flat element ranges the embedding, each block and the head own (models/grad_parts.hpp).
+  const std::vector<std::pair<std::size_t, std::size_t>>& part_ranges() const noexcept { return grad_ranges_; }
   std::size_t num_parameters() const noexcept { return layout_->parameters(); }
   const Embedding& embedding() const noexcept { return emb_; }
   const stack_type& stack() const noexcept { return stack_; }
@@ -140,9 +155,13 @@ class transformer {
           break;
         case pipeline::part::block:
           if (fwd) {
+            stream_.before_forward(params_, step.index);
             Recompute::forward(stack_, s, step.index, 0);
+            stream_.after_forward(params_, step.index);
           } else {
+            stream_.before_backward(params_, grads_, step.index);
             Recompute::backward(stack_, s, step.index, 0);
+            stream_.after_backward(params_, grads_, step.index);
             finished(1 + step.index);
           }
           break;
@@ -232,6 +251,7 @@ class transformer {
     params_ = arena<float>(layout_);
     grads_ = arena<float>(layout_);
     grad_ranges_ = gradient_part_ranges(*layout_, emb_, stack_, head_);
+    stream_ = block_stream(grad_ranges_);
   }
 
   // The model's name, vocabulary and longest sequence (with its config field, for errors).
@@ -285,12 +305,35 @@ class transformer {
   }
   step_context forward_stack(step_context ctx, const Batch& b) {
     const auto s = begin_forward(ctx, b, true);
-    stack_.forward(s);
+    for (std::size_t l = 0; l < stack_.size(); ++l) {  // stack_.forward(s), offloaded weights streamed
+      stream_.before_forward(params_, l);
+      stack_.forward_block(s, l, 0, 0);
+      stream_.after_forward(params_, l);
+    }
     return s;
+  }
+
+  // A file-backed copy of `a` in dir, written a chunk at a time and paged out behind; chunks never
+  // touched or whose bits are all zero (a model not yet initialised, gradients) are neither read in
+  // nor written (the new file reads as zero).
+  arena<float> offloaded_copy(const arena<float>& a, const std::filesystem::path& dir, const std::string& what) {
+    arena<float> r(layout_, file_backing{dir, what});
+    const auto from = a.all();
+    auto to = r.all();
+    constexpr std::size_t chunk = std::size_t(4) << 20;  // elements
+    for (std::size_t b = 0; b < from.size(); b += chunk) {
+      const auto part = from.subspan(b, std::min(chunk, from.size() - b));
+      if (!a.any_resident(b, b + part.size()) || std::all_of(part.begin(), part.end(), [](float x) { return std::bit_cast<std::uint32_t>(x) == 0; }))
+        continue;
+      std::copy(part.begin(), part.end(), to.begin() + std::ptrdiff_t(b));
+      r.write_behind(b, b + part.size());
+    }
+    return r;
   }
 
   std::vector<std::pair<std::size_t, std::size_t>> grad_ranges_;  // gradient_part_ranges (models/grad_parts.hpp)
   std::vector<std::size_t> backward_done_;
+  block_stream stream_;  // offloaded weights and gradients: moved block by block around the passes
   std::string name_ = "model", max_seq_field_ = "the maximum sequence length";
   std::size_t vocab_ = 0, max_seq_ = 0;
   std::shared_ptr<const arena_layout> layout_;

@@ -126,7 +126,7 @@ class basic_adam : public detail::slot_optimizer<S, 2> {
     float* w = params.all().data();
     const float* g = grads.all().data();
     const auto& segs = this->segments_;
-    parallel_for(0, segs.size(), [&](std::size_t k) {
+    this->update_segments(params, grads, [&](std::size_t k) {
       const detail::segment& sg = segs[k];
       const float decay = (sg.flags & param_no_decay) ? 0.0f : wd;
       float* ws = w + sg.begin;
@@ -146,7 +146,6 @@ class basic_adam : public detail::slot_optimizer<S, 2> {
                                                       },
                                                       ws + off, gs + off, s[0], s[1]);
                                                 });
-      this->page_out_slots(sg.begin, sg.size());  // offloaded slots: back to their file
       if (!watch.ok()) nonfinite.store(true, std::memory_order_relaxed);
     });
     this->wrote_nonfinite_ = nonfinite.load();

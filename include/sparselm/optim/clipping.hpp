@@ -28,6 +28,7 @@ namespace sparselm::optim {
 
 // Σ g² per non-frozen tensor (index = tensor; frozen tensors 0). With a range [lo, hi) of flat
 // offsets, only the tensors that start in it (the others 0; the same sums, bit for bit).
+// Offloaded gradients are paged out segment by segment behind the pass.
 template <class Arch = native_arch>
 std::vector<double> tensor_sum_squares(const arena<float>& grads, std::size_t lo = 0, std::size_t hi = SIZE_MAX) {
   SPARSELM_CHECK(!grads.empty(), "tensor_sum_squares: empty gradient arena");
@@ -38,8 +39,11 @@ std::vector<double> tensor_sum_squares(const arena<float>& grads, std::size_t lo
   });
   std::vector<double> part(segs.size(), 0.0);
   const float* g = grads.all().data();
-  parallel_for(0, segs.size(),
-               [&](std::size_t k) { part[k] = detail::sum_squares<Arch>(g + segs[k].begin, segs[k].size()); });
+  detail::for_segments(  // offloaded gradients: a streamed pass, a window of segments at a time
+      segs, grads.file_backed(),
+      [&](std::size_t k) { part[k] = detail::sum_squares<Arch>(g + segs[k].begin, segs[k].size()); },
+      [&](std::size_t lo, std::size_t hi) { grads.prefetch(lo, hi); },
+      [&](std::size_t lo, std::size_t hi) { grads.page_out(lo, hi); });
   std::vector<double> out(grads.layout().count(), 0.0);
   for (std::size_t k = 0; k < segs.size(); ++k) out[segs[k].tensor] += part[k];
   return out;
@@ -72,7 +76,7 @@ void scale_tensors(arena<float>& grads, Factor&& factor_of, std::size_t lo = 0, 
     return at < lo || at >= hi;
   });
   float* g = grads.all().data();
-  parallel_for(0, segs.size(), [&](std::size_t k) {
+  auto scale = [&](std::size_t k) {
     const float f = factor_of(segs[k].tensor);
     if (f == 1.0f) return;
     lanes<Arch>(
@@ -82,7 +86,10 @@ void scale_tensors(arena<float>& grads, Factor&& factor_of, std::size_t lo = 0, 
           x = x * V(f);
         },
         g + segs[k].begin);
-  });
+  };
+  for_segments(  // offloaded gradients: a streamed pass, a window of segments at a time
+      segs, grads.file_backed(), scale, [&](std::size_t lo, std::size_t hi) { grads.prefetch(lo, hi); },
+      [&](std::size_t lo, std::size_t hi) { grads.write_behind(lo, hi); });
 }
 }  // namespace detail
 

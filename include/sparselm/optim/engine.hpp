@@ -49,6 +49,25 @@ struct segment {
   std::size_t size() const noexcept { return end - begin; }
 };
 
+// Offloaded state is streamed a window of segments at a time (256 segments: 4 Mi values, 16 MiB of
+// fp32 per arena), so that its reads ahead and write-backs are a few large requests, not one per
+// segment.
+inline constexpr std::size_t stream_window = 256;
+
+// Calls f(k) for every segment k (in flat order) across threads. Streamed: a window at a time,
+// ahead(lo, hi) called with the next window's flat element range before a window runs and
+// behind(lo, hi) with its own after. Which thread runs which segment changes, not what it computes.
+template <class F, class Ahead, class Behind>
+void for_segments(const std::vector<segment>& segs, bool streamed, F&& f, Ahead&& ahead, Behind&& behind) {
+  if (!streamed) return parallel_for(0, segs.size(), f);
+  for (std::size_t w = 0; w < segs.size(); w += stream_window) {
+    const std::size_t e = std::min(segs.size(), w + stream_window);
+    if (e < segs.size()) ahead(segs[e].begin, segs[std::min(segs.size(), e + stream_window) - 1].end);
+    parallel_for(w, e, f);
+    behind(segs[w].begin, segs[e - 1].end);
+  }
+}
+
 inline bool is_frozen(const tensor_info& t) noexcept { return (t.flags & param_frozen) != 0; }
 
 // Segments of every non-frozen tensor, in layout order.
@@ -108,20 +127,36 @@ class slot_optimizer {
   bool attached() const noexcept { return layout_ != nullptr; }
 
   // Offloaded state: the slots of the next attach() live in unnamed files in `dir` (core/arena.hpp,
-  // file_backing) instead of memory; step() pages each segment's slots in as it updates them and
-  // out after, so the process holds at most a segment per thread of them. Empty: in memory.
+  // file_backing) instead of memory; step() streams them a window of segments at a time
+  // (update_segments), so the process holds about two windows of them. Empty: in memory.
   void offload_to(std::filesystem::path dir) { offload_dir_ = std::move(dir); }
   bool offloaded() const noexcept { return !offload_dir_.empty(); }
 
-  // Drops the slot pages of the owned flat elements [first, first + count) of the full layout from
-  // the process (offloaded slots; nothing otherwise), and of every slot.
-  void page_out_slots(std::size_t first, std::size_t count) const noexcept {
-    if (offload_dir_.empty()) return;
-    const std::size_t b = first - elements_.first;
-    for (std::size_t k = 0; k < active_; ++k) slots_[k].page_out(b, b + count);
-  }
+  // Drops every slot's pages from the process (offloaded slots; nothing otherwise).
   void page_out_slots() const noexcept {
     for (std::size_t k = 0; k < active_; ++k) slots_[k].page_out_all();
+  }
+
+  // Calls f(k) for every segment k of the update across threads. With offloaded slots, weights or
+  // gradients (models/transformer.hpp, offload_to), a window of segments at a time: the next
+  // window's pages are asked for ahead, and after a window its weights' and slots' write-back is
+  // started and their pages and the gradients' dropped (core/arena.hpp; nothing for arenas in memory).
+  template <class F>
+  void update_segments(const arena<float>& params, const arena<float>& grads, F&& f) const {
+    const bool streamed = offloaded() || params.file_backed() || grads.file_backed();
+    const std::size_t at = elements_.first;  // the slots start at the owned range
+    detail::for_segments(
+        segments_, streamed, f,
+        [&](std::size_t lo, std::size_t hi) {
+          params.prefetch(lo, hi);
+          grads.prefetch(lo, hi);
+          for (std::size_t k = 0; k < active_; ++k) slots_[k].prefetch(lo - at, hi - at);
+        },
+        [&](std::size_t lo, std::size_t hi) {
+          params.write_behind(lo, hi);
+          grads.page_out(lo, hi);
+          for (std::size_t k = 0; k < active_; ++k) slots_[k].write_behind(lo - at, hi - at);
+        });
   }
   const arena_layout& layout() const {
     require_attached("layout()");

@@ -83,7 +83,7 @@ class lamb : public detail::slot_optimizer<S, 2> {
     // Pass 1: moments, norms; param_no_trust tensors are updated here.
     w2_.assign(segs.size(), 0.0);
     u2_.assign(segs.size(), 0.0);
-    parallel_for(0, segs.size(), [&](std::size_t k) {
+    this->update_segments(params, grads, [&](std::size_t k) {
       const detail::segment& sg = segs[k];
       const float decay = decay_of(sg);
       float* ws = w + sg.begin;
@@ -125,7 +125,6 @@ class lamb : public detail::slot_optimizer<S, 2> {
                   ws + off, m, v);
             }
           });
-      this->page_out_slots(sg.begin, sg.size());  // offloaded slots: back to their file
       if (!watch.ok()) nonfinite.store(true, std::memory_order_relaxed);
       w2_[k] = acc_w.total;
       u2_[k] = acc_u.total;
@@ -145,7 +144,7 @@ class lamb : public detail::slot_optimizer<S, 2> {
     }
 
     // Pass 2: w −= lr·r·u on trusted tensors, u recomputed from the stored moments.
-    parallel_for(0, segs.size(), [&](std::size_t k) {
+    this->update_segments(params, grads, [&](std::size_t k) {
       const detail::segment& sg = segs[k];
       if (!trusted(sg)) return;
       const float decay = decay_of(sg);
@@ -163,7 +162,6 @@ class lamb : public detail::slot_optimizer<S, 2> {
                 },
                 ws + off, static_cast<const float*>(s[0]), static_cast<const float*>(s[1]));
           });
-      this->page_out_slots(sg.begin, sg.size());  // offloaded slots: back to their file
       if (!watch.ok()) nonfinite.store(true, std::memory_order_relaxed);
     });
     this->wrote_nonfinite_ = nonfinite.load();

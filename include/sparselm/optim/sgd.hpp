@@ -82,7 +82,7 @@ class sgd : public detail::slot_optimizer<S, 1> {
     float* w = params.all().data();
     const float* g = grads.all().data();
     const auto& segs = this->segments_;
-    parallel_for(0, segs.size(), [&](std::size_t k) {
+    this->update_segments(params, grads, [&](std::size_t k) {
       const detail::segment& sg = segs[k];
       detail::finite_watch<Arch> watch;
       auto report = [&] {
@@ -120,7 +120,6 @@ class sgd : public detail::slot_optimizer<S, 1> {
             },
             ws + off, gs + off, s[0]);
       });
-      this->page_out_slots(sg.begin, sg.size());  // offloaded slots: back to their file
       report();
     });
     this->wrote_nonfinite_ = nonfinite.load();

@@ -166,7 +166,7 @@ struct plan_inputs {
   bool recompute_blocks = false;
   pipeline::plan pipeline{};
   bool shard_optimizer = false;
-  bool offload = false;              // the slots in files (trainer.offload)
+  bool offload = false;              // weights, gradients and slots in files (trainer.offload)
   double memory_budget = 0;          // GiB per process (0: none)
   std::string optimizer = "adamw";
   std::size_t optimizer_slots = 2;   // slot arenas (SGD: 1 with momentum, else 0)
@@ -215,7 +215,9 @@ struct run_plan {
   double parameters = 0, stored_parameters = 0, sparse_active_blocks = 0;
   // bytes per process (the largest stage's share when a pipeline over ranks shards by stage)
   double weights = 0, gradients = 0, optimizer = 0, patterns = 0;
-  double offloaded = 0;  // optimiser slots kept on disk (trainer.offload), not in memory
+  // trainer.offload: what lives on disk (the weights, gradients and optimiser slots; weights and
+  // gradients above are then the part in memory at once: the embedding and head, two blocks)
+  double offloaded = 0, weights_on_disk = 0, gradients_on_disk = 0;
   double activations = 0, activations_per_slot = 0, scratch = 0, workspace = 0;
   std::size_t slots_in_flight = 1, caches_per_slot = 0;
   std::size_t data_replicas = 1;
@@ -264,9 +266,11 @@ struct run_plan {
               {"stored_parameters", stored_parameters},
               {"memory_bytes",
                {{"weights", weights}, {"gradients", gradients}, {"optimizer", optimizer},
-                {"optimizer_offloaded", offloaded}, {"patterns", patterns}, {"activations", activations}, {"scratch", scratch}, {"workspace", workspace},
+                {"optimizer_offloaded", offloaded}, {"weights_offloaded", weights_on_disk},
+                {"gradients_offloaded", gradients_on_disk}, {"patterns", patterns}, {"activations", activations}, {"scratch", scratch}, {"workspace", workspace},
                 {"total", total_bytes()}}},
               {"memory_gib_total", gib(total_bytes())},
+              {"disk_bytes_offloaded", offloaded + weights_on_disk + gradients_on_disk},
               {"activations_per_micro_batch_bytes", activations_per_slot},
               {"micro_batches_in_flight", slots_in_flight},
               {"block_caches_per_micro_batch", caches_per_slot},
@@ -310,17 +314,27 @@ struct run_plan {
         in.pipeline.where == pipeline::placement::ranks ? "ranks" : "threads", in.optimizer.c_str(), in.slot_bytes,
         in.shard_optimizer ? ", sharded" : "");
     put("  memory per process:\n");
-    put("    weights         %s\n", size(weights).c_str());
-    put("    gradients       %s\n", size(gradients).c_str());
-    if (in.offload)
-      put("    optimiser slots %s on disk (offloaded; none in memory)\n", size(offloaded).c_str());
-    else
+    if (in.offload) {
+      put("    weights         %s in memory (embedding, head, two blocks streamed); %s on disk\n", size(weights).c_str(),
+          size(weights_on_disk).c_str());
+      put("    gradients       %s in memory (embedding, head, two blocks streamed); %s on disk\n",
+          size(gradients).c_str(), size(gradients_on_disk).c_str());
+      put("    optimiser slots %s on disk (the update streams them with the weights and gradients: %s in memory)\n", size(offloaded).c_str(),
+          size(optimizer).c_str());
+    } else {
+      put("    weights         %s\n", size(weights).c_str());
+      put("    gradients       %s\n", size(gradients).c_str());
+    }
+    if (!in.offload)
       put("    optimiser slots %s\n", size(optimizer).c_str());
     if (patterns > 0) put("    sparse patterns %s\n", size(patterns).c_str());
     put("    activations     %s (%s per micro-batch in flight x %zu; %zu block cache(s) each)\n",
         size(activations).c_str(), size(activations_per_slot).c_str(), slots_in_flight, caches_per_slot);
     put("    scratch         %s (+ %s GEMM packing buffers)\n", size(scratch).c_str(), size(workspace).c_str());
-    put("    total           %s\n", size(total_bytes()).c_str());
+    put("    total           %s%s\n", size(total_bytes()).c_str(), in.offload ? " (the predicted peak; offloaded parts not counted)" : "");
+    if (in.offload)
+      put("  on disk           %s in --offload DIR (unnamed files, removed with the process)\n",
+          size(offloaded + weights_on_disk + gradients_on_disk).c_str());
     put("  FLOPs per step    %.4g (dense %.4g, block-sparse %.4g, attention %.4g)\n", flops(), dense_flops,
         sparse_flops, attention_flops);
     if (dense_rate > 0)
@@ -456,10 +470,24 @@ inline run_plan make_run_plan(const model_shape& m, const plan_inputs& in) {
   p.gradients = stored * f;
   double slots = stored * double(in.optimizer_slots * in.slot_bytes);
   if (in.shard_optimizer && p.data_replicas > 1) slots /= double(p.data_replicas);
-  if (in.offload)
-    p.offloaded = slots;  // in memory: a segment per thread while the update passes (negligible)
-  else
+  if (in.offload) {
+    // On disk: every weight, gradient and slot. In memory at once: the embedding and head (the tied
+    // projection reads and writes the whole table every step), every block's norms, and two
+    // blocks' weights and gradients (the one running and the one read ahead); the update streams a
+    // window of segments of the slots, weights and gradients at a time (models/offload_stream.hpp,
+    // optim/engine.hpp).
+    p.offloaded = slots;
+    p.weights_on_disk = p.weights;
+    p.gradients_on_disk = p.gradients;
+    const double per_block = (p.stored_parameters - double(m.other_parameters)) / double(std::max<std::size_t>(1, L));
+    const double resident = std::min(stored, (double(m.other_parameters) + 2.0 * per_block) * share + padding);
+    p.weights = resident * f;
+    p.gradients = resident * f;
+    // the update's window of segments and the next one read ahead (optim/engine.hpp, stream_window)
+    p.optimizer = 2.0 * 256.0 * 16384.0 * double(in.optimizer_slots * in.slot_bytes + 2 * 4);
+  } else {
     p.optimizer = slots;
+  }
   if (in.block) p.patterns = (p.sparse_active_blocks * 16.0 + (in.rigl ? pooled * f : 0.0)) * share;
 
   // Activations per micro-batch in flight (bytes); layers/block.hpp and the layers it holds.
@@ -570,7 +598,7 @@ inline void check_memory_budget(const model_shape& m, const plan_inputs& in, con
                 context.c_str(), in.memory_budget, need / gib, held / gib, p.weights / gib, p.gradients / gib,
                 p.optimizer / gib, p.activations / gib, (p.scratch + p.workspace) / gib);
   std::string advice;
-  if (p.optimizer > 0) advice += "; --offload DIR keeps the optimiser slots on disk";
+  if (!in.offload) advice += "; --offload DIR keeps the weights, gradients and optimiser slots on disk";
   if (!in.recompute_blocks) advice += "; --recompute blocks keeps one block's activations";
   advice += "; a smaller --batch-size with --accumulation keeps the global batch";
   fail(buf, advice);

@@ -145,8 +145,9 @@ inline std::span<const option_entry> common_options() {
        "block in backward (~1/3 more compute, one block's activations)",
        "none blocks", "none", "precision and memory"},
       {"trainer.offload", "--offload", k::text,
-       "Keep the optimiser's slots (Adam m and v) in unnamed files in this directory on local disk, paged in per "
-       "segment of the update: memory holds the weights, gradients and activations (absent: in memory)",
+       "Keep the fp32 weights, gradients and optimiser slots (Adam m and v) in unnamed files in this directory on "
+       "local disk, streamed a block at a time through forward and backward and a window at a time through the "
+       "update: memory holds the embedding and head, two blocks and the activations (absent: in memory)",
        "", "", "precision and memory"},
       {"memory_budget", "--memory-budget", k::number,
        "GiB a process may hold: a run whose plan (--dry-run) needs more stops before its first step, saying what "
@@ -207,6 +208,9 @@ inline std::span<const option_entry> common_options() {
       {"log_every", "--log-every", k::count, "A training metrics line every N steps", "", "10", "loop and outputs"},
       {"checkpoint_every", "--checkpoint-every", k::count,
        "Checkpoint every N steps (0: at the end and on a stop signal)", "", "0", "loop and outputs"},
+      {"checkpoints", "", k::boolean,
+       "Write checkpoints (--set checkpoints=false: none at all, not even at the end; a measurement run whose state "
+       "the disk cannot hold twice)", "", "true", "loop and outputs"},
       {"keep_checkpoints", "--keep-checkpoints", k::count, "Newest checkpoints kept (older ones are deleted)", "", "2",
        "loop and outputs"},
       {"seed", "--seed", k::count, "Seed of initialisation, data order, dropout and pattern updates", "", "1234",
@@ -375,6 +379,7 @@ struct run_settings {
     s.loop.eval_batches = r.get("eval_batches", s.loop.eval_batches);
     s.loop.log_every = r.get("log_every", s.loop.log_every, positive);
     s.loop.checkpoint_every = r.get("checkpoint_every", s.loop.checkpoint_every);
+    s.loop.checkpoints = r.get("checkpoints", s.loop.checkpoints);
     s.keep_checkpoints = r.get("keep_checkpoints", s.keep_checkpoints, positive);
     s.seed = r.get("seed", s.seed);
     s.threads = r.get("threads", s.threads, in_closed(0, double(limits::threads)));
@@ -543,6 +548,7 @@ struct run_settings {
               {"out", out}};
     if (epochs) j["epochs"] = *epochs;
     if (global_batch) j["global_batch"] = *global_batch;
+    if (!loop.checkpoints) j["checkpoints"] = false;
     if (!init_from.empty()) j["init_from"] = init_from;
     if (dropout) j["dropout"] = *dropout;
     if (memory_budget > 0) j["memory_budget"] = memory_budget;

@@ -85,9 +85,10 @@ struct trainer_options {
   // What a step keeps for backward under recompute::configured (policies/recompute.hpp): "none"
   // (every block's activations) or "blocks" (each block's input; the block re-runs in backward).
   std::string recompute = "none";
-  // Offloaded optimiser state: a directory on local disk where the optimiser keeps its slots in
-  // unnamed files (optim/engine.hpp, offload_to), paged in per segment of the update and out after;
-  // empty: in memory. The checkpoints are the same either way.
+  // Offloaded state: a directory on local disk where the optimiser keeps its slots and the model its
+  // fp32 weights and gradients, in unnamed files (optim/engine.hpp and models/transformer.hpp,
+  // offload_to), streamed a block at a time through the passes and a window of segments at a time
+  // through the update; empty: in memory. The checkpoints and the numbers are the same either way.
   std::string offload;
 
   // Fields: accumulation {steps, mode, scale_before}, clip ("none" | "global_norm" | "per_tensor"),

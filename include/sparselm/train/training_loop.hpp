@@ -44,6 +44,7 @@ struct loop_options {
   std::size_t eval_batches = 0;    // validation batches per evaluation (0: the whole split)
   std::size_t log_every = 10;      // training metrics every this many steps
   std::size_t checkpoint_every = 0;  // 0: only at the end (and on interrupt)
+  bool checkpoints = true;         // false: none at all (a measurement run whose state the disk cannot hold)
   bool stop_on_interrupt = true;   // SIGINT/SIGTERM/SIGHUP: finish the step, checkpoint, return
 };
 
@@ -130,11 +131,17 @@ class stop_signals {
 // The steps since the last training line (skipped steps' numbers stay out of it).
 struct metrics_window {
   loss_stats loss;
-  double seconds = 0, norm = 0;
+  double seconds = 0, norm = 0, update_seconds = 0;
+  offload_snapshot_t io;  // offloaded state: summed over the window's steps
   std::size_t tokens = 0, samples = 0, steps = 0;
   void add(const step_metrics& m) {
     loss += m.loss;
     seconds += m.seconds;
+    update_seconds += m.update_seconds;
+    io.wait_seconds += m.io.wait_seconds;
+    io.writeback_seconds += m.io.writeback_seconds;
+    io.read_bytes += m.io.read_bytes;
+    io.write_bytes += m.io.write_bytes;
     norm += m.grad_norm;
     tokens += m.tokens;
     samples += m.samples;
@@ -214,6 +221,15 @@ loop_result train_loop(Trainer& t, Task& task, const loop_options& o, metrics_lo
         j["loss_scale"] = m.loss_scale;
         j["overflow_steps"] = t.scaler().skipped_steps();
       }
+      if (!t.options().offload.empty() && w.steps) {  // offloaded state: per step, the window's means
+        const double n = double(w.steps);
+        j["offload"] = {{"step_s", w.seconds / n},
+                        {"update_s", w.update_seconds / n},
+                        {"io_wait_s", w.io.wait_seconds / n},
+                        {"write_behind_s", w.io.writeback_seconds / n},
+                        {"read_bytes", w.io.read_bytes / n},
+                        {"write_bytes", w.io.write_bytes / n}};
+      }
       if (hooks.extra_metrics) j.update(hooks.extra_metrics(step));
       log.write(j);
       char buf[96];
@@ -225,11 +241,12 @@ loop_result train_loop(Trainer& t, Task& task, const loop_options& o, metrics_lo
     if (last || (o.eval_every && step % o.eval_every == 0)) evaluate(step);
     // A stop request on any rank stops them all after the same step.
     const bool stop = procs.any(o.stop_on_interrupt && detail::stop_requested);
-    if (hooks.checkpoint && (last || stop || (o.checkpoint_every && step % o.checkpoint_every == 0)))
+    if (hooks.checkpoint && o.checkpoints && (last || stop || (o.checkpoint_every && step % o.checkpoint_every == 0)))
       hooks.checkpoint(step);
     if (stop) {
       r.interrupted = true;
-      say("interrupted at step " + std::to_string(step) + "; state saved, rerun with --resume to continue");
+      say("interrupted at step " + std::to_string(step) +
+          (o.checkpoints ? "; state saved, rerun with --resume to continue" : " (checkpoints off: nothing saved)"));
       break;
     }
   }
