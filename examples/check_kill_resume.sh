@@ -5,6 +5,7 @@
 # bit-identical (same thread count).
 #   check_kill_resume.sh TRAIN_PROGRAM ENCODE_DATASET SOURCE_DIR WORK_DIR [program args: 400 steps,
 #                        log_every 1, checkpoint_every 20 ...]
+# (environment: KILL_AFTER, the step of the checkpoint after which the run is killed, default 60)
 set -euo pipefail
 train=$1 encode=$2 src=$3 work=$4
 shift 4
@@ -14,7 +15,8 @@ common=(--train "$work/train.tok" --valid "$work/train.tok" "$@")
 "$train" "${common[@]}" --out "$work/full" > /dev/null 2> "$work/full.err"
 "$train" "${common[@]}" --out "$work/killed" > /dev/null 2> "$work/killed.err" &
 pid=$!
-for _ in $(seq 1 6000); do [ -d "$work/killed/checkpoints/step-000060" ] && break; sleep 0.01; done
+kill_dir=$(printf 'step-%06d' "${KILL_AFTER:-60}")  # the checkpoint after which the run is killed
+for _ in $(seq 1 6000); do [ -d "$work/killed/checkpoints/$kill_dir" ] && break; sleep 0.01; done
 kill -9 "$pid" 2> /dev/null || true
 status=0; wait "$pid" || status=$?
 if [ "$status" -ne 137 ]; then
