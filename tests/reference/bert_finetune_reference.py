@@ -53,15 +53,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    if os.path.exists(args.out):
-        os.remove(args.out)
-    try:
-        import numpy as np
-        import torch
-    except ImportError as e:
-        print(f"bert_finetune_reference.py: {e}; skipping", file=sys.stderr)
-        sys.exit(77)
     sys.path.insert(0, here)
+    from reference_start import start
+    np, torch = start(args.out, "bert_finetune_reference.py")
     import bert_model
 
     torch.set_num_threads(1)

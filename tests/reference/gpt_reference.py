@@ -31,15 +31,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--config", default=os.path.join(root, "configs", "gpt-tiny.json"))
     args = ap.parse_args()
-    if os.path.exists(args.out):
-        os.remove(args.out)
-    try:
-        import numpy as np
-        import torch
-    except ImportError as e:
-        print(f"gpt_reference.py: {e}; skipping", file=sys.stderr)
-        sys.exit(77)
     sys.path.insert(0, here)
+    from reference_start import start
+    np, torch = start(args.out, "gpt_reference.py")
     import gpt_model
 
     torch.set_num_threads(1)

@@ -49,15 +49,9 @@ def main():
     ap.add_argument("--variant")
     ap.add_argument("--ids-from")
     args = ap.parse_args()
-    if os.path.exists(args.out):
-        os.remove(args.out)
-    try:
-        import numpy as np
-        import torch
-    except ImportError as e:
-        print(f"llama_reference.py: {e}; skipping", file=sys.stderr)
-        sys.exit(77)
     sys.path.insert(0, here)
+    from reference_start import start
+    np, torch = start(args.out, "llama_reference.py")
     import llama_model
     import hf_reference  # safetensors writer and encoder (this project's own)
 
