@@ -3,9 +3,10 @@
 # with SIGKILL right after a checkpoint, then resumed with --resume; the training and validation
 # losses of every step (and, for sparse runs, every pattern update's statistics) must be
 # bit-identical (same thread count).
-#   check_kill_resume.sh TRAIN_PROGRAM ENCODE_DATASET SOURCE_DIR WORK_DIR [program args: 400 steps,
+#   check_kill_resume.sh TRAIN_PROGRAM ENCODE_DATASET SOURCE_DIR WORK_DIR [program args: e.g. 120 steps,
 #                        log_every 1, checkpoint_every 20 ...]
-# (environment: KILL_AFTER, the step of the checkpoint after which the run is killed, default 60)
+# (environment: KILL_AFTER, the step of the checkpoint after which the run is killed, default 60;
+#  MIN_LINES, the train/eval lines each run must log, default 400; MIN_UPDATES, the pattern updates)
 set -euo pipefail
 train=$1 encode=$2 src=$3 work=$4
 shift 4

@@ -4,7 +4,7 @@
 #   tests/fuzz/run_fuzz.sh [--build DIR] [--runs N | --seconds S] [--timeout S] [--seeds] [target ...]
 #
 #   --runs N      executions per target (the documented campaign: --runs 10000000)
-#   --seconds S   time per target instead (the ctest cases use 15)
+#   --seconds S   time per target instead (the ctest cases use 5)
 #   --timeout S   seconds one input may take before it counts as a hang (default 10; the fuzzers run
 #                 at nice 19, so beside other jobs on few cores a longer limit avoids false hangs)
 #   --seeds       regenerate the committed seed corpora (tests/fuzz/corpus/<target>/) first

@@ -106,11 +106,13 @@ run_dir)  # fresh runs in used directories, a second process on one directory, s
   mkdir -p other && echo x > other/notes.txt
   expect 1 "is not empty" "$bin/gpt_train" "${tiny[@]}" --steps 2 --out other
   mkdir -p run/checkpoints/step-000003.tmp.999.0 && : > run/metrics.jsonl.tmp.999.1
-  flock -o run/.lock sleep 30 &   # -o: the lock is flock's own, released when it is killed
+  # -o: the lock is flock's own, released when it is killed; the sleep's output away from ctest's pipe,
+  # which would otherwise stay open (and the case last) until the sleep ends
+  flock -o run/.lock sleep 30 > /dev/null 2>&1 &
   holder=$!
   sleep 1
   expect 1 "in use by another process" "$bin/gpt_train" "${tiny[@]}" --steps 4 --out run --resume
-  kill "$holder"; wait "$holder" 2> /dev/null
+  pkill -P "$holder" sleep; kill "$holder"; wait "$holder" 2> /dev/null
   expect 0 "left by an interrupted save" "$bin/gpt_train" "${tiny[@]}" --steps 4 --out run --resume
   check "stale temporaries removed" "[ ! -e run/checkpoints/step-000003.tmp.999.0 ] && [ ! -e run/metrics.jsonl.tmp.999.1 ]"
   ;;
@@ -201,11 +203,11 @@ outputs)  # the one output rule: no output is, holds, lies inside or links to an
   study=(--train train.tok --valid train.tok --variants static --blocks 4 --steps 1 --batch-size 2 --seq-len 16
          --eval-batches 1 --lr-extend 0 --threads 2 --model "$src/configs/gpt-tiny.json")
   mkdir -p study
-  flock -o study/.lock sleep 30 &   # another study holds the directory
+  flock -o study/.lock sleep 30 > /dev/null 2>&1 &   # another study holds the directory
   holder=$!
   sleep 1
   expect 1 "in use by another process" "$bin/sparsity_study" "${study[@]}" --out study
-  kill "$holder"; wait "$holder" 2> /dev/null
+  pkill -P "$holder" sleep; kill "$holder"; wait "$holder" 2> /dev/null
   check "the refused study wrote nothing" "[ ! -e study/summary.json ] && [ ! -e study/runs ]"
   mkdir -p notes && echo x > notes/notes.txt
   expect 1 "already holds 'notes.txt'" "$bin/sparsity_study" "${study[@]}" --out notes
