@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
     return registry::with_sparsity(
         block,
         [&]<class S>() -> int {
-          bert<float, S> model(cfg, sparse_plan{sparsity});
+          bert<float, S> model(cfg, sparse_plan{.sparsity = sparsity, .block = block});
           model.init(1);
           trainer_options o;
           o.max_norm = 1.0f;

@@ -43,12 +43,12 @@
 using namespace sparselm;
 
 template <class Model, class Recompute>
-void run(const std::string& config, std::size_t B, std::size_t T, std::size_t steps, std::size_t warmup, int threads,
+void run(const std::string& config, std::size_t block, std::size_t B, std::size_t T, std::size_t steps, std::size_t warmup, int threads,
          double sparsity, dtype compute, bool bf16_activations, std::size_t M, const pipeline::plan& pipe,
          const bench::results& out, bool fusion_paired) {
   set_num_threads(threads);
   auto cfg = gpt_config::from_json(read_json_file(config), config);
-  Model model(cfg, sparse_plan{sparsity});
+  Model model(cfg, sparse_plan{.sparsity = sparsity, .block = block});
   model.init(1);
   trainer_options o;
   o.max_norm = 1.0f;
@@ -130,14 +130,14 @@ void run(const std::string& config, std::size_t B, std::size_t T, std::size_t st
       "\"mfu\": %.4f, \"bf16_peak_gflops\": %.1f, \"peak_rss_mb\": %.1f, \"loss\": %.4f, \"micro_batches\": %zu, "
       "\"pipeline_stages\": %zu, \"pipeline_schedule\": \"%s\", \"split\": %s, \"predicted_bubble\": %.4f, "
       "\"measured_bubble\": %.4f, \"bf16_activations\": %s, \"flop_ceiling\": %.3f}\n",
-      std::string(precision::name(compute)).c_str(), Model::sparsity::is_sparse ? sparsity : 0.0, Model::sparsity::block, B, T, threads,
+      std::string(precision::name(compute)).c_str(), Model::sparsity::is_sparse ? sparsity : 0.0, block, B, T, threads,
       std::string_view(Recompute::name) == "blocks" ? "true" : "false", med, tps, tps * flops_per_token / 1e9, peak,
       tps * flops_per_token / 1e9 / peak, bf16_peak, double(ru.ru_maxrss) / 1024.0, loss, M, pipe.stages,
       pipeline::name(pipe.schedule), split.c_str(), pipe.stages > 1 ? pipeline::predicted_bubble(pipe.stages, M) : 0.0,
       pipe.stages > 1 ? bubbles[bubbles.size() / 2] : 0.0, bf16_activations ? "true" : "false",
       dense_flops_per_token / flops_per_token);
   out.add({{"config", config.substr(config.find_last_of('/') + 1)}, {"batch", B}, {"seq", T},
-           {"precision", std::string(precision::name(compute))}, {"block", Model::sparsity::block},
+           {"precision", std::string(precision::name(compute))}, {"block", block},
            {"sparsity", Model::sparsity::is_sparse ? sparsity : 0.0}, {"recompute", std::string(Recompute::name)},
            {"micro_batches", M}, {"pipeline_stages", pipe.stages}, {"bf16_activations", bf16_activations}},
           {{"tokens_per_second", tps}, {"step_seconds", med}, {"mfu", tps * flops_per_token / 1e9 / peak},
@@ -206,7 +206,7 @@ int main(int argc, char** argv) {
     pipe.schedule = pipeline::parse_order(schedule, "bench_gpt_step: --pipeline-schedule");
     registry::with_sparsity(block, [&]<class Sparsity>() {
       registry::with_recompute(recompute_blocks ? "blocks" : "none", [&]<class Recompute>() {
-        run<gpt<float, Sparsity>, Recompute>(config, B, T, steps, warmup, threads, sparsity, compute, bf16_activations,
+        run<gpt<float, Sparsity>, Recompute>(config, block, B, T, steps, warmup, threads, sparsity, compute, bf16_activations,
                                              micro, pipe, out, fusion_paired);
       });
     });

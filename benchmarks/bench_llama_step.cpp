@@ -39,7 +39,7 @@ struct options {
 template <class Sparsity>
 void run(const options& op, const llama_config& cfg, dtype compute) {
   using Model = llama<float, Sparsity>;
-  Model model(cfg, sparse_plan{op.sparsity});
+  Model model(cfg, sparse_plan{.sparsity = op.sparsity, .block = op.block});
   model.init(1);
   trainer_options o;
   o.max_norm = 1.0f;
@@ -77,7 +77,7 @@ void run(const options& op, const llama_config& cfg, dtype compute) {
       "\"threads\": %d, \"parameters\": %zu, \"step_seconds\": %.4f, \"tokens_per_second\": %.1f, "
       "\"model_gflops_per_s\": %.1f, \"fma_peak_gflops\": %.1f, \"mfu\": %.4f, \"peak_rss_mb\": %.1f, \"loss\": %.4f}\n",
       op.precision.c_str(), cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.kv_heads(),
-      Model::sparsity::block, Model::sparsity::is_sparse ? op.sparsity : 0.0, B, T, op.threads, model.num_parameters(),
+      op.block, Model::sparsity::is_sparse ? op.sparsity : 0.0, B, T, op.threads, model.num_parameters(),
       med, tps, tps * flops_per_token / 1e9, peak, tps * flops_per_token / 1e9 / peak, double(ru.ru_maxrss) / 1024.0,
       loss);
 }

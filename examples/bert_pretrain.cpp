@@ -116,10 +116,10 @@ int main(int argc, char** argv) {
         using data_parallel = sparselm::data_parallel::mpi;  // one process unless started by mpirun
       };
       using trainer_t = trainer<model_t, policies>;
-      sparse_plan plan{.sparsity = sp.sparsity};
+      sparse_plan plan{.sparsity = sp.sparsity, .block = sp.block_size};
       if (sp.update) plan.pooling = block_pooling_of(sp.update->pooling);
       if constexpr (S::is_sparse)
-        plan = allocate_plan(plan, S::block, sp.allocation, [&](const sparse_plan& p) { model_t probe(cfg, p); });
+        plan = allocate_plan(plan, sp.block_size, sp.allocation, [&](const sparse_plan& p) { model_t probe(cfg, p); });
       model_t m(cfg, plan);
       m.init(s.seed);
       s.trainer.dropout_seed = s.seed + 1;

@@ -156,7 +156,9 @@ class finetune_cli {
         pruning ? want.block_size : sp.block,
         [&]<class S>() -> int {
           if (!S::is_sparse) return f.template operator()<S>(sparselm::sparse_plan{});
-          return f.template operator()<S>(pruning ? sparselm::sparse_plan{want.sparsity} : sp.plan());
+          sparselm::sparse_plan plan = pruning ? sparselm::sparse_plan{want.sparsity} : sp.plan();
+          plan.block = pruning ? want.block_size : sp.block;
+          return f.template operator()<S>(plan);
         },
         "block size of the checkpoint");
   }

@@ -68,10 +68,10 @@ int dispatch(const gpt_job& job, const typename Family::config_type& cfg, parall
       using data_parallel = sparselm::data_parallel::mpi;  // one process unless started by mpirun
     };
     using trainer_t = trainer<Model, policies>;
-    sparse_plan plan{.sparsity = sp.sparsity};
+    sparse_plan plan{.sparsity = sp.sparsity, .block = sp.block_size};
     if (sp.update) plan.pooling = block_pooling_of(sp.update->pooling);
     if constexpr (Sparsity::is_sparse)
-      plan = allocate_plan(plan, Sparsity::block, sp.allocation, [&](const sparse_plan& p) { Model probe(cfg, p); });
+      plan = allocate_plan(plan, sp.block_size, sp.allocation, [&](const sparse_plan& p) { Model probe(cfg, p); });
     Model model(cfg, plan);
     // offloaded weights and gradients: to their files before init, which then never holds them all
     if (!job.run.trainer.offload.empty()) model.offload_to(job.run.trainer.offload);

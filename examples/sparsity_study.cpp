@@ -274,6 +274,7 @@ struct gpt_family {
         [&]<class Sparsity>() {
           sparse_plan plan;
           plan.sparsity = so.sparsity;
+          plan.block = block;
           gpt<float, Sparsity> model(base, plan);
           model.init(r.seed);
           r.width = base.n_embd;

@@ -53,10 +53,10 @@ void fused_against_unfused(std::size_t N, std::size_t C, double sparsity, input_
   CAPTURE(accumulate);
   CAPTURE(keeper == input_keeper::layer);
   using ffn = feed_forward<float, block_sparse<B>, Act>;
-  static_assert(ffn::fusable == kernels::bsr_ffn_fuses<B>);
   auto layout = std::make_shared<arena_layout>();
   sparse_plan plan{sparsity};
   ffn f(*layout, "mlp", C, 4 * C, &plan);
+  CHECK(f.fusable() == kernels::bsr_ffn_fuses<B>);
   const std::shared_ptr<const arena_layout> cl = layout;
   arena<float> params(cl), g_fused(cl), g_plain(cl);
   f.fc().init(params, counter_rng(1), 0.3f);
@@ -76,8 +76,8 @@ void fused_against_unfused(std::size_t N, std::size_t C, double sparsity, input_
     fusion_scope on(mode);
     std::vector<float> xin(x);
     f.forward(sf, {xin.data(), N, C}, {yf.data(), N, C}, cf, keeper);
-    CHECK(cf.fused == ffn::fusable);
-    CHECK(cf.kept_h == (ffn::fusable && mode == ffn_fusion_mode::keep));
+    CHECK(cf.fused == f.fusable());
+    CHECK(cf.kept_h == (f.fusable() && mode == ffn_fusion_mode::keep));
     // The layer's own copy serves backward when it keeps x: the caller's buffer may change.
     if (keeper == input_keeper::layer) std::fill(xin.begin(), xin.end(), 1e3f);
     f.backward(sf, {dy.data(), N, C}, {dxf.data(), N, C}, cf, accumulate);
@@ -132,7 +132,7 @@ TEST_CASE("fused block-sparse feed-forward: gradients by finite differences") {
     };
     lc.forward = [&](auto& s, auto x, auto y) {
       f.forward(s, x, y, c);
-      CHECK(c.fused == (on && decltype(f)::fusable));
+      CHECK(c.fused == (on && f.fusable()));
     };
     lc.backward = [&](auto& s, auto dy, auto dx) { f.backward(s, dy, dx, c); };
     lc.options.max_checks = 400;
@@ -151,18 +151,19 @@ TEST_CASE("fused block-sparse feed-forward: not on bf16 steps, RigL steps, or wh
   arena<float> params(cl), grads(cl);
   scratch tmp;
   step_context s{&params, &grads, &tmp};
-  CHECK(ffn::fused(s) == ffn::fusable);
+  CHECK(f.fused(s) == f.fusable());
   s.need_dense_grad = true;
-  CHECK_FALSE(ffn::fused(s));
+  CHECK_FALSE(f.fused(s));
   s.need_dense_grad = false;
   s.compute = dtype::bf16;
-  CHECK_FALSE(ffn::fused(s));
+  CHECK_FALSE(f.fused(s));
   s.compute = dtype::f32;
   {
     fusion_scope off(ffn_fusion_mode::off);
-    CHECK_FALSE(ffn::fused(s));
+    CHECK_FALSE(f.fused(s));
   }
-  CHECK_FALSE(feed_forward<float, dense>::fused(s));
+  feed_forward<float, dense> d(*layout, "dense", 32, 128);
+  CHECK_FALSE(d.fused(s));
 }
 
 TEST_CASE("sparse GPT: the fused feed-forward gives the unfused model's loss and gradients, with and without block recompute") {

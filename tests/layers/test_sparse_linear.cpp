@@ -1,6 +1,6 @@
 // Block-sparse linear layer: finite-difference gradients for every block size, agreement with the
 // dense layer on the densified weight, pooled RigL scores, the bf16 products, bad input; sparse GPT
-// gradients and a pattern update inside training.
+// gradients and a pattern update inside training; block_sparse<runtime_block> against block_sparse<B>.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -22,6 +22,17 @@ using sparselm::testing::check_layer;
 using sparselm::testing::layer_case;
 
 static_assert(layer<linear<float, block_sparse<16>>>);
+
+// n random token ids and targets below vocab (a fixed stream).
+std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>> random_tokens(std::size_t n, std::size_t vocab) {
+  std::vector<std::int32_t> ids(n), tg(n);
+  counter_rng rng(8);
+  for (std::size_t i = 0; i < n; ++i) {
+    ids[i] = std::int32_t(rng.below(0, i, vocab));
+    tg[i] = std::int32_t(rng.below(1, i, vocab));
+  }
+  return {ids, tg};
+}
 
 TEST_CASE_TEMPLATE("block-sparse linear: gradients by finite differences", S, block_sparse<1>, block_sparse<4>,
                    block_sparse<8>, block_sparse<16>) {
@@ -190,12 +201,7 @@ TEST_CASE("sparse GPT: whole-model gradients by finite differences; RigL updates
   m.init(3);
   CHECK(m.sparse_weights().size() == 4 * cfg.n_layer);
   const std::size_t B = 2, T = 6;
-  std::vector<std::int32_t> ids(B * T), tg(B * T);
-  counter_rng rng(8);
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    ids[i] = std::int32_t(rng.below(0, i, cfg.vocab_size));
-    tg[i] = std::int32_t(rng.below(1, i, cfg.vocab_size));
-  }
+  const auto [ids, tg] = random_tokens(B * T, cfg.vocab_size);
   token_batch batch{ids, tg, {}, B, T};
   m.grads().zero();
   m.forward_backward({}, batch, 1.0f);
@@ -240,6 +246,89 @@ TEST_CASE("sparse GPT: whole-model gradients by finite differences; RigL updates
   CHECK(changed >= 1);
   for (auto& w : m.sparse_weights()) CHECK(w.pattern->nnz() == w.values.size() / 16);
   CHECK(last < 0.5 * first);
+}
+
+// block_sparse<runtime_block> (the programs' models, train/registry.hpp) takes B from the plan and
+// calls the kernel instances of block_sparse<B>: the same numbers bit for bit, fp32 and bf16.
+TEST_CASE_TEMPLATE("block-sparse linear: runtime_block gives block_sparse<B>'s results bit for bit", S,
+                   block_sparse<1>, block_sparse<4>, block_sparse<8>, block_sparse<16>) {
+  constexpr std::size_t B = S::block, in = 4 * B, out = 6 * B, N = 9;
+  using rt = linear<float, block_sparse<runtime_block>>;
+  auto lc = std::make_shared<arena_layout>(), lr = std::make_shared<arena_layout>();
+  sparse_plan plan{.sparsity = 0.5, .block = B};
+  linear<float, S> fixed(*lc, "w", in, out, true, &plan);
+  rt run(*lr, "w", in, out, true, &plan);
+  CHECK(run.block_size() == B);
+  CHECK(run.nnz_blocks() == fixed.nnz_blocks());
+  const std::shared_ptr<const arena_layout> clc = lc, clr = lr;
+  arena<float> pc(clc), gc(clc), pr(clr), gr(clr);
+  fixed.init(pc, counter_rng(11), 0.4f);
+  run.init(pr, counter_rng(11), 0.4f);
+  CHECK(fixed.state().pattern.col == run.state().pattern.col);
+  CHECK(std::ranges::equal(pc.all(), pr.all()));
+  std::vector<float> x(N * in), dy(N * out);
+  counter_rng(13).fill_normal(x, 0, 0.0f, 1.0f);
+  counter_rng(14).fill_normal(dy, 0, 0.0f, 1.0f);
+  scratch tmp;
+  for (dtype d : {dtype::f32, dtype::bf16}) {
+    for (bool pooled : {false, true}) {
+      CAPTURE(dtype_name(d));
+      CAPTURE(pooled);
+      step_context sc{&pc, &gc, &tmp}, sr{&pr, &gr, &tmp};
+      sc.compute = sr.compute = d;
+      sc.need_dense_grad = sr.need_dense_grad = pooled;
+      CHECK(fixed.compact_input(sc) == run.compact_input(sr));
+      typename linear<float, S>::cache cc;
+      rt::cache cr;
+      std::vector<float> yc(N * out), yr(N * out), dxc(N * in), dxr(N * in);
+      gc.zero();
+      gr.zero();
+      fixed.forward(sc, {x.data(), N, in}, {yc.data(), N, out}, cc, input_keeper::layer);
+      run.forward(sr, {x.data(), N, in}, {yr.data(), N, out}, cr, input_keeper::layer);
+      fixed.backward(sc, {dy.data(), N, out}, {dxc.data(), N, in}, cc);
+      run.backward(sr, {dy.data(), N, out}, {dxr.data(), N, in}, cr);
+      CHECK(yc == yr);
+      CHECK(dxc == dxr);
+      CHECK(std::ranges::equal(gc.all(), gr.all()));
+      if (pooled) CHECK(fixed.state().pooled == run.state().pooled);
+    }
+  }
+}
+
+TEST_CASE("block-sparse GPT: runtime_block gives block_sparse<B>'s model bit for bit (fused feed-forward included)") {
+  auto cfg = gpt_config::from_json(read_json_file(SPARSELM_SOURCE_DIR "/configs/gpt-tiny.json"));
+  cfg.n_embd = 32;
+  const std::size_t Bt = 2, T = 6;
+  const auto [ids, tg] = random_tokens(Bt * T, cfg.vocab_size);
+  token_batch batch{ids, tg, {}, Bt, T};
+  auto step = [&](auto& m) {
+    m.init(3);
+    m.grads().zero();
+    const double loss = m.forward_backward({}, batch, 1.0f).mean_loss();
+    return std::tuple(loss, std::vector<float>(m.params().all().begin(), m.params().all().end()),
+                      std::vector<float>(m.grads().all().begin(), m.grads().all().end()));
+  };
+  auto compare = [&]<std::size_t B>() {
+    CAPTURE(B);
+    const sparse_plan plan{.sparsity = 0.5, .block = B};
+    gpt<float, block_sparse<B>> fixed(cfg, plan);
+    gpt<float, block_sparse<runtime_block>> run(cfg, plan);
+    CHECK(run.num_parameters() == fixed.num_parameters());
+    const auto [lf, pf, gf] = step(fixed);
+    const auto [lr, pr, gr] = step(run);
+    CHECK(lf == lr);
+    CHECK(pf == pr);
+    CHECK(gf == gr);
+  };
+  compare.template operator()<4>();
+  compare.template operator()<16>();
+  // The block size must be one the kernels are written for; the error names the weight.
+  CHECK_THROWS_WITH_AS((gpt<float, block_sparse<runtime_block>>(cfg, sparse_plan{.sparsity = 0.5, .block = 2})),
+                       doctest::Contains("h.0.attn.c_attn"), sparselm::error);
+  CHECK_THROWS_WITH_AS((gpt<float, block_sparse<runtime_block>>(cfg, sparse_plan{0.5})),
+                       doctest::Contains("takes its block size from the sparse_plan"), sparselm::error);
+  CHECK_THROWS_WITH_AS((gpt<float, block_sparse<4>>(cfg, sparse_plan{.sparsity = 0.5, .block = 8})),
+                       doctest::Contains("with a sparse_plan for blocks of 8"), sparselm::error);
 }
 
 }  // namespace SPARSELM_UNITY_ID

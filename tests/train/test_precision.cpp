@@ -270,7 +270,7 @@ TEST_CASE("precision: input_keeper::layer keeps the layer's own copy of x (bf16 
     // an fp32 copy elsewhere; the same results either way.
     using sparse_type = decltype(sparse_lin);
     const bool sparse16 = d == dtype::bf16 && kernels::bsr_bf16_pays();
-    CHECK(sparse_type::compact_input(s) == sparse16);
+    CHECK(sparse_lin.compact_input(s) == sparse16);
     sparse_type::cache skept, sown;
     const result sa = run_layer(sparse_lin, s, input_keeper::caller, skept);
     const result sb = run_layer(sparse_lin, s, input_keeper::layer, sown);
@@ -283,7 +283,7 @@ TEST_CASE("precision: input_keeper::layer keeps the layer's own copy of x (bf16 
       // A step that pools the dense gradient (RigL scores read x in fp32) keeps fp32.
       step_context sd = s;
       sd.need_dense_grad = true;
-      CHECK_FALSE(sparse_type::compact_input(sd));
+      CHECK_FALSE(sparse_lin.compact_input(sd));
       sparse_type::cache cd;
       const result e = run_layer(sparse_lin, sd, input_keeper::layer, cd);
       CHECK(e.y == sa.y);

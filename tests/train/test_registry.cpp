@@ -47,7 +47,7 @@ loaded load(const fs::path& dir, const Spec& spec) {
   Model m = Family::template make<Model>(spec);
   if constexpr (Model::sparsity::is_sparse) m.init(0);  // sizes the patterns that loading restores
   io::load_pretrained(dir, m, std::string(Family::name) == "bert" ? io::hf_bert_map() : io::hf_gpt2_map());
-  return {Model::sparsity::block, std::string(Family::name), test::param_snapshot(m)};
+  return {m.plan().block, std::string(Family::name), test::param_snapshot(m)};
 }
 
 using bert_only = registry::type_list<registry::bert_family>;

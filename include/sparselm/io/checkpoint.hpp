@@ -45,6 +45,7 @@
 #include "sparselm/optim/slot_choice.hpp"
 #include "sparselm/sparse/pattern_io.hpp"
 #include "sparselm/sparse/update.hpp"
+#include "sparselm/sparse/sparsity.hpp"
 #include "sparselm/io/slot_stream.hpp"
 
 namespace sparselm::io {
@@ -105,8 +106,10 @@ nlohmann::json model_config_json(Model& model, const save_options& o = {}) {
     static_assert(requires { Model::sparsity::is_sparse; },
                   "save_model: a model with plan() needs a nested type 'sparsity' (dense or block_sparse<B>)");
     if constexpr (Model::sparsity::is_sparse) {
+      // block_sparse<runtime_block>: the block size is the plan's
+      const std::size_t block = Model::sparsity::block != runtime_block ? Model::sparsity::block : model.plan().block;
       if (!o.dense_export && !j.contains("block_size"))
-        j["sparselm"] = {{"block_size", Model::sparsity::block}, {"sparsity", model.plan().sparsity}};
+        j["sparselm"] = {{"block_size", block}, {"sparsity", model.plan().sparsity}};
     }
   }
   return j;

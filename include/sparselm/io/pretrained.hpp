@@ -49,6 +49,7 @@ struct checkpoint_sparsity {
   sparse_plan plan() const {
     sparse_plan p;
     p.sparsity = sparsity;
+    p.block = block;
     p.count = [b = blocks, f = file.string()](const std::string& name, std::size_t, std::size_t) {
       const auto it = b.find(name);
       SPARSELM_CHECK(it != b.end(), f, ": no block-sparse pattern for the model's weight '", name,

@@ -103,7 +103,7 @@ class self_attention {
   }
 
   // True when input_keeper::layer keeps x in bf16 (the QKV projection's choice, layers/linear.hpp).
-  static bool compact_input(const step_context& s) { return linear_type::compact_input(s); }
+  bool compact_input(const step_context& s) const { return qkv_.compact_input(s); }
   // True when forward keeps qkv and the heads' output in bf16: bf16 activations whose only readers
   // are bf16 products (the attention's, dense or block-sparse, and the output projection's under
   // compact_input).

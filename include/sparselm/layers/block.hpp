@@ -99,9 +99,9 @@ class residual_block {
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
     const std::size_t N = x.rows;
     auto x1 = c.x1.matrix(N, c_);
-    residual_forward(s, x, x1, ln1_, c.ln1_c, c.t1, 2, branch_compact_input<Attention>(s),
+    residual_forward(s, x, x1, ln1_, c.ln1_c, c.t1, 2, branch_compact_input(attn_, s),
                      [&](auto in, auto out, input_keeper k) { branch_forward(attn_, s, in, out, c.attn_c, k); });
-    residual_forward(s, x1, y, ln2_, c.ln2_c, c.t2, 3, branch_compact_input<FFN>(s),
+    residual_forward(s, x1, y, ln2_, c.ln2_c, c.t2, 3, branch_compact_input(ffn_, s),
                      [&](auto in, auto out, input_keeper k) { branch_forward(ffn_, s, in, out, c.ffn_c, k); });
   }
 

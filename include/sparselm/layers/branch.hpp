@@ -5,7 +5,8 @@
 //   A norm     a layer; backward(s, dy, dx, cache, accumulate_dx) if it can add into dx (else the
 //              block runs backward into a temporary and adds it).
 //   A branch   a layer (attention or feed-forward). Optional members, with their defaults:
-//     static bool compact_input(s)        the branch keeps its input itself, in bf16   (false)
+//     bool compact_input(s) const         the branch keeps its input itself, in bf16   (false)
+//                                         (may be static)
 //     forward(s, x, y, cache, keeper)     input_keeper::layer: keep x yourself         (never asked)
 //     backward(s, dy, dx, cache, acc)     add into dx when acc                          (temporary + add)
 //     forward_cached(s, x, y, cache, kv, layer, past)   decoding; attention must have it; a branch
@@ -46,8 +47,8 @@ concept attention_part = requires(const L& a) {
 // --- defaults of the optional members ---
 
 template <class L>
-bool branch_compact_input(const step_context& s) {
-  if constexpr (requires { { L::compact_input(s) } -> std::convertible_to<bool>; }) return L::compact_input(s);
+bool branch_compact_input(const L& l, const step_context& s) {
+  if constexpr (requires { { l.compact_input(s) } -> std::convertible_to<bool>; }) return l.compact_input(s);
   return false;
 }
 

@@ -53,12 +53,13 @@ class feed_forward {
 
   // Whether this layer's products can run fused (block size and SIMD width), and whether they do on
   // step s.
-  static constexpr bool fusable = [] {
-    if constexpr (Sparsity::is_sparse) return kernels::bsr_ffn_fuses<Sparsity::block>;
+  bool fusable() const {
+    if constexpr (Sparsity::is_sparse)
+      return with_block_of<Sparsity>(fc_.block_size(), []<std::size_t B>() { return kernels::bsr_ffn_fuses<B>; });
     return false;
-  }();
-  static bool fused(const step_context& s) {
-    return fusable && ffn_fusion().load(std::memory_order_relaxed) != ffn_fusion_mode::off && s.compute != dtype::bf16 && !s.need_dense_grad;
+  }
+  bool fused(const step_context& s) const {
+    return fusable() && ffn_fusion().load(std::memory_order_relaxed) != ffn_fusion_mode::off && s.compute != dtype::bf16 && !s.need_dense_grad;
   }
 
   feed_forward() = default;
@@ -80,14 +81,14 @@ class feed_forward {
   }
 
   // True when the activations are kept in bf16 and input_keeper::layer keeps x in bf16.
-  static bool compact_input(const step_context& s) { return linear_type::compact_input(s); }
+  bool compact_input(const step_context& s) const { return fc_.compact_input(s); }
 
   // keeper: who keeps x for backward (input_keeper::layer: the first projection keeps a copy).
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c,
                input_keeper keeper = input_keeper::caller) const {
     const std::size_t N = x.rows;
     c.fused = false;
-    if constexpr (fusable) {
+    if constexpr (Sparsity::is_sparse) {
       if (fused(s)) return forward_fused(s, x, y, c, keeper);
     }
     if (compact_input(s)) {
@@ -109,7 +110,7 @@ class feed_forward {
 
   void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
                 bool accumulate_dx = false) const {
-    if constexpr (fusable) {
+    if constexpr (Sparsity::is_sparse) {
       if (c.fused) return backward_fused(s, dy, dx, c, accumulate_dx);
     }
     const std::size_t N = dy.rows;
@@ -134,11 +135,15 @@ class feed_forward {
       std::copy_n(x.data, x.rows * x.cols, copy.data);
       c.x = copy;
     }
-    constexpr std::size_t B = Sparsity::block;
     c.kept_h = ffn_fusion().load(std::memory_order_relaxed) == ffn_fusion_mode::keep;
-    float* h = c.kept_h ? c.h.get(kernels::bsr_ffn_hidden_size<B>(x.rows, f_)).data() : nullptr;
-    kernels::bsr_ffn_forward<B, Act>(c.x, fc_.state().pattern, s.p(fc_.weight().index).data(), bias_of(s, fc_),
-                                     proj_.state().pattern, s.p(proj_.weight().index).data(), bias_of(s, proj_), y, h);
+    with_block_of<Sparsity>(fc_.block_size(), [&]<std::size_t B>() {
+      if constexpr (kernels::bsr_ffn_fuses<B>) {
+        float* h = c.kept_h ? c.h.get(kernels::bsr_ffn_hidden_size<B>(x.rows, f_)).data() : nullptr;
+        kernels::bsr_ffn_forward<B, Act>(c.x, fc_.state().pattern, s.p(fc_.weight().index).data(), bias_of(s, fc_),
+                                         proj_.state().pattern, s.p(proj_.weight().index).data(), bias_of(s, proj_), y,
+                                         h);
+      }
+    });
     c.fused = true;
   }
 
@@ -148,13 +153,14 @@ class feed_forward {
                    "': forward ran fused, but backward pools dense gradients or computes in bf16");
     SPARSELM_CHECK(dy.rows == c.x.rows && dy.cols == fc_.in(), "feed_forward '", fc_.weight().name, "': dy ",
                    shape_string(dy), " does not match the forward's x ", shape_string(c.x));
-    constexpr std::size_t B = Sparsity::block;
-    kernels::bsr_ffn_backward<B, Act>(c.x, dy, fc_.state().pattern, s.p(fc_.weight().index).data(), bias_of(s, fc_),
-                                      proj_.state().pattern, s.p(proj_.weight().index).data(),
-                                      accumulate_dx ? 1.0f : 0.0f, dx, s.g(fc_.weight().index).data(),
-                                      fc_.has_bias() ? s.g(fc_.bias().index).data() : nullptr,
-                                      s.g(proj_.weight().index).data(),
-                                      c.kept_h ? c.h.get(kernels::bsr_ffn_hidden_size<B>(dy.rows, f_)).data() : nullptr);
+    with_block_of<Sparsity>(fc_.block_size(), [&]<std::size_t B>() {
+      if constexpr (kernels::bsr_ffn_fuses<B>)
+        kernels::bsr_ffn_backward<B, Act>(
+            c.x, dy, fc_.state().pattern, s.p(fc_.weight().index).data(), bias_of(s, fc_), proj_.state().pattern,
+            s.p(proj_.weight().index).data(), accumulate_dx ? 1.0f : 0.0f, dx, s.g(fc_.weight().index).data(),
+            fc_.has_bias() ? s.g(fc_.bias().index).data() : nullptr, s.g(proj_.weight().index).data(),
+            c.kept_h ? c.h.get(kernels::bsr_ffn_hidden_size<B>(dy.rows, f_)).data() : nullptr);
+    });
     if (proj_.has_bias()) kernels::add_column_sums(dy, s.g(proj_.bias().index));
   }
 

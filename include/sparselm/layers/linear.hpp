@@ -44,10 +44,13 @@ struct sparse_plan {
   // without it every weight gets nnz_blocks(sparsity).
   std::function<std::size_t(const std::string& name, std::size_t in, std::size_t out)> count;
   kernels::block_pooling pooling = kernels::block_pooling::avg;  // RigL score pooling
+  // The block size of block_sparse<runtime_block> weights (one of block_sizes); a block_sparse<B>
+  // weight takes B and accepts 0 or B here.
+  std::size_t block = 0;
 
-  std::size_t blocks(const std::string& name, std::size_t in, std::size_t out, std::size_t block) const {
+  std::size_t blocks(const std::string& name, std::size_t in, std::size_t out, std::size_t b) const {
     if (count) return count(name, in, out);
-    return sparse::nnz_blocks(name, in, out, block, sparsity);
+    return sparse::nnz_blocks(name, in, out, b, sparsity);
   }
 };
 

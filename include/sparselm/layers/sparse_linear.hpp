@@ -24,6 +24,9 @@
 //
 // The number of blocks comes from a sparse_plan given at construction: uniform sparsity, or a
 // per-weight count (e.g. ERK allocation computed by the model over all its weights).
+//
+// B = runtime_block (sparse/sparsity.hpp): the block size is the plan's `block`, and each product
+// dispatches on it (with_block_size) to the kernel instance of that B, the one block_sparse<B> calls.
 
 #include <cmath>
 #include <functional>
@@ -57,7 +60,6 @@ class linear<T, block_sparse<B>> {
 
  public:
   using sparsity = block_sparse<B>;
-  static constexpr std::size_t block = B;
   struct cache {
     const_matrix_view<float> x;   // (N,in) forward input, or
     const_matrix_view<bf16> x16;  // its bf16 values (one of the two is set: rows > 0)
@@ -67,9 +69,8 @@ class linear<T, block_sparse<B>> {
   // True when input_keeper::layer keeps x in bf16: the step computes in bf16 with the bf16 products
   // (which round x to bf16 anyway, so the results are bit for bit those of an fp32 copy), keeps its
   // activations in bf16, and does not ask for the pooled dense gradient (which reads x in fp32).
-  static bool compact_input(const step_context& s) {
-    if constexpr (has_bf16_kernels) return s.bf16_activations && !s.need_dense_grad && bf16_products(s);
-    return false;
+  bool compact_input(const step_context& s) const {
+    return s.bf16_activations && !s.need_dense_grad && bf16_products(s);
   }
 
   linear() = default;
@@ -78,19 +79,30 @@ class linear<T, block_sparse<B>> {
       : in_(in), out_(out), has_bias_(bias), role_(role), state_(std::make_shared<sparse_weight_state>()) {
     const std::string name = prefix + ".weight";
     SPARSELM_CHECK(plan != nullptr, "linear '", prefix, "': a block-sparse weight needs a sparse_plan (sparsity)");
-    sparse::check_block_grid(name, in, out, B);
-    nnz_ = plan->blocks(name, in, out, B);
-    SPARSELM_CHECK(nnz_ >= 1 && nnz_ <= (in / B) * (out / B), "linear '", prefix, "': ", nnz_, " blocks for a ",
-                   in / B, "x", out / B, " block grid");
+    if constexpr (B == runtime_block) {
+      SPARSELM_CHECK(is_block_size(plan->block), "linear '", prefix,
+                     "': block_sparse<runtime_block> takes its block size from the sparse_plan, which says ",
+                     plan->block, " (one of 1, 4, 8, 16)");
+      block_ = plan->block;
+    } else {
+      SPARSELM_CHECK(plan->block == 0 || plan->block == B, "linear '", prefix, "': a block_sparse<", B,
+                     "> weight with a sparse_plan for blocks of ", plan->block);
+    }
+    const std::size_t b = block_;
+    sparse::check_block_grid(name, in, out, b);
+    nnz_ = plan->blocks(name, in, out, b);
+    SPARSELM_CHECK(nnz_ >= 1 && nnz_ <= (in / b) * (out / b), "linear '", prefix, "': ", nnz_, " blocks for a ",
+                   in / b, "x", out / b, " block grid");
     state_->pooling = plan->pooling;
-    w_ = {name, layout.add(name, {nnz_, B, B}, param_sparse)};
+    w_ = {name, layout.add(name, {nnz_, b, b}, param_sparse)};
     if (bias) b_ = {prefix + ".bias", layout.add(prefix + ".bias", {out}, param_no_decay | param_no_trust)};
   }
 
   std::size_t in() const noexcept { return in_; }
   std::size_t out() const noexcept { return out_; }
   std::size_t nnz_blocks() const noexcept { return nnz_; }
-  double density() const noexcept { return double(nnz_) / double((in_ / B) * (out_ / B)); }
+  std::size_t block_size() const noexcept { return block_; }
+  double density() const noexcept { return double(nnz_) / double((in_ / block_) * (out_ / block_)); }
   bool has_bias() const noexcept { return has_bias_; }
   linear_role role() const noexcept { return role_; }
   const param_ref& weight() const noexcept { return w_; }
@@ -105,13 +117,13 @@ class linear<T, block_sparse<B>> {
   // Random initial pattern (uniform over the block grid) and values N(0, (std/sqrt(density))²), so a
   // unit's input sum has the variance of a dense N(0, std²) layer; b = 0.
   void init(arena<float>& params, const counter_rng& rng, float std) const {
-    state_->pattern = sparse::random_pattern(w_.name, in_, out_, B, nnz_, rng, mix_stream(w_.index, 0x7061));
+    state_->pattern = sparse::random_pattern(w_.name, in_, out_, block_, nnz_, rng, mix_stream(w_.index, 0x7061));
     rng.fill_normal(params[w_.index], w_.index, 0.0f, std / float(std::sqrt(density())));
     if (has_bias_) std::fill(params[b_.index].begin(), params[b_.index].end(), 0.0f);
   }
   // Random pattern and density-scaled Glorot-uniform values (the S1 sparse LM).
   void init_glorot(arena<float>& params, const counter_rng& rng) const {
-    state_->pattern = sparse::random_pattern(w_.name, in_, out_, B, nnz_, rng, mix_stream(w_.index, 0x7061));
+    state_->pattern = sparse::random_pattern(w_.name, in_, out_, block_, nnz_, rng, mix_stream(w_.index, 0x7061));
     sparse::init_values(w_.name, state_->pattern, params[w_.index], rng, w_.index);
     if (has_bias_) std::fill(params[b_.index].begin(), params[b_.index].end(), 0.0f);
   }
@@ -132,11 +144,13 @@ class linear<T, block_sparse<B>> {
       c.x = copy;
     }
     const float* bias = has_bias_ ? s.p(b_.index).data() : nullptr;
-    if constexpr (has_bf16_kernels) {
-      if (bf16_products(s))
-        return kernels::bsr_matmul_bf16<B>(c.x, state_->pattern, s.p(w_.index).data(), 0.0f, y, bias);
-    }
-    kernels::bsr_matmul<B>(c.x, state_->pattern, s.p(w_.index).data(), 0.0f, y, bias);
+    const bool b16 = bf16_products(s);
+    with_block([&]<std::size_t K>() {
+      if constexpr (K > 1) {
+        if (b16) return kernels::bsr_matmul_bf16<K>(c.x, state_->pattern, s.p(w_.index).data(), 0.0f, y, bias);
+      }
+      kernels::bsr_matmul<K>(c.x, state_->pattern, s.p(w_.index).data(), 0.0f, y, bias);
+    });
   }
 
   // x in bf16, kept alive by the caller (bf16 compute with the bf16 products, no pooled dense
@@ -148,17 +162,16 @@ class linear<T, block_sparse<B>> {
                    dtype_name(s.compute));
     SPARSELM_CHECK(!s.need_dense_grad, "linear '", w_.name,
                    "': a bf16 input on a step that pools the dense gradient (it reads x in fp32)");
-    if constexpr (has_bf16_kernels) {
-      SPARSELM_CHECK(bf16_products(s), "linear '", w_.name,
-                     "': a bf16 input needs the bf16 block-sparse products, which this CPU does not run "
-                     "(kernels::bsr_bf16_pays() is false)");
-      c.x = {};
-      c.x16 = x;
-      const float* bias = has_bias_ ? s.p(b_.index).data() : nullptr;
-      kernels::bsr_matmul_bf16<B>(x, state_->pattern, s.p(w_.index).data(), 0.0f, y, bias);
-    } else {
-      SPARSELM_CHECK(false, "linear '", w_.name, "': a bf16 input needs B = 4, 8 or 16, not ", B);
-    }
+    SPARSELM_CHECK(block_ > 1, "linear '", w_.name, "': a bf16 input needs B = 4, 8 or 16, not ", block_);
+    SPARSELM_CHECK(bf16_products(s), "linear '", w_.name,
+                   "': a bf16 input needs the bf16 block-sparse products, which this CPU does not run "
+                   "(kernels::bsr_bf16_pays() is false)");
+    c.x = {};
+    c.x16 = x;
+    const float* bias = has_bias_ ? s.p(b_.index).data() : nullptr;
+    with_block([&]<std::size_t K>() {
+      if constexpr (K > 1) kernels::bsr_matmul_bf16<K>(x, state_->pattern, s.p(w_.index).data(), 0.0f, y, bias);
+    });
   }
 
   void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
@@ -179,10 +192,12 @@ class linear<T, block_sparse<B>> {
       // Scores are pooled per micro-batch and summed over the step's micro-batches (max: maximum).
       // With one micro-batch per step this is exactly the pooled |dense gradient|.
       auto& pooled = state_->pooled;
-      const std::size_t n = (in_ / B) * (out_ / B);
+      const std::size_t n = (in_ / block_) * (out_ / block_);
       if (s.micro == 0 || pooled.size() != n) pooled.assign(n, 0.0f);
       std::vector<float> part(n);
-      kernels::dense_grad_pooled<B>(c.x, dy, state_->pooling, matrix_view<float>(part.data(), in_ / B, out_ / B));
+      with_block([&]<std::size_t K>() {
+        kernels::dense_grad_pooled<K>(c.x, dy, state_->pooling, matrix_view<float>(part.data(), in_ / K, out_ / K));
+      });
       for (std::size_t i = 0; i < n; ++i)
         pooled[i] = state_->pooling == kernels::block_pooling::max ? std::max(pooled[i], part[i]) : pooled[i] + part[i];
     }
@@ -190,7 +205,7 @@ class linear<T, block_sparse<B>> {
 
   // Zero pooled scores of the right size: a process of a pipeline over ranks whose stage does not
   // run this layer contributes nothing to the scores summed over the ranks.
-  void reset_pooled() const { state_->pooled.assign((in_ / B) * (out_ / B), 0.0f); }
+  void reset_pooled() const { state_->pooled.assign((in_ / block_) * (out_ / block_), 0.0f); }
 
   // What the pattern updater needs to prune and regrow this weight.
   sparse::sparse_weight updater_view(arena<float>& params) const {
@@ -210,11 +225,16 @@ class linear<T, block_sparse<B>> {
   }
 
  private:
-  // Block sizes with bf16 products (the others compute in fp32 under every precision).
-  static constexpr bool has_bf16_kernels = B == 4 || B == 8 || B == 16;
-  // Where vdpbf16ps beats the FMAs, or (B = 16) on AMX tiles.
-  static bool bf16_products(const step_context& s) {
-    return s.compute == dtype::bf16 && (kernels::bsr_bf16_pays() || (B == 16 && kernels::bsr_bf16_amx_chosen()));
+  // f.template operator()<K>() with K this layer's block size (B, or the plan's under runtime_block).
+  template <class F>
+  decltype(auto) with_block(F&& f) const {
+    return with_block_of<sparsity>(block_, f);
+  }
+  // The bf16 products: B = 4, 8 and 16 (B = 1 computes in fp32 under every precision), where
+  // vdpbf16ps beats the FMAs, or (B = 16) on AMX tiles.
+  bool bf16_products(const step_context& s) const {
+    return s.compute == dtype::bf16 && block_ > 1 &&
+           (kernels::bsr_bf16_pays() || (block_ == 16 && kernels::bsr_bf16_amx_chosen()));
   }
 
   // dx = dy·Wᵀ (+ beta·dx) when need_dx, and dW += xᵀ·dy on the active blocks. x in bf16 (kept by a
@@ -224,19 +244,25 @@ class linear<T, block_sparse<B>> {
                          matrix_view<float> dx, const_matrix_view<TX> x) const {
     const float* w = s.p(w_.index).data();
     float* dw = s.g(w_.index).data();
-    if constexpr (has_bf16_kernels) {
-      if (std::is_same_v<TX, bf16> || bf16_products(s)) {
-        if (need_dx) return kernels::bsr_backward_bf16<B>(x, dy, state_->pattern, w, beta, dx, dw);
-        return kernels::bsr_weight_grad_bf16<B>(x, dy, state_->pattern, dw);
+    const bool b16 = std::is_same_v<TX, bf16> || bf16_products(s);
+    with_block([&]<std::size_t K>() {
+      if constexpr (K > 1) {
+        if (b16) {
+          if (need_dx) return kernels::bsr_backward_bf16<K>(x, dy, state_->pattern, w, beta, dx, dw);
+          return kernels::bsr_weight_grad_bf16<K>(x, dy, state_->pattern, dw);
+        }
       }
-    }
-    if constexpr (std::is_same_v<TX, float>) {
-      if (need_dx) return kernels::bsr_backward<B>(x, dy, state_->pattern, w, beta, dx, dw);
-      kernels::bsr_weight_grad<B>(x, dy, state_->pattern, dw);
-    }
+      if constexpr (std::is_same_v<TX, float>) {
+        if (need_dx) return kernels::bsr_backward<K>(x, dy, state_->pattern, w, beta, dx, dw);
+        kernels::bsr_weight_grad<K>(x, dy, state_->pattern, dw);
+      } else {
+        SPARSELM_CHECK(false, "linear '", w_.name, "': an input kept in bf16 needs B = 4, 8 or 16, not ", K);
+      }
+    });
   }
 
   std::size_t in_ = 0, out_ = 0, nnz_ = 0;
+  std::size_t block_ = B;  // B, or the plan's block size (runtime_block)
   bool has_bias_ = false;
   linear_role role_ = linear_role::inner;
   param_ref w_, b_;

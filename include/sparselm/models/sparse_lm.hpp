@@ -191,9 +191,13 @@ class sparse_lm : public transformer<factorised_embedding<T, Sparsity, Act>, pre
     constexpr const char* act = Act == kernels::gelu_kind::tanh ? "gelu_new" : "gelu";
     SPARSELM_CHECK(cfg.activation == act, "sparse_lm: config asks for activation '", cfg.activation,
                    "' but the model type was compiled for '", act, "'");
-    SPARSELM_CHECK(cfg.block_size == Sparsity::block, "sparse_lm: config has block_size ", cfg.block_size,
-                   " but the model type was compiled for ",
-                   Sparsity::is_sparse ? "block size " + std::to_string(Sparsity::block) : std::string("dense (0)"));
+    if constexpr (Sparsity::is_sparse && Sparsity::block == runtime_block)
+      SPARSELM_CHECK(is_block_size(cfg.block_size), "sparse_lm: config has block_size ", cfg.block_size,
+                     " but the model type is block-sparse (block size one of 1, 4, 8, 16)");
+    else
+      SPARSELM_CHECK(cfg.block_size == Sparsity::block, "sparse_lm: config has block_size ", cfg.block_size,
+                     " but the model type was compiled for ",
+                     Sparsity::is_sparse ? "block size " + std::to_string(Sparsity::block) : std::string("dense (0)"));
     // density 1 keeps every block: ordinary causal attention, run by the dense kernel (its 64-row
     // query tiles are faster than 16-row blocks; the results agree to rounding).
     if (cfg.block_sparse_attention && cfg.block_sparse_attention->density < 1.0)
@@ -201,8 +205,9 @@ class sparse_lm : public transformer<factorised_embedding<T, Sparsity, Act>, pre
                                                                            cfg.sequence_length);
     this->plan_.sparsity = cfg.sparsity;
     this->plan_.pooling = pooling;
+    this->plan_.block = cfg.block_size;
     if (Sparsity::is_sparse)
-      this->plan_ = allocate_plan(this->plan_, Sparsity::block, sparse::parse_allocation(cfg.allocation),
+      this->plan_ = allocate_plan(this->plan_, cfg.block_size, sparse::parse_allocation(cfg.allocation),
                                   [&](const sparse_plan& p) {
                                     arena_layout scratch_layout;
                                     build(scratch_layout, p);

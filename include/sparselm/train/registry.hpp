@@ -5,7 +5,7 @@
 // the member a value names and calls f.template operator()<Member>(), or fails with a message
 // listing the valid values. Programs and benchmarks never switch on such values themselves:
 //
-//   registry::with_sparsity(block, [&]<class S>() { ... gpt<float, S> ... });
+//   registry::with_sparsity(block, [&]<class S>() { ... gpt<float, S>(cfg, {.sparsity = 0.9, .block = block}) ... });
 //   registry::with_recompute("blocks", [&]<class R>() { ... });
 //   registry::with_optimizer(cfg["optimizer"], [&]<class Opt>(Opt opt) { ... });   // Opt: any_optimizer
 //   registry::with_model(config_json, "ckpt/config.json", [&]<class Model, class Family>(const auto& spec) { ... });
@@ -51,13 +51,12 @@ struct type_list {};
 
 // --- the choices ---------------------------------------------------------------------------------
 
-// Weight sparsity, keyed by block size (0: dense): dense, then block_sparse<B> for each B of
-// sparselm::block_sizes (sparse/sparsity.hpp).
-namespace detail {
-template <std::size_t... I>
-auto sparsity_list(std::index_sequence<I...>) -> type_list<dense, block_sparse<block_sizes[I]>...>;
-}
-using sparsities = decltype(detail::sparsity_list(std::make_index_sequence<block_sizes.size()>{}));
+// Weight sparsity, keyed by block size (0: dense): dense, or block_sparse<runtime_block> for every B
+// of sparselm::block_sizes (sparse/sparsity.hpp). The block size stays a value: a program compiles
+// one block-sparse model per family (not one per block size), whose layers take B from the
+// sparse_plan -- callers set plan.block to the key (dense layers ignore it) -- and call the same
+// kernel instances as block_sparse<B>.
+using sparsities = type_list<dense, block_sparse<runtime_block>>;
 using recomputes = type_list<recompute::none, recompute::blocks>;
 // The optimiser ("optimizer.type") and its slot storage (float, bf16, half: "optimizer.slots") are
 // run-time choices inside one type: a program compiles one trainer for all of them.
@@ -95,6 +94,7 @@ struct hf_config_family {
       json_fields r(j["sparselm"], context + " sparselm");
       s.block = r.require<std::size_t>("block_size");
       s.plan.sparsity = r.require<double>("sparsity");
+      s.plan.block = s.block;
       r.finish();
       j.erase("sparselm");
     }
@@ -128,6 +128,7 @@ struct sparse_lm_family {
     s.config = sparse_lm_config::from_json(j, context);
     s.block = s.config.block_size;
     s.plan.sparsity = s.config.sparsity;
+    s.plan.block = s.block;
     s.activation = s.config.activation;
     return s;
   }
@@ -205,9 +206,18 @@ decltype(auto) choose(const std::string& what, const Key& key, F&& f) {
 }
 
 // what: how an error names the value's origin, e.g. "configs/run.json: field 'recompute'".
+// f.template operator()<dense>() for block 0, f.template operator()<block_sparse<runtime_block>>()
+// for a B of block_sizes; otherwise an error "<what> '<block>' is not one of: 0, 1, 4, 8, 16".
 template <class F>
 decltype(auto) with_sparsity(std::size_t block, F&& f, const std::string& what = "block size") {
-  return choose<sparsities>(what, block, f);
+  if (block != 0 && !is_block_size(block)) {
+    std::ostringstream keys;
+    keys << 0;
+    for (std::size_t b : block_sizes) keys << ", " << b;
+    fail(what, " '", block, "' is not one of: ", keys.str());
+  }
+  if (block == 0) return f.template operator()<dense>();
+  return f.template operator()<block_sparse<runtime_block>>();
 }
 template <class F>
 decltype(auto) with_recompute(std::string_view name, F&& f, const std::string& what = "recompute policy") {
