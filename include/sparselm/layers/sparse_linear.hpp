@@ -52,7 +52,7 @@ struct sparse_weight_state {
 };
 
 template <class T, std::size_t B>
-class linear<T, block_sparse<B>> {
+class linear<T, block_sparse<B>> : public detail::linear_split {
   static_assert(std::is_same_v<T, float>, "sparselm::linear: only float compute is implemented");
 
  public:
@@ -131,7 +131,7 @@ class linear<T, block_sparse<B>> {
       std::copy_n(x.data, x.rows * x.cols, copy.data);
       c.x = copy;
     }
-    const float* bias = has_bias_ ? s.p(b_.index).data() : nullptr;
+    const float* bias = bias_data(s);
     if constexpr (has_bf16_kernels) {
       if (bf16_products(s))
         return kernels::bsr_matmul_bf16<B>(c.x, state_->pattern, s.p(w_.index).data(), 0.0f, y, bias);
@@ -154,7 +154,7 @@ class linear<T, block_sparse<B>> {
                      "(kernels::bsr_bf16_pays() is false)");
       c.x = {};
       c.x16 = x;
-      const float* bias = has_bias_ ? s.p(b_.index).data() : nullptr;
+      const float* bias = bias_data(s);
       kernels::bsr_matmul_bf16<B>(x, state_->pattern, s.p(w_.index).data(), 0.0f, y, bias);
     } else {
       SPARSELM_CHECK(false, "linear '", w_.name, "': a bf16 input needs B = 4, 8 or 16, not ", B);
@@ -210,6 +210,9 @@ class linear<T, block_sparse<B>> {
   }
 
  private:
+  const float* bias_data(const step_context& s) const {
+    return has_bias_ && !bias_deferred() ? s.p(b_.index).data() : nullptr;
+  }
   // Block sizes with bf16 products (the others compute in fp32 under every precision).
   static constexpr bool has_bf16_kernels = B == 4 || B == 8 || B == 16;
   // Where vdpbf16ps beats the FMAs, or (B = 16) on AMX tiles.
