@@ -118,6 +118,12 @@ void check_group(mpi_group& world, parallel::replica_group& tp, parallel::replic
   std::vector<const arena<float>*> shard_params;
   for (auto& s : slices) shard_ptrs.push_back(s.get()), shard_params.push_back(&s->params());
   assemble_shards<gpt<float, S>>(shard_ptrs, shard_params, whole, whole.params(), true);
+  if constexpr (!S::is_sparse) {  // and back: the whole model's slices are the ranks' own, bit for bit
+    gpt<float, S> back(cfg, plan, parallel::tensor_split{tp.rank(), P});
+    take_slices(whole, whole.params(), back, back.params());
+    expect(std::memcmp(back.params().all().data(), mine.params().all().data(), mine.params().all().size_bytes()) == 0,
+           std::string(name) + ": take_slices of the assembled model is not the rank's slice");
+  }
 
   // The reference: the whole batch (R replicas' rows) in one process.
   const rows_of all(0, 2 * R), own(2 * replica, 2);

@@ -7,6 +7,7 @@
 //
 //   assemble_shards<M>(shards, arenas, whole, whole.params(), true);   // values and block patterns
 //   assemble_shards<M>(shards, grads, whole, whole_grads, false);      // gradients (or any arena)
+//   take_slices(whole, whole.params(), mine, mine.params());           // dense: rank's slices of a whole model
 //
 // A block-sparse slice's blocks keep their values; the whole weight's slots are rank 0's slots,
 // then rank 1's, ... (so the whole model must have been built with as many blocks as the slices
@@ -161,6 +162,45 @@ void assemble_shards(std::span<const Model* const> shards, std::span<const arena
         SPARSELM_CHECK(s[0]->split().kind == parallel::split_kind::none || shards.size() == 1, "assemble_shards: '",
                        n.weight().name, "' is split over a group of ", s[0]->split().of.size, ", not ",
                        shards.size());
+    }
+  });
+}
+
+// The other way, dense models only: `to` (an arena over slice's layout) receives rank
+// slice.split's slices of the whole model's tensors in `from` (an arena over whole's layout), and
+// every replicated tensor whole. So a group starts from the weights one process initialises with
+// the same seed. A block-sparse slice has its own pattern and count of blocks, which a whole
+// pattern does not divide into: refused.
+template <class Model>
+void take_slices(const Model& whole, const arena<float>& from, const Model& slice, arena<float>& to) {
+  const auto& L = to.layout();
+  const auto& W = from.layout();
+  for (std::size_t i = 0; i < L.count(); ++i) {
+    auto j = W.find(L[i].name);
+    SPARSELM_CHECK(j.has_value(), "take_slices: the whole model has no tensor '", L[i].name, "'");
+    if (W[*j].size == L[i].size) std::memcpy(to[i].data(), from[*j].data(), L[i].size * sizeof(float));
+  }
+  const auto wl = detail::linear_layers(whole);
+  std::size_t k = 0;
+  visit_tree(slice, [&](const auto& n) {
+    using N = std::decay_t<decltype(n)>;
+    if constexpr (is_linear_v<N>) {
+      const N& w = *static_cast<const N*>(wl.at(k++));
+      const auto sp = n.split();
+      if (!sp.active()) return;
+      SPARSELM_CHECK(!N::sparsity::is_sparse, "take_slices: '", n.weight().name,
+                     "' is block-sparse: a slice has its own pattern (initialise it with the model's init)");
+      const bool cols = sp.kind == parallel::split_kind::columns;
+      const std::size_t P = sp.of.size, r = sp.of.rank, in_s = n.in(), out_s = n.out();
+      auto src = from[w.weight().index];
+      auto dst = to[n.weight().index];
+      for (std::size_t i = 0; i < in_s; ++i)
+        for (std::size_t j = 0; j < out_s; ++j)
+          dst[i * out_s + j] = cols ? src[i * w.out() + detail::whole_index(j, out_s, sp.parts, r, P)]
+                                    : src[(r * in_s + i) * out_s + j];
+      if (cols && n.has_bias())
+        for (std::size_t j = 0; j < out_s; ++j)
+          to[n.bias().index][j] = from[w.bias().index][detail::whole_index(j, out_s, sp.parts, r, P)];
     }
   });
 }
