@@ -6,7 +6,8 @@
 #    rows; a dense group starts from the slices of the weights one process initialises with the
 #    seed, so every training and validation loss agrees within the tolerance below.
 # 2. A grid of 2 tensor-parallel ranks x 2 data replicas (4 ranks, 2 rows each) against the same
-#    1 process x 4 rows.
+#    1 process x 4 rows; and the group with recompute (the blocks' forward sums run again in
+#    backward), bf16 products and 2 micro-batches against 1 process with the same options.
 # 3. Block-sparse GPT (B = 16): each slice has its own pattern (no one-process run has these
 #    blocks), so the grid (2 x 2, 2 rows each) is compared with the group of 2 (4 rows).
 # 4. Refusals, each before any step and naming the option: a rank count the group does not divide,
@@ -40,6 +41,8 @@ run() {  # run NAME [mpirun ranks or 1] ARGS...
 run one 1 --batch-size 4
 run tp2 2 --batch-size 4 --tensor-parallel 2
 run grid 4 --batch-size 2 --tensor-parallel 2
+run one-rb 1 --batch-size 4 --recompute blocks --precision bf16 --accumulation 2
+run tp2-rb 2 --batch-size 4 --recompute blocks --precision bf16 --accumulation 2 --tensor-parallel 2
 run sparse-tp2 2 --batch-size 4 --tensor-parallel 2 --block-size 16 --sparsity 0.5
 run sparse-grid 4 --batch-size 2 --tensor-parallel 2 --block-size 16 --sparsity 0.5
 
@@ -58,6 +61,7 @@ def same_losses(a, b):
     if worst > 1e-4: fails.append(f"{b} against {a}: losses differ by {worst:.2e} (relative)")
 same_losses("one", "tp2")
 same_losses("one", "grid")
+same_losses("one-rb", "tp2-rb")
 same_losses("sparse-tp2", "sparse-grid")
 # the sparse group learns (its own patterns, no reference run): the last training loss is below the first
 s = [x["loss"] for x in lines("sparse-tp2") if x["kind"] == "train"]
