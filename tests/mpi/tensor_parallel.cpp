@@ -9,7 +9,8 @@
 // With 2 ranks: one group of 2. With 4 ranks: a grid of 2 tensor-parallel groups (ranks 2g, 2g + 1)
 // x 2 data replicas, each replica on its own rows of the batch, its gradients summed over the data
 // group; the reference runs the whole batch. Also checked: the loss is not the whole model's when
-// the tensor sum does nothing (so the comparison can fail), a split model without a tensor_sum is
+// the tensor sum does nothing, nor the gradients when backward leaves out its sums (so the
+// comparisons can fail), a step makes 4 sums per block, a split model without a tensor_sum is
 // an error naming it, and heads or hidden units that do not divide are errors naming them.
 // Exits 1 naming the first failure.
 #include <mpi.h>
@@ -182,6 +183,26 @@ void check_group(mpi_group& world, parallel::replica_group& tp, parallel::replic
   // ample for sums of ~100 terms in float (eps 6e-8).
   expect_close(assembled, whole.grads(), 1e-5, what + " gradients");
 
+  // The gradient comparison can fail: with the forward's sums but none in backward (a sum that
+  // stops after the first 2 per block), the gradients are not the group's.
+  {
+    std::vector<float> right(g.begin(), g.end());
+    std::size_t calls = 0;
+    const parallel::tensor_sum_fn forward_only = [&](std::span<float> x) {
+      if (calls++ < 2 * cfg.n_layer) tp.all_reduce(x, parallel::reduce_op::sum);
+    };
+    pipeline::pass_context broken;
+    broken.tensor_sum = &forward_only;
+    mine.grads().zero();
+    mine.forward_backward(broken, own.batch(), float(1.0 / norm));
+    auto b = mine.grads().all();
+    if (dp) dp->all_reduce(b);
+    double scale = 0, diff = 0;
+    for (std::size_t i = 0; i < b.size(); ++i)
+      scale = std::max(scale, double(std::fabs(right[i]))), diff = std::max(diff, double(std::fabs(b[i] - right[i])));
+    expect(calls == 4 * cfg.n_layer, what + ": " + std::to_string(calls) + " tensor sums in a step, not 4 per block");
+    expect(diff > 1e-3 * scale, what + ": gradients without the backward sums are the group's (the test would be void)");
+  }
   // The comparison can fail: without the sums (each rank alone) the loss is not the whole model's.
   const parallel::tensor_sum_fn none = [](std::span<float>) {};
   pipeline::pass_context alone;
