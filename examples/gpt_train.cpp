@@ -26,10 +26,12 @@
 #include "sparselm/io/huggingface.hpp"
 #include "sparselm/io/pretrained.hpp"
 #include "sparselm/models/gpt.hpp"
+#include "sparselm/models/tensor_shards.hpp"
 #include "sparselm/train/dynamic_sparsity.hpp"
 #include "sparselm/train/lm_job.hpp"
 #include "sparselm/train/registry.hpp"
 #include "sparselm/train/run_config.hpp"
+#include "sparselm/train/tensor_grid.hpp"
 
 using namespace sparselm;
 
@@ -70,12 +72,28 @@ int dispatch(const gpt_job& job, const typename Family::config_type& cfg, parall
     using trainer_t = trainer<Model, policies>;
     sparse_plan plan{.sparsity = sp.sparsity, .block = sp.block_size};
     if (sp.update) plan.pooling = block_pooling_of(sp.update->pooling);
+    // Tensor parallelism: this rank's slice of every block (GPT only; main refuses the others).
+    const std::size_t tp = job.run.trainer.tensor_parallel;
+    auto make = [&](const sparse_plan& p) {
+      if constexpr (std::is_constructible_v<Model, const typename Family::config_type&, const sparse_plan&,
+                                            parallel::tensor_split>)
+        return Model(cfg, p, tensor_grid::split_of(replicas, tp));
+      else
+        return Model(cfg, p);
+    };
     if constexpr (Sparsity::is_sparse)
-      plan = allocate_plan(plan, sp.block_size, sp.allocation, [&](const sparse_plan& p) { Model probe(cfg, p); });
-    Model model(cfg, plan);
+      plan = allocate_plan(plan, sp.block_size, sp.allocation, [&](const sparse_plan& p) { make(p); });
+    Model model = make(plan);
     // offloaded weights and gradients: to their files before init, which then never holds them all
     if (!job.run.trainer.offload.empty()) model.offload_to(job.run.trainer.offload);
     model.init(job.run.seed);
+    if constexpr (!Sparsity::is_sparse && requires { model.tensor_split(); }) {
+      if (tp > 1) {  // a dense group starts from the weights one process initialises with this seed
+        Model whole(cfg, plan);
+        whole.init(job.run.seed);
+        take_slices(whole, whole.params(), model, model.params());
+      }
+    }
     if (!job.init_from.empty() && !job.options.resume) {  // a resume takes its own checkpoint's weights
       const auto r = io::load_pretrained(job.init_from, model, Family::hf_map(cfg));
       std::fprintf(stderr, "gpt_train: model weights from %s\n", r.summary().c_str());
@@ -142,6 +160,19 @@ int main(int argc, char** argv) {
                    is_llama ? "max_position_embeddings " : "n_positions ", positions);
     SPARSELM_CHECK(!job.run.settings.sparsity.update || job.run.settings.sparsity.block_size > 0, ctx,
                    ": field 'sparsity.update' (dynamic sparsity) needs block-sparse projections (sparsity.block_size)");
+    if (const std::size_t tp = job.run.trainer.tensor_parallel; tp > 1) {  // what a split model cannot do yet
+      const std::string what = ctx + ": trainer.tensor_parallel (--tensor-parallel) " + std::to_string(tp) + ": ";
+      SPARSELM_CHECK(!is_llama, what, "model_type 'llama' does not split over ranks yet (GPT models do)");
+      SPARSELM_CHECK(!job.run.settings.sparsity.update, what,
+                     "pattern updates (sparsity.update) are not agreed across a tensor-parallel group yet");
+      SPARSELM_CHECK(!job.run.loop.checkpoints, what,
+                     "checkpoints of a split model are not written yet (each rank holds a slice); "
+                     "run with --set checkpoints=false");
+      SPARSELM_CHECK(!cli.resume && job.init_from.empty(), what, "--resume and --init-from are not supported yet");
+      SPARSELM_CHECK(!cli.dry_run && job.run.settings.memory_budget <= 0, what,
+                     "the plan (--dry-run, --memory-budget) has no model of a split model yet");
+      tensor_grid::split_of(replicas.group(), tp);  // ranks a multiple of the group, before any work
+    }
     job.options.keep_checkpoints = job.run.settings.keep_checkpoints;
     if (job.run.threads > 0) set_num_threads(job.run.threads);
     job.resolved = job.run.resolved();

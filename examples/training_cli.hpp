@@ -95,7 +95,19 @@ class training_cli {
                      ", not ", program_);
     sparselm::apply_defaults(j, defaults_);
     check_outputs(j);
+    refuse_tensor_parallel(j);
     return j;
+  }
+
+  // Tensor parallelism (trainer.tensor_parallel) splits GPT's blocks, in gpt_train only: the other
+  // programs refuse a group of more than one rank here, before any work, naming the option.
+  void refuse_tensor_parallel(const nlohmann::json& j) const {
+    if (program_ == "gpt_train") return;
+    const nlohmann::json* t = sparselm::find_key(j, "trainer.tensor_parallel");
+    if (!t || !t->is_number_unsigned() || t->get<std::size_t>() <= 1) return;  // absent, 1 or the reader's error
+    throw sparselm::error(sparselm::detail::concat(
+        context(), ": trainer.tensor_parallel (--tensor-parallel) ", t->get<std::size_t>(), ": ", program_,
+        " does not split its model over ranks yet; tensor parallelism is implemented for GPT models in gpt_train"));
   }
 
   // The one output rule (io/output_rule.hpp): the run directory is not, does not contain, does

@@ -88,6 +88,10 @@ struct step_context {
   // Data parallelism: a model calls (*grads_ready)(begin, end) once per step for each flat range of
   // the gradient arena as soon as backward has finished it (null: nobody listens).
   const std::function<void(std::size_t, std::size_t)>* grads_ready = nullptr;
+  // Tensor parallelism: the in-place sum over the ranks of the tensor-parallel group, which a layer
+  // split over them calls once per sub-layer in forward and once in backward (null: no group; a
+  // split layer refuses to run without it). parallel/tensor_parallel.hpp.
+  const std::function<void(std::span<float>)>* tensor_sum = nullptr;
   // What a step keeps for backward under recompute::configured (policies/recompute.hpp): every
   // block's activations (false) or only each block's input, re-running the block in backward (true).
   bool recompute_blocks = false;

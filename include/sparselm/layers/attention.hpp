@@ -32,6 +32,7 @@
 #include "sparselm/layers/context.hpp"
 #include "sparselm/layers/kv_cache.hpp"
 #include "sparselm/layers/linear.hpp"
+#include "sparselm/layers/tensor_parallel.hpp"
 #include "sparselm/layers/visit.hpp"
 
 namespace sparselm {
@@ -58,6 +59,8 @@ class self_attention {
  public:
   using linear_type = linear<T, Sparsity>;
   static constexpr kernels::attention_mask mask = Mask;
+  // Splits over a tensor-parallel group (block_options::tensor; layers/branch.hpp).
+  static constexpr bool tensor_parallel = true;
   struct cache {
     typename linear_type::cache qkv_c, proj_c;
     buffer qkv;  // (N,3HD)
@@ -65,27 +68,34 @@ class self_attention {
     buffer lse;  // (B·H·T)
     buffer_bf16 qkv16, att16;  // the same in bf16 (compact_input)
     bool in_bf16 = false;      // forward kept qkv and att in bf16
+    buffer tp_dx;              // this rank's part of dx, when a tensor-parallel backward accumulates
   };
 
   self_attention() = default;
   // prefix e.g. "h.0.attn" gives "h.0.attn.c_attn.weight" and "h.0.attn.c_proj.weight" (HF GPT-2 names).
   // pattern: static block-sparse causal attention under this block pattern (causal mask only;
   // sequences up to the length the pattern was built for); null: dense attention.
+  // tp: split the heads over a tensor-parallel group (parallel/tensor_parallel.hpp): this rank holds
+  // heads/tp.size of them, its Q, K and V columns and its rows of the output projection.
   self_attention(arena_layout& layout, const std::string& prefix, std::size_t channels, std::size_t heads,
                  std::size_t head_dim, bool qkv_bias = true, bool proj_bias = true, float attn_dropout = 0.0f,
                  std::uint64_t site = 0, const sparse_plan* plan = nullptr,
-                 std::shared_ptr<const kernels::block_causal_pattern> pattern = nullptr)
-      : c_(channels), h_(heads), d_(head_dim), drop_(attn_dropout), site_(site), pattern_(std::move(pattern)),
-        qkv_(layout, prefix + ".c_attn", channels, 3 * heads * head_dim, qkv_bias, plan),
-        proj_(layout, prefix + ".c_proj", heads * head_dim, channels, proj_bias, plan, linear_role::residual_output) {
+                 std::shared_ptr<const kernels::block_causal_pattern> pattern = nullptr, parallel::tensor_split tp = {})
+      : c_(channels), h_(tp.share(heads, "attention '" + prefix + "': heads")), d_(head_dim), drop_(attn_dropout),
+        site_(tp.active() ? mix_stream(site, 0x7470 + tp.rank) : site), pattern_(std::move(pattern)),
+        qkv_(layout, prefix + ".c_attn", channels, 3 * h_ * head_dim, qkv_bias, plan),
+        proj_(layout, prefix + ".c_proj", h_ * head_dim, channels, proj_bias, plan, linear_role::residual_output) {
     SPARSELM_CHECK(heads > 0 && head_dim > 0, "attention '", prefix, "': zero heads or head width");
     SPARSELM_CHECK(!pattern_ || Mask == kernels::attention_mask::causal, "attention '", prefix,
                    "': block_sparse_attention needs the causal mask");
+    qkv_.set_split({parallel::split_kind::columns, 3, tp});
+    proj_.set_split({parallel::split_kind::rows, 1, tp});
   }
-  // As a block's part (layers/block.hpp): sizes, biases, dropout, plan and pattern from the block's options.
+  // As a block's part (layers/block.hpp): sizes, biases, dropout, plan, pattern and tensor split
+  // from the block's options.
   self_attention(arena_layout& layout, const std::string& prefix, const block_options& o)
       : self_attention(layout, prefix, o.channels, o.heads, o.head_dim, o.qkv_bias, o.proj_bias, o.attn_dropout,
-                       mix_stream(o.site, 1), o.plan, o.attn_pattern) {
+                       mix_stream(o.site, 1), o.plan, o.attn_pattern, o.tensor) {
     SPARSELM_CHECK(o.kv_heads == 0 || o.kv_heads == o.heads, "attention '", prefix, "': field 'kv_heads' (", o.kv_heads,
                    ") must equal 'heads' (", o.heads, "): use grouped_query_attention for fewer key/value heads");
   }
@@ -126,13 +136,14 @@ class self_attention {
       attend(s, const_matrix_view<bf16>(q16), a32, c);
       kernels::to_bf16(std::span<const float>(a32.data, N * HD), std::span<bf16>(a16.data, N * HD));
       proj_.forward(s, const_matrix_view<bf16>(a16), y, c.proj_c);
-      return;
+      return detail::reduce_output(s, proj_, y);
     }
     auto qkv = c.qkv.matrix(N, 3 * h_ * d_);
     qkv_.forward(s, x, qkv, c.qkv_c, keeper);
     auto att = c.att.matrix(N, h_ * d_);
     attend(s, const_matrix_view<float>(qkv), att, c);
     proj_.forward(s, att, y, c.proj_c);
+    detail::reduce_output(s, proj_, y);
   }
 
   // Incremental decoding: x holds s.seq new positions of each of s.batch sequences, at positions
@@ -164,6 +175,7 @@ class self_attention {
     else
       kernels::decode_attention(qkv, kv.keys(layer, 0).data, kv.values(layer, 0).data, ds, att, scores);
     proj_.forward(s, att, y, c.proj_c);
+    detail::reduce_output(s, proj_, y);
   }
 
   // dx assigned (or accumulated when accumulate_dx).
@@ -182,7 +194,9 @@ class self_attention {
       const_matrix_view<float> att(c.att.get(N * h_ * d_).data(), N, h_ * d_);
       attend_backward(s, datt, qkv, att, dqkv, c);
     }
-    qkv_.backward(s, dqkv, dx, c.qkv_c, accumulate_dx);
+    detail::reduce_input_grad(s, qkv_, dx, accumulate_dx, c.tp_dx, [&](matrix_view<float> d, bool acc) {
+      qkv_.backward(s, dqkv, d, c.qkv_c, acc);
+    });
   }
 
  private:

@@ -10,6 +10,7 @@
 
 #include "sparselm/layers/layer_norm.hpp"
 #include "sparselm/layers/linear.hpp"
+#include "sparselm/parallel/tensor_parallel.hpp"
 
 namespace sparselm {
 namespace kernels {
@@ -32,6 +33,10 @@ struct block_options {
   const sparse_plan* plan = nullptr;  // block-sparse projections: how many blocks each gets
   std::shared_ptr<const kernels::block_causal_pattern> attn_pattern;  // static block-sparse attention, or null
   std::uint64_t site = 0;                   // dropout streams of the block's parts (set by the block)
+  // Tensor parallelism: this rank's part of the group its attention heads and feed-forward hidden
+  // units are split over (parallel/tensor_parallel.hpp; self_attention and feed_forward). Parts that
+  // cannot be split refuse an active split.
+  parallel::tensor_split tensor{};
   block_names names{};
 };
 

@@ -94,10 +94,18 @@ std::size_t kv_width_of(const A& a) {
 
 // --- building a part ---
 
+// A part built from the block's options that splits itself over a tensor-parallel group
+// (block_options::tensor) says so with `static constexpr bool tensor_parallel = true`; any other such
+// part refuses an active split. Norms (built from channels alone) are replicated on every rank.
 template <class P>
 P make_part(arena_layout& layout, const std::string& prefix, const block_options& o) {
-  if constexpr (std::constructible_from<P, arena_layout&, const std::string&, const block_options&>)
+  if constexpr (std::constructible_from<P, arena_layout&, const std::string&, const block_options&>) {
+    if constexpr (!requires { requires P::tensor_parallel; })
+      SPARSELM_CHECK(!o.tensor.active(), "'", prefix, "': this part does not split over a tensor-parallel group (",
+                     o.tensor.size, " ranks); tensor parallelism splits GPT-style self-attention and GELU "
+                     "feed-forward layers only");
     return P(layout, prefix, o);
+  }
   else if constexpr (std::constructible_from<P, arena_layout&, const std::string&, std::size_t, const norm_options&>)
     return P(layout, prefix, o.channels, o.norm);
   else

@@ -24,6 +24,7 @@
 #include "sparselm/layers/block_options.hpp"
 #include "sparselm/layers/context.hpp"
 #include "sparselm/layers/linear.hpp"
+#include "sparselm/layers/tensor_parallel.hpp"
 #include "sparselm/layers/visit.hpp"
 
 namespace sparselm {
@@ -39,6 +40,8 @@ template <class T = float, sparsity_type Sparsity = dense, kernels::gelu_kind Ac
 class feed_forward {
  public:
   using linear_type = linear<T, Sparsity>;
+  // Splits over a tensor-parallel group (block_options::tensor; layers/branch.hpp).
+  static constexpr bool tensor_parallel = true;
   struct cache {
     typename linear_type::cache fc_c, proj_c;
     buffer h;  // (N,F) pre-activation
@@ -49,6 +52,7 @@ class feed_forward {
     bool kept_h = false;   // in h (ffn_fusion_mode::keep)
     const_matrix_view<float> x;
     buffer own;
+    buffer tp_dx;  // this rank's part of dx, when a tensor-parallel backward accumulates
   };
 
   // Whether this layer's products can run fused (block size and SIMD width), and whether they do on
@@ -64,13 +68,19 @@ class feed_forward {
 
   feed_forward() = default;
   // prefix e.g. "h.0.mlp" gives "h.0.mlp.c_fc.weight" and "h.0.mlp.c_proj.weight" (HF GPT-2 names).
+  // tp: split the hidden units over a tensor-parallel group (parallel/tensor_parallel.hpp): this
+  // rank holds hidden/tp.size of them, its columns of the first projection and rows of the second.
   feed_forward(arena_layout& layout, const std::string& prefix, std::size_t channels, std::size_t hidden,
-               const sparse_plan* plan = nullptr, bool bias = true)
-      : f_(hidden), fc_(layout, prefix + ".c_fc", channels, hidden, bias, plan),
-        proj_(layout, prefix + ".c_proj", hidden, channels, bias, plan, linear_role::residual_output) {}
+               const sparse_plan* plan = nullptr, bool bias = true, parallel::tensor_split tp = {})
+      : f_(tp.share(hidden, "feed-forward '" + prefix + "': hidden units")),
+        fc_(layout, prefix + ".c_fc", channels, f_, bias, plan),
+        proj_(layout, prefix + ".c_proj", f_, channels, bias, plan, linear_role::residual_output) {
+    fc_.set_split({parallel::split_kind::columns, 1, tp});
+    proj_.set_split({parallel::split_kind::rows, 1, tp});
+  }
   // As a block's part (layers/block.hpp).
   feed_forward(arena_layout& layout, const std::string& prefix, const block_options& o)
-      : feed_forward(layout, prefix, o.channels, o.hidden, o.plan, o.ffn_bias) {}
+      : feed_forward(layout, prefix, o.channels, o.hidden, o.plan, o.ffn_bias, o.tensor) {}
 
   const linear_type& fc() const noexcept { return fc_; }
   const linear_type& proj() const noexcept { return proj_; }
@@ -86,6 +96,20 @@ class feed_forward {
   // keeper: who keeps x for backward (input_keeper::layer: the first projection keeps a copy).
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c,
                input_keeper keeper = input_keeper::caller) const {
+    forward_local(s, x, y, c, keeper);
+    detail::reduce_output(s, proj_, y);
+  }
+
+  void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
+                bool accumulate_dx = false) const {
+    detail::reduce_input_grad(s, fc_, dx, accumulate_dx, c.tp_dx,
+                              [&](matrix_view<float> d, bool acc) { backward_local(s, dy, d, c, acc); });
+  }
+
+ private:
+  // This rank's part of forward and backward (the whole layer without tensor parallelism).
+  void forward_local(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c,
+                     input_keeper keeper) const {
     const std::size_t N = x.rows;
     c.fused = false;
     if constexpr (Sparsity::is_sparse) {
@@ -108,8 +132,8 @@ class feed_forward {
     proj_.forward(s, a, y, c.proj_c);
   }
 
-  void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
-                bool accumulate_dx = false) const {
+  void backward_local(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
+                      bool accumulate_dx) const {
     if constexpr (Sparsity::is_sparse) {
       if (c.fused) return backward_fused(s, dy, dx, c, accumulate_dx);
     }
@@ -124,7 +148,6 @@ class feed_forward {
     fc_.backward(s, da, dx, c.fc_c, accumulate_dx);
   }
 
- private:
   void forward_fused(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c,
                      input_keeper keeper) const {
     SPARSELM_CHECK(x.cols == fc_.in() && y.cols == fc_.in() && y.rows == x.rows, "feed_forward '", fc_.weight().name,
@@ -165,7 +188,7 @@ class feed_forward {
   }
 
   static const float* bias_of(const step_context& s, const linear_type& l) {
-    return l.has_bias() ? s.p(l.bias().index).data() : nullptr;
+    return l.has_bias() && !l.bias_deferred() ? s.p(l.bias().index).data() : nullptr;
   }
 
   std::size_t f_ = 0;

@@ -32,6 +32,7 @@
 #include "sparselm/kernels/gemm_bf16.hpp"
 #include "sparselm/kernels/reduce.hpp"
 #include "sparselm/layers/context.hpp"
+#include "sparselm/parallel/tensor_parallel.hpp"
 #include "sparselm/sparse/init.hpp"
 #include "sparselm/sparse/sparsity.hpp"
 
@@ -103,10 +104,32 @@ inline bool check_linear_backward(const param_ref& w, std::size_t in, std::size_
                  dy.rows, "x", in, ")");
   return true;
 }
+// A linear layer's tensor-parallel split (parallel/tensor_parallel.hpp), shared by the dense and
+// block-sparse layers: the owning layer sets it at construction. A row-split layer's output is a
+// partial sum: its bias is left out of forward and added once after the group's sum (add_bias).
+class linear_split {
+ public:
+  const parallel::weight_split& split() const noexcept { return split_; }
+  void set_split(const parallel::weight_split& s) noexcept { split_ = s; }
+  // True when forward leaves the bias to the caller (row-split over more than one rank).
+  bool bias_deferred() const noexcept { return split_.kind == parallel::split_kind::rows && split_.of.active(); }
+
+ protected:
+  parallel::weight_split split_{};
+};
+
+// y += b, row by row (a bias added after a tensor-parallel sum).
+inline void add_bias(matrix_view<float> y, std::span<const float> b) {
+  SPARSELM_CHECK(b.size() == y.cols, "add_bias: ", b.size(), " bias values for ", shape_string(y));
+  for (std::size_t i = 0; i < y.rows; ++i) {
+    float* r = y.row(i);
+    for (std::size_t j = 0; j < y.cols; ++j) r[j] += b[j];
+  }
+}
 }  // namespace detail
 
 template <class T>
-class linear<T, dense> {
+class linear<T, dense> : public detail::linear_split {
   static_assert(std::is_same_v<T, float>, "sparselm::linear: only float compute is implemented");
 
  public:
@@ -194,7 +217,9 @@ class linear<T, dense> {
   }
 
  private:
-  const float* bias_data(const step_context& s) const { return has_bias_ ? s.p(b_.index).data() : nullptr; }
+  const float* bias_data(const step_context& s) const {
+    return has_bias_ && !bias_deferred() ? s.p(b_.index).data() : nullptr;
+  }
 
   std::size_t in_ = 0, out_ = 0;
   bool has_bias_ = false;

@@ -55,7 +55,7 @@ struct sparse_weight_state {
 };
 
 template <class T, std::size_t B>
-class linear<T, block_sparse<B>> {
+class linear<T, block_sparse<B>> : public detail::linear_split {
   static_assert(std::is_same_v<T, float>, "sparselm::linear: only float compute is implemented");
 
  public:
@@ -143,7 +143,7 @@ class linear<T, block_sparse<B>> {
       std::copy_n(x.data, x.rows * x.cols, copy.data);
       c.x = copy;
     }
-    const float* bias = has_bias_ ? s.p(b_.index).data() : nullptr;
+    const float* bias = bias_data(s);
     const bool b16 = bf16_products(s);
     with_block([&]<std::size_t K>() {
       if constexpr (K > 1) {
@@ -168,7 +168,7 @@ class linear<T, block_sparse<B>> {
                    "(kernels::bsr_bf16_pays() is false)");
     c.x = {};
     c.x16 = x;
-    const float* bias = has_bias_ ? s.p(b_.index).data() : nullptr;
+    const float* bias = bias_data(s);
     with_block([&]<std::size_t K>() {
       if constexpr (K > 1) kernels::bsr_matmul_bf16<K>(x, state_->pattern, s.p(w_.index).data(), 0.0f, y, bias);
     });
@@ -225,6 +225,9 @@ class linear<T, block_sparse<B>> {
   }
 
  private:
+  const float* bias_data(const step_context& s) const {
+    return has_bias_ && !bias_deferred() ? s.p(b_.index).data() : nullptr;
+  }
   // f.template operator()<K>() with K this layer's block size (B, or the plan's under runtime_block).
   template <class F>
   decltype(auto) with_block(F&& f) const {

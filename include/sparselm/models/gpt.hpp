@@ -32,6 +32,7 @@
 #include "sparselm/core/json.hpp"
 #include "sparselm/models/lm_loss.hpp"
 #include "sparselm/models/transformer.hpp"
+#include "sparselm/parallel/tensor_parallel.hpp"
 #include "sparselm/sparse/sparsity.hpp"
 
 namespace sparselm {
@@ -137,24 +138,30 @@ class gpt : public transformer<token_position_embedding, pre_ln_block<T, Sparsit
   static constexpr kernels::gelu_kind activation = Act;
 
   // plan: block counts of the projections when Sparsity is block_sparse<B> (ignored when dense).
+  // tp: this rank's part of a tensor-parallel group (parallel/tensor_parallel.hpp): every block's
+  // heads and hidden units are split over it, the embedding, norms and head are whole on every rank.
   // (The constructor and init are defined after the class: not inline, so that a precompiled
   // instance -- train/precompiled.hpp -- spares a translation unit their code.)
-  explicit gpt(const gpt_config& cfg, const sparse_plan& plan = {});
+  explicit gpt(const gpt_config& cfg, const sparse_plan& plan = {}, parallel::tensor_split tp = {});
 
   const gpt_config& config() const noexcept { return cfg_; }
+  const parallel::tensor_split& tensor_split() const noexcept { return tp_; }
 
   // GPT-2 initialisation: N(0, σ) for weights and embeddings (σ/sqrt(2L) for the projections that
   // write into the residual stream when scale_residual_init), zero biases, unit norms.
-  // Deterministic in the seed (every tensor draws from its own stream). Offloaded weights
+  // Deterministic in the seed (every tensor draws from its own stream; under tensor parallelism the
+  // blocks' projections, a rank's slices, from parallel::shard_seed(seed, rank)). Offloaded weights
   // (offload_to before init) go to their file tensor by tensor, so init never holds them all.
   void init(std::uint64_t seed);
 
  private:
   gpt_config cfg_;
+  parallel::tensor_split tp_;
 };
 
 template <class T, sparsity_type Sparsity, kernels::gelu_kind Act>
-gpt<T, Sparsity, Act>::gpt(const gpt_config& cfg, const sparse_plan& plan) : cfg_(cfg) {
+gpt<T, Sparsity, Act>::gpt(const gpt_config& cfg, const sparse_plan& plan, parallel::tensor_split tp)
+    : cfg_(cfg), tp_(tp) {
   this->plan_ = plan;
   constexpr const char* act = Act == kernels::gelu_kind::tanh ? "gelu_new" : "gelu";
   SPARSELM_CHECK(cfg.activation_function == act, "gpt: config asks for activation '", cfg.activation_function,
@@ -171,7 +178,8 @@ gpt<T, Sparsity, Act>::gpt(const gpt_config& cfg, const sparse_plan& plan) : cfg
                                    .norm = {.eps = cfg.layer_norm_epsilon},
                                    .attn_dropout = cfg.attn_pdrop,
                                    .resid_dropout = cfg.resid_pdrop,
-                                   .plan = &this->plan_});
+                                   .plan = &this->plan_,
+                                   .tensor = tp});
   typename base::head_type head(
       *layout, emb.wte(),
       {.channels = cfg.n_embd, .vocab = cfg.vocab_size, .norm = {.eps = cfg.layer_norm_epsilon}, .loss = cfg.loss});
@@ -182,6 +190,7 @@ gpt<T, Sparsity, Act>::gpt(const gpt_config& cfg, const sparse_plan& plan) : cfg
 template <class T, sparsity_type Sparsity, kernels::gelu_kind Act>
 void gpt<T, Sparsity, Act>::init(std::uint64_t seed) {
   counter_rng rng(seed);
+  const counter_rng shard_rng(parallel::shard_seed(seed, tp_));  // GPT's only linear layers are the blocks'
   const float std = cfg_.initializer_range;
   const float proj_std = cfg_.scale_residual_init ? std / std::sqrt(2.0f * float(cfg_.n_layer)) : std;
   auto& p = this->params();
@@ -203,7 +212,7 @@ void gpt<T, Sparsity, Act>::init(std::uint64_t seed) {
       n.init(p);
       written(n);
     } else if constexpr (is_linear_v<N>) {
-      n.init(p, rng, n.role() == linear_role::residual_output ? proj_std : std);
+      n.init(p, shard_rng, n.role() == linear_role::residual_output ? proj_std : std);
       written(n);
     }
   });

@@ -190,6 +190,13 @@ class lm_job {
                   model.num_parameters(), (unsigned long long)train_file.size(),
                   (unsigned long long)sampler.windows_per_epoch(), rc_.seq_len);
     say(buf);
+    if (const auto& tg = t.tensor_ranks(); tg.active()) {
+      run_line["tensor_parallel"] = {{"ranks", tg.split().size}, {"replicas", tg.replicas()}};
+      say(program_ + ": tensor parallel: every block split over " + std::to_string(tg.split().size) + " ranks (" +
+          tg.tensor().describe() + "), " + std::to_string(tg.replicas()) +
+          " data replica(s) of the split model; the parameters above are one rank's (its slices and the "
+          "replicated tensors)");
+    }
     if (ranks > 1) {
       say(program_ + ": data parallel over " + group.describe() + ", " + std::to_string(rc_.batch_size) +
           " rows per rank, global batch " + std::to_string(global_batch));

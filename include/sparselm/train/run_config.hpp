@@ -107,7 +107,9 @@ struct lm_run_config {
     r.finish();
     run_settings& s = c.settings;
     const std::size_t stages = s.trainer.pipeline.where == pipeline::placement::ranks ? s.trainer.pipeline.stages : 1;
-    const std::size_t replicas = std::max<std::size_t>(1, processes / std::max<std::size_t>(1, stages));
+    // tensor-parallel ranks split one model: the data replicas are the groups
+    const std::size_t split = std::max<std::size_t>(1, stages) * std::max<std::size_t>(1, s.trainer.tensor_parallel);
+    const std::size_t replicas = std::max<std::size_t>(1, processes / split);
     std::optional<std::size_t> windows;
     if (s.epochs) {
       SPARSELM_CHECK(!c.train_data.empty(), context, ": field 'epochs' needs the training data (data.train)");

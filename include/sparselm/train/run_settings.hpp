@@ -168,6 +168,12 @@ inline std::span<const option_entry> common_options() {
       {"trainer.shard_optimizer", "--shard-optimizer", k::boolean,
        "Under mpirun: each rank keeps and updates 1/P of the optimiser state (ZeRO stage 1)", "", "false",
        "processes"},
+      {"trainer.tensor_parallel", "--tensor-parallel", k::count,
+       "Under mpirun: split every block's attention heads and feed-forward hidden units over groups of N ranks "
+       "(tensor parallelism; a multiple of N ranks: data replicas of the split model). gpt_train with GPT "
+       "models only; not with pipeline stages, shard_optimizer, per-tensor clipping, LAMB, offload, dynamic "
+       "sparsity or checkpoints yet",
+       "", "1", "processes", 1, 4096},
       {"threads", "--threads", k::count, "Threads per process (0: all cores)", "", "0", "processes", 0,
        double(limits::threads)},
       // sparsity
@@ -565,6 +571,7 @@ struct run_settings {
     t["recompute"] = trainer.recompute;
     if (!trainer.offload.empty()) t["offload"] = trainer.offload;
     t["shard_optimizer"] = trainer.shard_optimizer;
+    if (trainer.tensor_parallel > 1) t["tensor_parallel"] = trainer.tensor_parallel;
     t["pipeline"] = {{"stages", trainer.pipeline.stages},
                      {"schedule", trainer.pipeline.schedule == pipeline::order::gpipe ? "gpipe" : "1f1b"},
                      {"placement", trainer.pipeline.where == pipeline::placement::ranks ? "ranks" : "threads"}};

@@ -48,6 +48,7 @@
 #include "sparselm/optim/schedules.hpp"
 #include "sparselm/optim/shard.hpp"
 #include "sparselm/io/crc32c.hpp"
+#include "sparselm/models/tensor_shards.hpp"
 #include "sparselm/parallel/replica_group.hpp"
 #include "sparselm/policies/data_parallel.hpp"
 #include "sparselm/policies/pipeline.hpp"
@@ -59,6 +60,7 @@
 #include "sparselm/train/replica_sums.hpp"
 #include "sparselm/io/slot_stream.hpp"
 #include "sparselm/train/stage_params.hpp"
+#include "sparselm/train/tensor_grid.hpp"
 #include "sparselm/train/trainer_options.hpp"
 
 namespace sparselm {
@@ -143,6 +145,7 @@ class trainer {
       if constexpr (requires { model_.offload_to(std::filesystem::path()); }) model_.offload_to(o_.offload);
     }
     opt_.attach(model_.layout());
+    if (o_.tensor_parallel > 1) check_tensor_parallel();
   }
 
   // The operand type of the dense GEMMs (trainer_options::precision; fp32 when unset).
@@ -178,6 +181,8 @@ class trainer {
   }
   void set_hooks(hooks h) {  // before sync_parameters() (stage-local ranks have no other stage's weights)
     SPARSELM_CHECK(!stage_local(), "trainer: set_hooks after sync_parameters() made the ranks keep only their stages");
+    SPARSELM_CHECK(o_.tensor_parallel <= 1, "trainer: tensor_parallel ", o_.tensor_parallel,
+                   ": pattern updates (dynamic sparsity) are not agreed across a tensor-parallel group yet");
     hooks_ = std::move(h);
   }
   // The replicas this trainer combines gradients with (data_parallel::mpi; set before the first
@@ -187,6 +192,18 @@ class trainer {
     requires distributed
   {
     SPARSELM_CHECK(step_ == 0 && opt_.step_count() == 0, "trainer: set_replicas after training began");
+    if (o_.tensor_parallel > 1) {
+      // Groups of tensor_parallel ranks split the model; the ranks holding the same slice are the
+      // data replicas (train/tensor_grid.hpp).
+      tgrid_ = tensor_grid(g, o_.tensor_parallel);
+      if constexpr (requires { model_.tensor_split(); })  // (the constructor refused other models)
+        SPARSELM_CHECK(model_.tensor_split().rank == tgrid_.split().rank, "trainer: this rank holds slice ",
+                       tgrid_.split().rank, " of the tensor-parallel group, but the model was built with slice ",
+                       model_.tensor_split().rank, " (tensor_grid::split_of)");
+      tsum_ = parallel::tensor_sum_over(tgrid_.tensor());
+      group_ = tgrid_.data() ? tgrid_.data() : &single_;
+      return;
+    }
     if (o_.pipeline.where == pipeline::placement::ranks && g.size() > 1) {
       // The processes are the stages of a pipeline (policies/pipeline.hpp), or with a multiple of
       // the stages, data replicas of that pipeline (train/rank_grid.hpp).
@@ -293,18 +310,24 @@ class trainer {
   parallel::replica_group& replicas() noexcept { return group_ ? *group_ : single_; }
   // Every process of the run: the data replicas, or the ranks of a pipeline over ranks (and of its
   // replicas, train/rank_grid.hpp). Rank 0 writes; checks and stop requests span them all.
-  parallel::replica_group& processes() noexcept { return grid_.active() ? grid_.world() : replicas(); }
+  parallel::replica_group& processes() noexcept {
+    return grid_.active() ? grid_.world() : tgrid_.active() ? tgrid_.world() : replicas();
+  }
+  // The tensor-parallel ranks (trainer_options::tensor_parallel) this rank splits the model with
+  // (inactive without).
+  const tensor_grid& tensor_ranks() const noexcept { return tgrid_; }
 
   // Every replica takes rank 0's parameters (after initialisation or a resume), so all ranks train
   // the same model; then checks that they hold the same bytes. Once, before training. A rank of a
   // pipeline over ranks with the optimiser state sharded by stage then keeps only its stage's weights
   // and gradients (stage_local()) unless hooks (pattern updates) need every layer's.
   void sync_parameters() {
-    auto& g = processes();
+    auto& g = tgrid_.active() ? replicas() : processes();  // tensor-parallel: each slice over its replicas
     if (g.size() == 1) return;
     SPARSELM_CHECK(!stage_local(), "trainer: sync_parameters() again after the ranks kept only their stages");
     g.broadcast(model_.params().all());
     check_replicas_agree("after the broadcast of rank 0's parameters");
+    if (tgrid_.active()) return;
     if (!sharded_by_stage() || hooks_.after_update || hooks_.needs_dense_grad) return;
     stage_.assign(*model_.layout(), shards_.bounds(), stage_group()->rank(), stage_group()->size(), tied_.tensors());
     stage_.release_others(model_.params());
@@ -323,8 +346,11 @@ class trainer {
   // Fails, naming the ranks, unless every replica holds bit-identical parameters (a CRC-32C of the
   // arena gathered from every rank; stage-local ranks compare their own stage's parameters with
   // the stage's other replicas). `when` says at which point, for the message.
+  // Tensor-parallel: the ranks holding the same slice (the replicated tensors are the same on the
+  // ranks of a group by construction: the same initialisation, gradients and update).
   void check_replicas_agree(const std::string& when) {
-    if (processes().size() > 1) check_same_parameters(processes(), stage_.fingerprint(model_.params()), when);
+    auto& g = tgrid_.active() ? replicas() : processes();
+    if (g.size() > 1) check_same_parameters(g, stage_.fingerprint(model_.params()), when);
   }
 
   // Loss statistics of a batch without gradients (fp32, no dropout). On a pipeline over ranks this
@@ -380,7 +406,41 @@ class trainer {
 
   // The global gradient norm (sharded: from each rank's own tensors, bit-identical).
   double gradient_norm() {
+    if (tgrid_.active()) return tensor_parallel_norm();
     return sharded() ? shards_.norm(shard_group(), model_.grads()) : optim::global_norm(model_.grads());
+  }
+  // Tensor-parallel: the whole model's norm from the per-tensor sums of squares, a slice's from
+  // every rank of the group, a replicated tensor's from the group's rank 0 only (the same on every
+  // rank of it), summed over the group.
+  double tensor_parallel_norm() {
+    auto sq = optim::tensor_sum_squares(model_.grads());
+    if (tgrid_.split().rank != 0)
+      for (std::size_t i = 0; i < sq.size(); ++i)
+        if (!sliced_[i]) sq[i] = 0.0;
+    tgrid_.tensor().all_reduce(std::span<double>(sq));
+    double s = 0.0;
+    for (double x : sq) s += x;
+    return std::sqrt(s);
+  }
+  // What this trainer does not do under tensor parallelism yet, refused before any work.
+  void check_tensor_parallel() {
+    const std::string what = detail::concat("trainer: tensor_parallel ", o_.tensor_parallel, ": ");
+    if constexpr (!distributed) {
+      fail(what, "needs the data_parallel::mpi policy (the groups are MPI ranks)");
+    } else if constexpr (!requires { model_.tensor_split(); }) {
+      fail(what, "the model does not split over ranks (tensor parallelism splits GPT models)");
+    } else {
+      SPARSELM_CHECK(model_.tensor_split().size == o_.tensor_parallel, what, "the model was built split over ",
+                     model_.tensor_split().size, " ranks");
+      SPARSELM_CHECK(o_.pipeline.stages <= 1, what, "not with pipeline stages (", o_.pipeline.stages, ") yet");
+      SPARSELM_CHECK(!o_.shard_optimizer, what, "not with shard_optimizer yet");
+      SPARSELM_CHECK(o_.clip != clip_mode::per_tensor, what,
+                     "per-tensor clipping would clip each rank's slice by its own norm; use global_norm or none");
+      SPARSELM_CHECK(optim::name_of(opt_) != "lamb", what,
+                     "LAMB's trust ratios need whole tensors' norms (not implemented over slices yet)");
+      SPARSELM_CHECK(o_.offload.empty(), what, "not with offloaded state yet");
+      sliced_ = sliced_tensors(model_, model_.params().layout().count());
+    }
   }
 
   // This rank's pipeline when the stages are ranks (null otherwise).
@@ -410,6 +470,9 @@ class trainer {
   using step_sums_type = step_sums<Model, batch_type>;
   step_sums_type sums_;        // normalisers, tokens, samples and objective counts over the replicas
   parallel::replica_group* group_ = nullptr;
+  tensor_grid tgrid_;               // tensor-parallel: its group and the data replicas of the split model
+  parallel::tensor_sum_fn tsum_;     // the sum over tgrid_'s group (step_context::tensor_sum)
+  std::vector<bool> sliced_;         // tensor-parallel: the tensors that are this rank's slices
   rank_grid grid_;  // a pipeline over ranks (policies/pipeline.hpp): its ranks, with data replicas of it their groups
   detail::group_stage_link link_;
   gradient_shards shards_;                       // sharded: each rank's flat range
@@ -447,6 +510,10 @@ step_metrics trainer<Model, Policies>::train_step(std::span<const batch_type> mi
   ctx.pipeline = &o_.pipeline;
   ctx.recompute_blocks = o_.recompute == recompute::blocks::name;
   if (stage_group()) ctx.stage_link = &link_;
+  if (o_.tensor_parallel > 1) {
+    SPARSELM_CHECK(tgrid_.active(), "trainer: tensor_parallel ", o_.tensor_parallel, ": set_replicas first");
+    ctx.tensor_sum = &tsum_;
+  }
   scales_.resize(micro.size());
   m.loss_scale = scaler_.scale();
   // The micro-batches' normalisers, tokens, samples and objective counts over the replicas,
@@ -543,6 +610,7 @@ loss_stats trainer<Model, Policies>::evaluate(const batch_type& b) {
   pipeline::pass_context ctx;
   if constexpr (requires { model_.evaluate(b, ctx); }) {
     if (stage_group()) ctx.pipeline = &o_.pipeline, ctx.stage_link = &link_;
+    if (tgrid_.active()) ctx.tensor_sum = &tsum_;
     return model_.evaluate(b, ctx);
   }
   return model_.evaluate(b);

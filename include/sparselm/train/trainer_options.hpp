@@ -78,6 +78,10 @@ struct trainer_options {
   // stage's tensors (the embedding, with a tied head tensor, on stage 0). Checkpoints hold the whole
   // state either way.
   bool shard_optimizer = false;
+  // Tensor parallelism (parallel/tensor_parallel.hpp): groups of this many ranks each split every
+  // block of the model (heads and hidden units); with a multiple of it, data replicas of the split
+  // model (train/tensor_grid.hpp). The model must be built with the rank's slice. 1: no split.
+  std::size_t tensor_parallel = 1;
   // Stage pipelining under pipeline::configured (policies/pipeline.hpp): the blocks split into
   // `stages` stages on their own thread groups, the micro-batches (accumulation steps) in 1F1B or
   // GPipe order; the split is given or balanced by measured cost.
@@ -94,7 +98,7 @@ struct trainer_options {
   // Fields: accumulation {steps, mode, scale_before}, clip ("none" | "global_norm" | "per_tensor"),
   // max_norm, dropout_seed, on_nonfinite ("stop" | "skip"), max_skipped_steps, loss_scaling
   // ({"type": "static", "scale": S} | {"type": "dynamic", ...} | a number), precision ("fp32" |
-  // "bf16" | "fp16"), shard_optimizer (bool), pipeline ({"stages": N, "schedule": "1f1b" | "gpipe",
+  // "bf16" | "fp16"), shard_optimizer (bool), tensor_parallel (ranks per group), pipeline ({"stages": N, "schedule": "1f1b" | "gpipe",
   // "placement": "threads" | "ranks", "split": [first block of each stage after the first]}),
   // recompute ("none" | "blocks"), bf16_activations (bool), offload (a directory).
   static trainer_options from_json(const json& j, const std::string& context = "trainer config") {
@@ -113,6 +117,7 @@ struct trainer_options {
     if (r.has("loss_scaling")) o.loss_scaling = optim::loss_scale_config(j.at("loss_scaling"));
     r.ignore({"loss_scaling"});
     o.shard_optimizer = r.get("shard_optimizer", o.shard_optimizer);
+    o.tensor_parallel = r.get("tensor_parallel", o.tensor_parallel, in_closed(1, 4096));
     if (r.has("pipeline")) o.pipeline = parse_pipeline(j.at("pipeline"), context + ": field 'pipeline'");
     r.ignore({"pipeline"});
     if (r.has("precision"))
