@@ -6,7 +6,9 @@
 #      same text from the HF copy as from our checkpoint;
 #   3. an HF LLaMA directory written by the PyTorch reference (tests/reference/llama_reference.py)
 #      loads in generate (when torch is importable);
-#   4. a bad LLaMA config fails naming the field.
+#   4. a bad LLaMA config fails naming the field;
+#   5. --dry-run prints the LLaMA's plan (train/plan.hpp: its parameters are the trained model's), and
+#      a memory budget below that plan stops the run before its first step, naming memory_budget.
 #   check_llama.sh BIN_DIR SOURCE_DIR WORK_DIR
 set -euo pipefail
 bin=$1 src=$2 work=$3
@@ -72,4 +74,20 @@ if "$bin/gpt_train" --config "$work/bad-run.json" --train "$work/train.tok" --ou
   fail "gpt_train accepted num_key_value_heads 3 for 4 heads"
 fi
 grep -q "num_key_value_heads" "$work/bad.err" || fail "the error does not name the field: $(cat "$work/bad.err")"
+"$bin/gpt_train" --config "$work/run.json" --train "$work/train.tok" --dry-run > "$work/plan.json" 2> "$work/plan.err" ||
+  { cat "$work/plan.err"; fail "gpt_train --dry-run (llama)"; }
+python3 - "$work/plan.json" "$work/llama/metrics.jsonl" <<'PY' || fail "the LLaMA plan: $(cat "$work/plan.err")"
+import json, sys
+plan = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+run = [r for r in map(json.loads, open(sys.argv[2])) if r.get("kind") == "run"][0]
+assert plan["family"] == "llama" and plan["kv_heads"] == 2, plan
+assert plan["stored_parameters"] == run["parameters"], (plan["stored_parameters"], run["parameters"])
+PY
+if "$bin/gpt_train" --config "$work/run.json" --train "$work/train.tok" --out "$work/budget" --memory-budget 0.01 \
+    > /dev/null 2> "$work/budget.err"; then
+  fail "gpt_train (llama) ran under a 0.01 GiB memory budget"
+fi
+grep -q "memory budget 0.01 GiB (memory_budget, --memory-budget)" "$work/budget.err" ||
+  fail "the budget error does not name memory_budget: $(cat "$work/budget.err")"
+[ ! -e "$work/budget/checkpoints" ] || fail "a run over its memory budget wrote checkpoints"
 echo "llama ok: $(head -c 80 "$work/hf.txt" | tr '\n' ' ')"

@@ -5,6 +5,10 @@
 #     B  gpt_train, block-sparse (B = 16, sparsity 0.9, random regrowth every 3 steps), bf16,
 #        recompute blocks, batch 8 x 256
 #     C  bert_pretrain, bert-small, fp32, LAMB with bf16 slots, batch 8 x 128
+#     D  gpt_train, a LLaMA ("model_type": "llama": 6 layers, width 128, 4 heads over 2 key/value
+#        heads, SwiGLU 352, untied head), dense, fp32, recompute none, batch 8 x 256
+#     E  the same LLaMA with a tied head, block-sparse (B = 16, sparsity 0.9, random regrowth every 3
+#        steps), bf16, recompute blocks, batch 8 x 256
 #   the program's --dry-run prints a plan (JSON on stdout), then a short real run of the same
 #   configuration (5 steps) is measured: its peak resident memory (ru_maxrss of the process) minus the
 #   dry-run's baseline (the process's peak before the plan, the same code path) must be within 15 %
@@ -22,6 +26,14 @@ gpt=$1 encode=$2 bert_data=$3 bert=$4 src=$5 work=$6
 rm -rf "$work"; mkdir -p "$work"
 "$encode" --mode gpt -i "$src/data/corpus/valid" -o "$work/train.tok" --vocab "$src/data/gpt2" > /dev/null
 "$bert_data" -i "$src/data/corpus/valid" -o "$work/p1.bex" --seq-len 128 --max-predictions 20 --dupe-factor 1 > /dev/null
+for tied in false true; do
+  cat > "$work/llama-$tied.json" <<JSON
+{"model_type": "llama", "vocab_size": 50257, "max_position_embeddings": 256, "hidden_size": 128,
+ "intermediate_size": 352, "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "tie_word_embeddings": $tied}
+JSON
+  sed "s|\"gpt-mini.json\"|\"$work/llama-$tied.json\"|" "$src/configs/gpt-mini-train.json" > "$work/llama-$tied-train.json"
+done
 /usr/bin/python3 - "$gpt" "$bert" "$src" "$work" <<'PY'
 import json, os, statistics, subprocess, sys, time
 gpt, bert, src, work = sys.argv[1:5]
@@ -45,10 +57,17 @@ gpt_common = [gpt, "--config", f"{src}/configs/gpt-mini-train.json", "--train", 
               "--layers", "6", "--embd", "128", "--heads", "4", "--positions", "256", "--seq-len", "256",
               "--batch-size", "8", "--eval-every", "0", "--eval-batches", "1", "--log-every", "1", "--threads", "2",
               "--warmup-steps", "1"]
+# The LLaMA's shape is its model file's; the run's flags are GPT's (the GPT shape flags left out).
+def llama_common(tied):
+    return [gpt, "--config", f"{work}/llama-{tied}-train.json"] + gpt_common[3:7] + gpt_common[15:]
+
 configs = {
     "A": gpt_common + ["--steps", "5", "--precision", "fp32"],
     "B": gpt_common + ["--steps", "5", "--precision", "bf16", "--recompute", "blocks", "--block-size", "16",
                        "--sparsity", "0.9", "--update-period", "3"],
+    "D": llama_common("false") + ["--steps", "5", "--precision", "fp32"],
+    "E": llama_common("true") + ["--steps", "5", "--precision", "bf16", "--recompute", "blocks", "--block-size", "16",
+                                 "--sparsity", "0.9", "--update-period", "3"],
     "C": [bert, "--model", f"{src}/configs/bert-small.json", "--train", f"{work}/p1.bex", "--batch-size", "8",
           "--steps", "5", "--eval-every", "0", "--log-every", "1", "--threads", "2", "--slots", "bf16"],
 }
@@ -56,6 +75,8 @@ failed = []
 rows = []
 for name, args in configs.items():
     plan = plan_of(args, name)
+    if name in "DE":
+        assert plan["family"] == "llama" and plan["kv_heads"] == 2, f"{name}: not the LLaMA's plan: {plan}"
     rc, out, peak, secs = run(args + ["--out", f"{work}/{name}"], f"{work}/{name}.log")
     assert rc == 0, f"{name}: the run exited {rc}: {open(f'{work}/{name}.log').read()[-2000:]}"
     lines = [json.loads(l) for l in open(f"{work}/{name}/metrics.jsonl") if l.strip()]

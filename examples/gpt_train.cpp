@@ -177,16 +177,11 @@ int main(int argc, char** argv) {
     if (job.run.threads > 0) set_num_threads(job.run.threads);
     job.resolved = job.run.resolved();
     if (!job.init_from.empty()) job.resolved["init_from"] = job.init_from.string();
-    if (is_llama) {  // the plan has no memory and FLOP model of LLaMA's parts yet
-      SPARSELM_CHECK(!cli.dry_run, ctx, ": --dry-run has no memory and FLOP model for model_type 'llama' yet");
-      SPARSELM_CHECK(job.run.settings.memory_budget <= 0, ctx,
-                     ": memory_budget needs the plan, which has no memory model for model_type 'llama' yet");
-      return dispatch<registry::llama_family>(job, *job.llama, replicas.group());
-    }
-    if (auto rc = cli.plan_gate(model_shape_of(job.model),
+    if (auto rc = cli.plan_gate(is_llama ? model_shape_of(*job.llama) : model_shape_of(job.model),
                                 plan_inputs_of(job.run.settings, job.run.seq_len, replicas.group().size()),
                                 replicas.group().rank() == 0))
       return *rc;
+    if (is_llama) return dispatch<registry::llama_family>(job, *job.llama, replicas.group());
     return dispatch<registry::gpt_family>(job, job.model, replicas.group());
   });
   return replicas.finish(status);

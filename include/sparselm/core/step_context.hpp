@@ -1,8 +1,8 @@
 #pragma once
 // What every layer's forward/backward receives (step_context): the arenas to read and write, the
-// step's identity (for counter-based dropout), the compute type, and a scratch pool for backward
-// temporaries; with the growable buffers layers keep activations in and param_ref, a layer's
-// handle to one of its tensors.
+// step's identity (for counter-based dropout), the compute type, and the pass's scratch pool, where
+// each layer type finds its workspace (its temporaries); with the growable buffers layers keep
+// activations in and param_ref, a layer's handle to one of its tensors.
 //
 // Layers hold arena *indices* (param_ref); the step context says which arenas those index into.
 // It names no layer, model or policy type: what a model-level pass needs beyond it (a pipeline's
@@ -10,8 +10,11 @@
 // See docs/design/architecture.md, "Parameters live in arenas; layers hold indices".
 
 #include <cstddef>
+#include <atomic>
+#include <concepts>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -34,6 +37,7 @@ class basic_buffer {
   }
   matrix_view<T> matrix(std::size_t rows, std::size_t cols) { return {get(rows * cols).data(), rows, cols}; }
   std::size_t capacity() const noexcept { return data_.size(); }
+  std::size_t bytes() const noexcept { return data_.size() * sizeof(T); }
 
  private:
   aligned_vector<T> data_;
@@ -42,25 +46,68 @@ using buffer = basic_buffer<float>;
 // Activations kept in 16 bits for a backward that rounds them to bf16 anyway (layers/linear.hpp).
 using buffer_bf16 = basic_buffer<bf16>;
 
-// Temporaries shared by all layers of a model (one pass at a time uses them).
+// The bytes held by some buffers (a workspace's bytes()).
+template <class... Buffers>
+std::size_t buffers_bytes(const Buffers&... b) noexcept {
+  return (std::size_t(0) + ... + b.bytes());
+}
+
+namespace detail {
+inline std::size_t next_workspace_id() noexcept {
+  static std::atomic<std::size_t> next{0};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+// A small number per workspace type, the index of its entry in every scratch pool.
+template <class W>
+std::size_t workspace_id() noexcept {
+  static const std::size_t id = next_workspace_id();
+  return id;
+}
+}  // namespace detail
+
+// A pass's temporaries. A layer that needs temporaries (buffers that live within one forward or
+// backward call, unlike its cache, which lives from forward to backward) declares a workspace type
+// W -- a struct of buffers with `std::size_t bytes() const` -- and asks the pass's pool for it:
+// `auto& w = s.tmp->get<W>();`. A pool holds one W per type, shared by every layer that names W
+// (one call at a time): a model keeps one pool (one per pipeline stage on threads), so a stack of
+// L blocks holds one block workspace, not L. Two layers that may run nested within each other must
+// name different workspace types; no central list of slots is involved.
 class scratch {
  public:
-  // Slot k: a buffer of n floats, valid until the next call with the same k.
-  std::span<float> get(std::size_t k, std::size_t n) {
-    if (k >= slots_.size()) slots_.resize(k + 1);
-    return slots_[k].get(n);
+  scratch() = default;
+  scratch(scratch&&) noexcept = default;
+  scratch& operator=(scratch&&) noexcept = default;
+
+  // The pool's W (default-constructed on first use; its buffers keep their capacity).
+  template <class W>
+  W& get() {
+    static_assert(requires(const W& w) { { w.bytes() } -> std::convertible_to<std::size_t>; },
+                  "scratch::get<W>: a workspace type needs 'std::size_t bytes() const' (the memory it holds)");
+    const std::size_t id = detail::workspace_id<W>();
+    if (id >= entries_.size()) entries_.resize(id + 1);
+    auto& e = entries_[id];
+    if (!e) e = std::make_unique<entry<W>>();
+    return static_cast<entry<W>&>(*e).value;
   }
-  matrix_view<float> matrix(std::size_t k, std::size_t rows, std::size_t cols) {
-    return {get(k, rows * cols).data(), rows, cols};
-  }
+  // Bytes held by every workspace of the pool.
   std::size_t bytes() const noexcept {
     std::size_t b = 0;
-    for (auto& s : slots_) b += s.capacity() * sizeof(float);
+    for (const auto& e : entries_)
+      if (e) b += e->bytes();
     return b;
   }
 
  private:
-  std::vector<buffer> slots_;
+  struct entry_base {
+    virtual ~entry_base() = default;
+    virtual std::size_t bytes() const noexcept = 0;
+  };
+  template <class W>
+  struct entry final : entry_base {
+    W value;
+    std::size_t bytes() const noexcept override { return value.bytes(); }
+  };
+  std::vector<std::unique_ptr<entry_base>> entries_;
 };
 
 // A layer's handle to one of its tensors in the model's arenas.
@@ -72,7 +119,7 @@ struct param_ref {
 struct step_context {
   const arena<float>* params = nullptr;  // values read by forward/backward
   arena<float>* grads = nullptr;         // gradients accumulated by backward (+=)
-  scratch* tmp = nullptr;                // backward temporaries
+  scratch* tmp = nullptr;                // the pass's temporaries: each layer's workspace (scratch::get)
   bool training = false;                 // dropout on/off
   std::uint64_t step = 0;                // optimiser step (dropout stream)
   std::uint64_t micro = 0;               // micro-batch within the step (dropout stream)

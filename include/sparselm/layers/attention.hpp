@@ -54,9 +54,17 @@ inline json block_sparse_attention_to_json(const kernels::block_causal_options& 
   return json{{"block", o.block}, {"density", o.density}, {"seed", o.seed}};
 }
 
+// self_attention's temporaries (every instance shares one, scratch::get): the gradients of the
+// heads' output (N,HD) and of qkv (N,3HD); under bf16 activations the forward's fp32 results first.
+struct self_attention_workspace {
+  buffer datt, dqkv;
+  std::size_t bytes() const noexcept { return buffers_bytes(datt, dqkv); }
+};
+
 template <class T = float, sparsity_type Sparsity = dense, kernels::attention_mask Mask = kernels::attention_mask::causal>
 class self_attention {
  public:
+  using workspace = self_attention_workspace;
   using linear_type = linear<T, Sparsity>;
   static constexpr kernels::attention_mask mask = Mask;
   // Splits over a tensor-parallel group (block_options::tensor; layers/branch.hpp).
@@ -126,10 +134,11 @@ class self_attention {
     SPARSELM_CHECK(N == s.batch * s.seq, "attention: ", N, " rows but batch ", s.batch, " x seq ", s.seq);
     c.in_bf16 = keeps_bf16(s);
     if (c.in_bf16) {
-      // fp32 results in scratch (the backward's gradient slots, free during forward), kept in bf16.
+      // fp32 results in the workspace (the backward's gradient buffers, free during forward), kept in bf16.
       const std::size_t HD = h_ * d_;
-      auto q32 = s.tmp->matrix(slot_attn_qkv, N, 3 * HD);
-      auto a32 = s.tmp->matrix(slot_attn_out, N, HD);
+      auto& w = s.tmp->get<workspace>();
+      auto q32 = w.dqkv.matrix(N, 3 * HD);
+      auto a32 = w.datt.matrix(N, HD);
       auto q16 = c.qkv16.matrix(N, 3 * HD), a16 = c.att16.matrix(N, HD);
       qkv_.forward(s, x, q32, c.qkv_c, keeper);
       kernels::to_bf16(std::span<const float>(q32.data, N * 3 * HD), std::span<bf16>(q16.data, N * 3 * HD));
@@ -182,9 +191,10 @@ class self_attention {
   void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
                 bool accumulate_dx = false) const {
     const std::size_t N = dy.rows;
-    auto datt = s.tmp->matrix(slot_attn_out, N, h_ * d_);
+    auto& w = s.tmp->get<workspace>();
+    auto datt = w.datt.matrix(N, h_ * d_);
     proj_.backward(s, dy, datt, c.proj_c);
-    auto dqkv = s.tmp->matrix(slot_attn_qkv, N, 3 * h_ * d_);
+    auto dqkv = w.dqkv.matrix(N, 3 * h_ * d_);
     if (c.in_bf16) {
       const_matrix_view<bf16> qkv(c.qkv16.get(N * 3 * h_ * d_).data(), N, 3 * h_ * d_);
       const_matrix_view<bf16> att(c.att16.get(N * h_ * d_).data(), N, h_ * d_);

@@ -30,6 +30,11 @@ struct bert_embedding_options {
 
 class bert_embedding {
  public:
+  // The temporary of backward (scratch::get): the gradient w.r.t. the norm's input (N,C).
+  struct workspace {
+    buffer de;
+    std::size_t bytes() const noexcept { return de.bytes(); }
+  };
   struct cache {
     buffer e;  // (N,C) the sum before the norm (the norm's input)
     layer_norm::cache norm_c;
@@ -90,7 +95,7 @@ class bert_embedding {
       std::span<float> d(dx.data, dx.rows * dx.cols);
       kernels::dropout_backward(d, d, o_.dropout, s.rng, s.stream(o_.site));
     }
-    auto de = s.tmp->matrix(slot_model_b, ids.size(), o_.channels);
+    auto de = s.tmp->get<workspace>().de.matrix(ids.size(), o_.channels);
     norm_.backward(s, dx, de, c.norm_c);
     kernels::embedding_backward(ids, de, s.seq, s.gm(word_.index), s.gm(pos_.index));
     if (!types.empty()) {

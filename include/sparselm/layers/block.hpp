@@ -13,7 +13,8 @@
 // positions against a kv_cache (incremental decoding, causal only).
 // Under bf16 compute a pre-LN block does not keep its norms' outputs when the branch keeps its
 // input itself (its compact_input: the first projection keeps it in bf16, input_keeper::layer), and
-// the fp32 output is scratch. The block's own temporaries are the shared scratch slots slot_block_*.
+// the fp32 output is a temporary. The block's own temporaries are its workspace (residual_block_workspace),
+// which the pass's scratch pool holds once for every block of the model (scratch::get).
 
 #include <concepts>
 #include <cstdint>
@@ -45,6 +46,16 @@ struct post_ln {
 template <class P>
 concept norm_placement = std::same_as<P, pre_ln> || std::same_as<P, post_ln>;
 
+// The block's temporaries (N,C) each, one for every block of a model (scratch::get):
+//   branch  a branch's output, or its gradient through the residual dropout
+//   dnorm   pre_ln: the gradient w.r.t. a norm's output; forward under bf16: the norm's output,
+//           which the branch keeps itself in bf16
+//   dsum    post_ln: the gradient w.r.t. a norm's input
+struct residual_block_workspace {
+  buffer branch, dnorm, dsum;
+  std::size_t bytes() const noexcept { return buffers_bytes(branch, dnorm, dsum); }
+};
+
 // A block of parts: Norm (both norms), Attention and FFN are layers that meet the branch contract
 // (layers/branch.hpp); Placement puts the norms before (pre_ln) or after (post_ln) the residual add.
 template <norm_placement Placement, class Norm, class Attention, class FFN>
@@ -56,6 +67,7 @@ class residual_block {
   using norm_layer_type = Norm;
   using attention_type = Attention;
   using ffn_type = FFN;
+  using workspace = residual_block_workspace;
   static constexpr bool is_pre_ln = std::same_as<Placement, pre_ln>;
   struct cache {
     typename Norm::cache ln1_c, ln2_c;
@@ -139,9 +151,10 @@ class residual_block {
                         const Norm& norm, typename Norm::cache& nc, buffer& t_buf, std::uint64_t k,
                         bool branch_keeps, F&& f) const {
     const std::size_t N = in.rows;
-    auto branch = s.tmp->matrix(slot_block_a, N, c_);
+    auto& w = s.tmp->get<workspace>();
+    auto branch = w.branch.matrix(N, c_);
     if constexpr (is_pre_ln) {
-      auto t = branch_keeps ? s.tmp->matrix(slot_block_b, N, c_) : t_buf.matrix(N, c_);
+      auto t = branch_keeps ? w.dnorm.matrix(N, c_) : t_buf.matrix(N, c_);
       norm.forward(s, in, t, nc);
       f(const_matrix_view<float>(t), branch, branch_keeps ? input_keeper::layer : input_keeper::caller);
       resid_dropout(s, branch, k);
@@ -162,12 +175,12 @@ class residual_block {
     const std::size_t N = dout.rows;
     if constexpr (is_pre_ln) {
       // The residual gradient flows through unchanged; the branch adds its part via the norm.
-      auto dnorm = s.tmp->matrix(slot_block_b, N, c_);
+      auto dnorm = s.tmp->get<workspace>().dnorm.matrix(N, c_);
       if (din.data != dout.data) kernels::copy(dout, din);
       f(branch_grad(s, din, k), dnorm, false);
       branch_backward(norm, s, dnorm, din, nc, /*accumulate=*/true, acc);
     } else {
-      auto g = s.tmp->matrix(slot_block_c, N, c_);
+      auto g = s.tmp->get<workspace>().dsum.matrix(N, c_);
       branch_backward(norm, s, dout, g, nc, false, acc);  // g = dL/d(in + branch)
       kernels::copy(g, din);          // the residual part, then the branch's
       f(branch_grad(s, g, k), din, true);
@@ -182,7 +195,7 @@ class residual_block {
   // Gradient w.r.t. a branch output: the residual gradient through that branch's dropout.
   const_matrix_view<float> branch_grad(const step_context& s, const_matrix_view<float> dres, std::uint64_t k) const {
     if (!s.training || drop_ <= 0) return dres;
-    auto g = s.tmp->matrix(slot_block_a, dres.rows, c_);
+    auto g = s.tmp->get<workspace>().branch.matrix(dres.rows, c_);
     kernels::dropout_backward(std::span<const float>(dres.data, dres.rows * c_), std::span<float>(g.data, g.rows * c_),
                               drop_, s.rng, s.stream(mix_stream(site_, k)));
     return g;

@@ -37,9 +37,16 @@ struct factorised_embedding_options {
   const sparse_plan* plan = nullptr;  // block-sparse up-projection: how many blocks
 };
 
+// factorised_embedding's temporaries (every instance shares them, scratch::get): two (N,E) gradients.
+struct factorised_embedding_workspace {
+  buffer g1, g2;
+  std::size_t bytes() const noexcept { return buffers_bytes(g1, g2); }
+};
+
 template <class T = float, sparsity_type Sparsity = dense, kernels::gelu_kind Act = kernels::gelu_kind::tanh>
 class factorised_embedding {
  public:
+  using workspace = factorised_embedding_workspace;
   using linear_type = linear<T, Sparsity>;
   struct cache {
     layer_norm::cache tok_c, in_c;
@@ -108,7 +115,7 @@ class factorised_embedding {
   }
 
   // Accumulates every parameter gradient (the table's rows by scatter-add) from dy (N,H); dy is
-  // overwritten when up_gelu. Uses the scratch slots slot_model_a and slot_model_b.
+  // overwritten when up_gelu. Its temporaries are the workspace's.
   void backward(const step_context& s, std::span<const std::int32_t> ids, matrix_view<float> dy, cache& c) const {
     const std::size_t N = ids.size(), E = o_.width;
     SPARSELM_CHECK(dy.rows == N && dy.cols == o_.hidden, "factorised_embedding: dy ", shape_string(dy), " for ", N,
@@ -117,8 +124,9 @@ class factorised_embedding {
       std::span<float> d(dy.data, N * o_.hidden);
       kernels::gelu_backward<Act>(std::span<const float>(c.h.get(N * o_.hidden).data(), N * o_.hidden), d, d);
     }
-    auto g1 = s.tmp->matrix(slot_model_a, N, E);  // dc, later de
-    auto g2 = s.tmp->matrix(slot_model_b, N, E);  // db
+    auto& w = s.tmp->get<workspace>();
+    auto g1 = w.g1.matrix(N, E);  // dc, later de
+    auto g2 = w.g2.matrix(N, E);  // db
     up_.backward(s, dy, g1, c.up_c);
     ln_in_.backward(s, g1, g2, c.in_c);
     if (s.training && o_.dropout > 0) {

@@ -36,9 +36,17 @@ inline std::atomic<ffn_fusion_mode>& ffn_fusion() {
   return mode;
 }
 
+// feed_forward's temporary (every instance shares one, scratch::get): the hidden gradient (N,F);
+// under bf16 activations the forward's fp32 pre-activation first.
+struct feed_forward_workspace {
+  buffer hidden;
+  std::size_t bytes() const noexcept { return hidden.bytes(); }
+};
+
 template <class T = float, sparsity_type Sparsity = dense, kernels::gelu_kind Act = kernels::gelu_kind::tanh>
 class feed_forward {
  public:
+  using workspace = feed_forward_workspace;
   using linear_type = linear<T, Sparsity>;
   // Splits over a tensor-parallel group (block_options::tensor; layers/branch.hpp).
   static constexpr bool tensor_parallel = true;
@@ -116,7 +124,7 @@ class feed_forward {
       if (fused(s)) return forward_fused(s, x, y, c, keeper);
     }
     if (compact_input(s)) {
-      auto h = s.tmp->matrix(slot_ffn_hidden, N, f_);
+      auto h = s.tmp->get<workspace>().hidden.matrix(N, f_);
       auto h16 = c.h16.get(N * f_), a16 = c.a16.get(N * f_);
       fc_.forward(s, x, h, c.fc_c, keeper);
       kernels::gelu_forward<Act>(std::span<const float>(h.data, N * f_), a16, h16);
@@ -138,7 +146,7 @@ class feed_forward {
       if (c.fused) return backward_fused(s, dy, dx, c, accumulate_dx);
     }
     const std::size_t N = dy.rows;
-    auto da = s.tmp->matrix(slot_ffn_hidden, N, f_);
+    auto da = s.tmp->get<workspace>().hidden.matrix(N, f_);
     proj_.backward(s, dy, da, c.proj_c);
     std::span<float> das(da.data, N * f_);
     if (c.in_bf16)

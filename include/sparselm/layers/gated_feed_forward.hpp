@@ -6,7 +6,8 @@
 //   g (N,F) = x·Wg [+ b]   u (N,F) = x·Wu [+ b]   a (N,F) = act(g) ∘ u   y (N,C) = a·Wd [+ b]
 // backward: da = dy·Wdᵀ;  dg = da ∘ u ∘ act'(g);  du = da ∘ act(g);  dx = dg·Wgᵀ + du·Wuᵀ
 // Tensors "<prefix>.{gate,up,down}_proj.weight" (HF LLaMA names), bias-free unless asked.
-// g, u, a and the backward's temporaries live in the layer's cache.
+// g, u and a live in the layer's cache, the backward's da (then dg) in its workspace, one for every
+// instance of a model (scratch::get).
 
 #include <cmath>
 #include <string>
@@ -43,15 +44,21 @@ inline void gate_value_grad(double x, double& f, double& df) noexcept {
 }
 }  // namespace detail
 
+// gated_feed_forward's temporary (every instance shares one): da, then dg in place (N,F).
+struct gated_feed_forward_workspace {
+  buffer da;
+  std::size_t bytes() const noexcept { return da.bytes(); }
+};
+
 template <class T = float, sparsity_type Sparsity = dense, gate_activation A = gate_activation::silu>
 class gated_feed_forward {
  public:
+  using workspace = gated_feed_forward_workspace;
   using linear_type = linear<T, Sparsity>;
   static constexpr gate_activation activation = A;
   struct cache {
     typename linear_type::cache gate_c, up_c, down_c;
-    buffer g, u, a;  // (N,F) each
-    buffer da;       // (N,F) backward: da, then dg in place; u's buffer takes du
+    buffer g, u, a;  // (N,F) each; backward: u's buffer takes du
   };
 
   gated_feed_forward() = default;
@@ -96,7 +103,7 @@ class gated_feed_forward {
   void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
                 bool accumulate_dx = false) const {
     const std::size_t N = dy.rows;
-    auto da = c.da.matrix(N, f_);
+    auto da = s.tmp->get<workspace>().da.matrix(N, f_);
     down_.backward(s, dy, da, c.down_c);
     auto g = c.g.matrix(N, f_), u = c.u.matrix(N, f_);
     parallel_for(0, N, [&](std::size_t r) {

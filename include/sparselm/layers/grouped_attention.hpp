@@ -13,7 +13,8 @@
 // backward: the heads' K, V gradients are summed over each group, Q and K rotated back (−angle).
 // Tensors "<prefix>.{q,k,v,o}_proj.weight" (HF LLaMA names; stored (in, out) like every linear).
 // forward_cached keeps G·D keys and values per position in the kv_cache (kv_width()).
-// The layer keeps its buffers (forward's and backward's) in its cache, not in the shared scratch.
+// The layer keeps what backward reads in its cache and its backward's temporaries (datt, dqkv) in
+// its workspace, one for every instance of a model (scratch::get).
 
 #include <cmath>
 #include <cstdint>
@@ -31,9 +32,17 @@
 
 namespace sparselm {
 
+// grouped_query_attention's temporaries (every instance shares one): the gradients of the heads'
+// output (N,HD) and of the attention kernel's qkv (N,3HD).
+struct grouped_attention_workspace {
+  buffer datt, dqkv;
+  std::size_t bytes() const noexcept { return buffers_bytes(datt, dqkv); }
+};
+
 template <class T = float, sparsity_type Sparsity = dense>
 class grouped_query_attention {
  public:
+  using workspace = grouped_attention_workspace;
   using linear_type = linear<T, Sparsity>;
   static constexpr kernels::attention_mask mask = kernels::attention_mask::causal;
   struct cache {
@@ -42,7 +51,6 @@ class grouped_query_attention {
     buffer qkv;          // (N,3HD) the attention kernel's input
     buffer att, lse;     // (N,HD), (B·H·T)
     buffer rope;         // (T,D) cos | sin of the pass's positions
-    buffer datt, dqkv;   // backward: (N,HD), (N,3HD)
   };
 
   grouped_query_attention() = default;
@@ -104,9 +112,10 @@ class grouped_query_attention {
   void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
                 bool accumulate_dx = false) const {
     const std::size_t N = dy.rows, HD = h_ * d_, GD = g_ * d_, rep = h_ / g_;
-    auto datt = c.datt.matrix(N, HD);
+    auto& w = s.tmp->get<workspace>();
+    auto datt = w.datt.matrix(N, HD);
     o_.backward(s, dy, datt, c.o_c);
-    auto dqkv = c.dqkv.matrix(N, 3 * HD);
+    auto dqkv = w.dqkv.matrix(N, 3 * HD);
     kernels::attention_backward(const_matrix_view<float>(datt), const_matrix_view<float>(c.qkv.matrix(N, 3 * HD)),
                                 const_matrix_view<float>(c.att.matrix(N, HD)), c.lse.get(s.batch * h_ * s.seq), dqkv,
                                 shape(s), mask, scale(), s.lengths, dropout(s), s.compute);

@@ -60,6 +60,13 @@ struct loss_stats {
 
 class tied_lm_head {
  public:
+  // The temporaries of forward_backward (scratch::get): a chunk's logits (rows,V) and its rows'
+  // cross-entropy (rows).
+  struct workspace {
+    buffer logits, ce;
+    std::size_t bytes() const noexcept { return buffers_bytes(logits, ce); }
+  };
+
   tied_lm_head() = default;
   // embedding: the (V,C) tensor whose transpose is the output projection; bias: optional (V).
   tied_lm_head(param_ref embedding, std::size_t vocab, std::size_t channels, std::optional<param_ref> bias = {},
@@ -87,10 +94,11 @@ class tied_lm_head {
     const bool grad = dx.rows > 0;
     const auto E = s.pm(e_.index);
     loss_stats st;
-    std::span<float> ce = s.tmp->get(slot_head_ce, std::min(N, chunk_));
+    auto& ws = s.tmp->get<workspace>();
+    std::span<float> ce = ws.ce.get(std::min(N, chunk_));
     for (std::size_t r0 = 0; r0 < N; r0 += chunk_) {
       const std::size_t R = std::min(chunk_, N - r0);
-      auto logits = s.tmp->matrix(slot_head, R, v_);
+      auto logits = ws.logits.matrix(R, v_);
       auto xr = x.rows_slice(r0, R);
       kernels::gemm_as(s.compute, kernels::trans::n, kernels::trans::t, 1.0f, xr, E, 0.0f, logits,
                        b_ ? s.p(b_->index).data() : nullptr);

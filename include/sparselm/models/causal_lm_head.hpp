@@ -38,10 +38,18 @@ struct causal_lm_head_options {
   std::string untied_name;            // non-empty: the head's own (V, width) table under this name, not the embedding's
 };
 
+// causal_lm_head's temporary (every instance shares one, scratch::get): without a bottleneck, the
+// gradient w.r.t. the final norm's output (N,C).
+struct causal_lm_head_workspace {
+  buffer dz;
+  std::size_t bytes() const noexcept { return dz.bytes(); }
+};
+
 template <class T = float, sparsity_type Sparsity = dense, kernels::gelu_kind Act = kernels::gelu_kind::tanh,
           class Norm = layer_norm>
 class causal_lm_head {
  public:
+  using workspace = causal_lm_head_workspace;
   using bottleneck_type = dense_gelu_norm<T, Sparsity, Act>;
   struct cache {
     lm_loss_targets targets;  // the scored targets and weights of the batch
@@ -93,7 +101,7 @@ class causal_lm_head {
     auto z = features(s, x, c);
     const token_batch& lb = c.targets.apply(o_.loss, b);
     const bool grad = dx.rows > 0;
-    auto dz = grad ? (o_.bottleneck ? c.dz.matrix(N, E) : s.tmp->matrix(slot_head_x, N, E)) : matrix_view<float>{};
+    auto dz = grad ? (o_.bottleneck ? c.dz.matrix(N, E) : s.tmp->get<workspace>().dz.matrix(N, E)) : matrix_view<float>{};
     loss_stats st = tied_.forward_backward(s, z, lb.targets, lb.weights, grad_scale, dz, ce);
     c.targets.finish(st);
     if (!grad) return st;

@@ -3,7 +3,7 @@
 // step and a predicted step time, computed from the model's config and the run's settings without
 // building the model (a GPT-3-sized plan costs nothing).
 //
-//   model_shape m = model_shape_of(gpt_cfg);                    // or sparse_lm / bert configs
+//   model_shape m = model_shape_of(gpt_cfg);       // or sparse_lm, bert, llama configs (train/model_shape.hpp)
 //   run_plan p = make_run_plan(m, plan_inputs_of(settings, seq_len, processes));
 //   p.measure_rates();                                            // the host's GEMM (and BSR) rate
 //   std::fputs(p.describe().c_str(), stderr);  std::puts(p.to_json().dump().c_str());
@@ -17,8 +17,9 @@
 //                          feed_forward, the heads, the embeddings), per micro-batch in flight:
 //                          every block's cache (recompute none) or one (blocks), the residual
 //                          streams (models/stack.hpp), fp32 or bf16 copies as the precision keeps them
-//   scratch                the model's temporaries (layers/context.hpp scratch slots; one pool per
-//                          pipeline stage), the GEMM packing buffers per thread
+//   scratch                the model's temporaries (each layer type's workspace in the scratch pool,
+//                          core/step_context.hpp; one pool per pipeline stage), the GEMM packing
+//                          buffers per thread
 // Every buffer of a step is grow-only, so the sum is the steady state, which a run reaches in its
 // first step; the check (examples/check_plan.sh) compares it with measured peak RSS.
 
@@ -40,121 +41,12 @@
 #include "sparselm/kernels/bsr.hpp"
 #include "sparselm/kernels/bsr_bf16.hpp"
 #include "sparselm/kernels/gemm_bf16.hpp"
-#include "sparselm/models/bert.hpp"
-#include "sparselm/models/gpt.hpp"
-#include "sparselm/models/sparse_lm.hpp"
 #include "sparselm/policies/pipeline.hpp"
 #include "sparselm/sparse/init.hpp"
+#include "sparselm/train/model_shape.hpp"
 #include "sparselm/train/run_settings.hpp"
 
 namespace sparselm {
-
-// --- the model's shape -----------------------------------------------------------------------------
-
-// One linear layer: weight (in, out) [+ bias]; `sparse`: block-sparse when the run's projections are.
-struct projection_shape {
-  std::string name;
-  std::size_t in = 0, out = 0;
-  bool bias = true, sparse = false;
-  std::size_t rows_per_seq = 0;  // heads reading some rows of each sequence (0: every row)
-};
-
-enum class head_kind { causal_lm, bert_pretraining, classification, span };
-
-// What a plan needs of a model: its sizes, its linear layers and its other parameters.
-struct model_shape {
-  std::string family;
-  std::size_t layers = 0, width = 0, heads = 0, head_dim = 0, ff = 0, vocab = 0, positions = 0;
-  bool post_ln = false, causal = true;
-  head_kind head = head_kind::causal_lm;
-  std::size_t embed_width = 0;      // S1: the factorised embedding and head bottleneck width E (0: none)
-  bool embed_gelu = false;          // S1: GELU after the embedding up-projection
-  std::size_t mlm_per_seq = 0;      // BERT pre-training: masked positions per sequence
-  double attention_density = 1.0;   // static block-sparse attention (S1): fraction of score blocks
-  std::vector<projection_shape> projections;
-  std::size_t other_parameters = 0;  // embeddings, norms, logit biases
-  std::size_t tensors = 0;           // arena tensors (64-byte alignment)
-
-  std::size_t hd() const noexcept { return heads * head_dim; }
-};
-
-namespace detail {
-inline void add_blocks(model_shape& m, const std::string& prefix, bool qkv_bias, bool proj_bias) {
-  const std::size_t C = m.width, HD = m.hd(), F = m.ff;
-  for (std::size_t l = 0; l < m.layers; ++l) {
-    const std::string p = prefix + std::to_string(l);
-    m.projections.push_back({p + ".attn.c_attn.weight", C, 3 * HD, qkv_bias, true});
-    m.projections.push_back({p + ".attn.c_proj.weight", HD, C, proj_bias, true});
-    m.projections.push_back({p + ".mlp.c_fc.weight", C, F, true, true});
-    m.projections.push_back({p + ".mlp.c_proj.weight", F, C, true, true});
-    m.other_parameters += 4 * C;  // two norms
-    m.tensors += 10 + (qkv_bias ? 1 : 0) + (proj_bias ? 1 : 0);  // norms 4, weights 4, mlp biases 2
-  }
-}
-}  // namespace detail
-
-inline model_shape model_shape_of(const gpt_config& c) {
-  model_shape m{.family = "gpt", .layers = c.n_layer, .width = c.n_embd, .heads = c.n_head,
-                .head_dim = c.head_dim(), .ff = c.hidden(), .vocab = c.vocab_size, .positions = c.n_positions};
-  m.other_parameters = (c.vocab_size + c.n_positions) * c.n_embd + 2 * c.n_embd;  // wte, wpe, ln_f
-  m.tensors = 4;
-  detail::add_blocks(m, "h.", true, true);
-  return m;
-}
-
-inline model_shape model_shape_of(const sparse_lm_config& c) {
-  const std::size_t E = c.embedding_length, H = c.hidden_length;
-  model_shape m{.family = "sparse_lm", .layers = c.layers, .width = H, .heads = c.attention_heads,
-                .head_dim = c.qkv_length, .ff = c.ff_length, .vocab = c.vocab_size, .positions = c.sequence_length};
-  m.embed_width = E;
-  m.embed_gelu = c.embedding_gelu;
-  if (c.block_sparse_attention) m.attention_density = std::min(1.0, c.block_sparse_attention->density);
-  // lut, three embedding norms (token, position, input), ln_f, the head's norm, logit bias
-  m.other_parameters = c.vocab_size * E + 3 * 2 * E + 2 * H + 2 * E + (c.projection_bias ? c.vocab_size : 0);
-  m.tensors = 1 + 6 + 2 + 2 + (c.projection_bias ? 1 : 0);
-  m.projections.push_back({"embedding.up.weight", E, H, true, true});
-  detail::add_blocks(m, "h.", c.attention_bias, c.attention_bias);
-  m.projections.push_back({"head.down.weight", H, E, true, true});
-  m.tensors += 4;
-  return m;
-}
-
-// BERT with one of its heads: pre-training (mlm_per_seq masked positions per sequence), sequence
-// classification (labels) or SQuAD spans.
-inline model_shape model_shape_of(const bert_config& c, head_kind head, std::size_t mlm_per_seq = 0,
-                                  std::size_t labels = 2) {
-  const std::size_t C = c.hidden_size;
-  model_shape m{.family = "bert", .layers = c.num_hidden_layers, .width = C, .heads = c.num_attention_heads,
-                .head_dim = c.head_dim(), .ff = c.intermediate_size, .vocab = c.vocab_size,
-                .positions = c.max_position_embeddings, .post_ln = true, .causal = false, .head = head};
-  m.mlm_per_seq = mlm_per_seq;
-  m.other_parameters = (c.vocab_size + c.max_position_embeddings + c.type_vocab_size) * C + 2 * C;
-  m.tensors = 5;
-  detail::add_blocks(m, "encoder.layer.", true, true);
-  auto dense_head = [&](std::string name, std::size_t in, std::size_t out, std::size_t rows_per_seq) {
-    m.projections.push_back({std::move(name), in, out, true, false, rows_per_seq});
-    m.tensors += 2;
-  };
-  switch (head) {
-    case head_kind::bert_pretraining:
-      dense_head("cls.predictions.transform.dense.weight", C, C, mlm_per_seq);
-      dense_head("pooler.dense.weight", C, C, 1);
-      dense_head("cls.seq_relationship.weight", C, 2, 1);
-      m.other_parameters += 2 * C + c.vocab_size;  // transform norm, decoder bias
-      m.tensors += 3;
-      break;
-    case head_kind::classification:
-      dense_head("pooler.dense.weight", C, C, 1);
-      dense_head("classifier.weight", C, labels, 1);
-      break;
-    case head_kind::span:
-      m.projections.push_back({"qa_outputs.weight", C, 2, true, false});
-      m.tensors += 2;
-      break;
-    case head_kind::causal_lm: break;
-  }
-  return m;
-}
 
 // --- the run ---------------------------------------------------------------------------------------
 
@@ -262,6 +154,7 @@ struct run_plan {
     auto gib = [](double b) { return b / double(1 << 30); };
     json j = {{"dry_run", true},
               {"family", model.family},
+              {"kv_heads", model.kv_heads ? model.kv_heads : model.heads},
               {"parameters", parameters},
               {"stored_parameters", stored_parameters},
               {"memory_bytes",
@@ -303,10 +196,12 @@ struct run_plan {
       std::snprintf(line, sizeof line, fmt, a...);
       o += line;
     };
-    put("plan: %s, %zu layers, width %zu, %zu heads, ff %zu, vocab %zu; batch %zu x seq %zu, %zu micro-batch(es) "
+    const std::string kv = model.kv_heads && model.kv_heads != model.heads
+                               ? " (" + std::to_string(model.kv_heads) + " key/value)" : std::string();
+    put("plan: %s, %zu layers, width %zu, %zu heads%s, ff %zu, vocab %zu; batch %zu x seq %zu, %zu micro-batch(es) "
         "per step, %zu process(es), %zu thread(s)\n",
-        model.family.c_str(), model.layers, model.width, model.heads, model.ff, model.vocab, in.batch, in.seq,
-        in.accumulation, in.processes, in.threads);
+        model.family.c_str(), model.layers, model.width, model.heads, kv.c_str(), model.ff, model.vocab, in.batch,
+        in.seq, in.accumulation, in.processes, in.threads);
     put("  parameters        %.4g (stored %.4g%s)\n", parameters, stored_parameters,
         in.block ? (", block-sparse B = " + std::to_string(in.block)).c_str() : "");
     put("  precision %s, recompute %s, pipeline stages %zu (%s), optimiser %s with %zu-byte slots%s\n",
@@ -494,9 +389,14 @@ inline run_plan make_run_plan(const model_shape& m, const plan_inputs& in) {
   const bool dense_compact = in.compute == dtype::bf16 && in.bf16_activations;
   const bool sparse_bf16 = in.compute == dtype::bf16 && in.block != 1 && in.block != 0 &&
                            (kernels::bsr_bf16_pays() || (in.block == 16 && kernels::bsr_bf16_amx_chosen()));
-  const bool compact = in.block ? (in.bf16_activations && sparse_bf16) : dense_compact;
-  const double lse = double(Bt * m.heads * T) * f, stats = 4.0 * double(N) * f;
-  const double fp32_cache = 3.0 * N * C * f + 4.0 * N * HD * f + 2.0 * N * F * f + lse + stats;
+  const bool compact = !m.llama_parts && (in.block ? (in.bf16_activations && sparse_bf16) : dense_compact);
+  const double lse = double(Bt * m.heads * T) * f, stats = (m.llama_parts ? 2.0 : 4.0) * double(N) * f;
+  // LLaMA's parts (no bf16 copies: their projections keep views of the block's fp32 buffers): the
+  // attention's q, k, v, qkv, heads' output and rotary table; the gated feed-forward's g, u, a.
+  const double fp32_cache = m.llama_parts
+      ? 3.0 * N * C * f + double(N) * double(5 * HD + 2 * m.gd()) * f + double(T * m.head_dim) * f +
+            3.0 * N * F * f + lse + stats
+      : 3.0 * N * C * f + 4.0 * N * HD * f + 2.0 * N * F * f + lse + stats;
   double compact_cache = 0;
   if (m.post_ln)  // t1, x1, t2 stay fp32; qkv, the heads' output, h and a in bf16
     compact_cache = 3.0 * N * C * f + 4.0 * N * HD * 2 + 2.0 * N * F * 2 + lse + stats;
@@ -518,7 +418,8 @@ inline run_plan make_run_plan(const model_shape& m, const plan_inputs& in) {
   if (E) emb = 4.0 * N * E * f + (m.embed_gelu ? double(N * C) * f : 0.0) + 6.0 * N * f;
   switch (m.head) {
     case head_kind::causal_lm:
-      head = double(N * C) * f + 2.0 * N * f + double(N) * 8;  // ln_f's output, stats, targets and weights
+      // the final norm's output and statistics (RMSNorm: one per row), targets and weights
+      head = double(N * C) * f + (m.llama_parts ? 1.0 : 2.0) * N * f + double(N) * 8;
       if (E) head += double(N * C) * f + 4.0 * N * E * f;      // S1: dxf, the bottleneck's z, dz, h, a
       break;
     case head_kind::bert_pretraining: head = 6.0 * double(Bt * m.mlm_per_seq * C) * f; break;
@@ -532,7 +433,9 @@ inline run_plan make_run_plan(const model_shape& m, const plan_inputs& in) {
                   (compact && !every_cache_fp32 && in.evaluation ? fp32_extra : 0.0) +
                   (S > 1 ? double(in.accumulation * N * C) * f : 0.0);  // staged: the embedding's dx per micro-batch
 
-  // Scratch: the block's temporaries per pool (one per stage on threads), the head's once.
+  // Scratch: the workspaces (scratch::get) of the block and its parts per pool (one per stage on
+  // threads: the block's branch and norm gradients, the attention's heads' output and qkv gradients,
+  // the feed-forward's hidden gradient; LLaMA's parts the same sizes), the head's once.
   const double block_tmp = (m.post_ln ? 3.0 : 2.0) * N * C * f + double(N * F) * f + 4.0 * N * HD * f;
   double head_tmp = 0;
   const std::size_t chunk = 1024;
@@ -565,7 +468,7 @@ inline run_plan make_run_plan(const model_shape& m, const plan_inputs& in) {
   double block_dense = 0, block_sparse = 0;
   for (std::size_t i = 0; i < m.projections.size(); ++i) {
     const auto& q = m.projections[i];
-    if (q.name.find(".attn.") == std::string::npos && q.name.find(".mlp.") == std::string::npos) continue;
+    if (!q.in_block) continue;
     const double kept = nnz[i] ? double(nnz[i]) * double(in.block * in.block) : double(q.in) * double(q.out);
     (nnz[i] ? block_sparse : block_dense) += 2.0 * double(N) * kept;
   }
