@@ -6,8 +6,8 @@
 // sums only. Compare `mpirun -np 2 ... --threads 1` with one process `--threads 2` on the same
 // cores (docs/design/distribution.md, "Tensor parallelism").
 //
-//   mpirun -np 2 --bind-to none ./build/benchmarks/tensor_parallel --config configs/gpt2-small.json \
-//       --batch 4 --seq 128 --steps 6 --threads 1
+//   mpirun -np 2 --bind-to none ./build/benchmarks/tensor_parallel --config configs/gpt2-small.json
+//       --batch 4 --seq 128 --steps 6 --threads 1                      (one command)
 //   ./build/benchmarks/tensor_parallel --config configs/gpt2-small.json --batch 4 --seq 128 --steps 6 --threads 2
 //
 // --block B (16) with --sparsity s runs the block-sparse model (B = 16) instead of the dense one.

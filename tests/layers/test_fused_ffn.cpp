@@ -88,10 +88,12 @@ void fused_against_unfused(std::size_t N, std::size_t C, double sparsity, input_
     CHECK_FALSE(cp.fused);
     f.backward(sp, {dy.data(), N, C}, {dxp.data(), N, C}, cp, accumulate);
   }
-  // The same tiles in the same order: y and dx agree to the last bits (a tolerance for FMA
-  // contraction differences between the two code paths); gradients sum rows in other chunks.
+  // The same tiles in the same order: y and dx agree to the last bits, up to FMA contraction
+  // differences between the two code paths (compiled apart: the fused kernel in sparselm::kernels).
+  // dx sums 4C products through gelu', where a one-ulp difference per term reaches ~1.3e-6 (B = 16,
+  // measured), hence its wider tolerance; gradients sum rows in other chunks.
   check_same(yf, yp, 1e-6, "y");
-  check_same(dxf, dxp, 1e-6, "dx");
+  check_same(dxf, dxp, 4e-6, "dx");
   for (const char* name : {"mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"})
     check_same(g_fused.at(name), g_plain.at(name), 1e-5, name);
 }

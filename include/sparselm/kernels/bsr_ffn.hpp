@@ -251,3 +251,40 @@ void bsr_ffn_backward(const_matrix_view<float> X, const_matrix_view<float> dY, c
 }
 
 }  // namespace sparselm::kernels
+
+// The fused feed-forward for the block sizes it serves on the compiled ISA (B a multiple of the
+// SIMD width: 16 with AVX-512, 8 and 16 with AVX2), both activations.
+// Precompiled instances (docs/design/architecture.md, "Precompiled kernels"): defined once in sparselm::kernels
+// (src/kernels_bsr.cpp), declared extern where that library is linked.
+#if defined(SPARSELM_INSTANTIATE_BSR) || defined(SPARSELM_PRECOMPILED_KERNELS)
+#ifdef SPARSELM_INSTANTIATE_BSR
+#define SPARSELM_INSTANCE template
+#else
+#define SPARSELM_INSTANCE extern template
+#endif
+#if XSIMD_WITH_AVX512F
+#define SPARSELM_FOR_EACH_FFN_BLOCK_SIZE(X) X(16)
+#elif XSIMD_WITH_AVX
+#define SPARSELM_FOR_EACH_FFN_BLOCK_SIZE(X) X(8) X(16)
+#else
+#define SPARSELM_FOR_EACH_FFN_BLOCK_SIZE(X) X(4) X(8) X(16)
+#endif
+namespace sparselm::kernels {
+// the list above is the block sizes bsr_ffn_fuses names for native_arch, no more and no fewer
+#define SPARSELM_FFN_COUNT(B) +1
+static_assert(int(bsr_ffn_fuses<4>) + int(bsr_ffn_fuses<8>) + int(bsr_ffn_fuses<16>) ==
+              0 SPARSELM_FOR_EACH_FFN_BLOCK_SIZE(SPARSELM_FFN_COUNT));
+#undef SPARSELM_FFN_COUNT
+#define SPARSELM_FFN_INSTANCES_ACT(B, A)                                                                   \
+  static_assert(bsr_ffn_fuses<B>);                                                                         \
+  SPARSELM_INSTANCE decltype(bsr_ffn_forward<B, A, native_arch>) bsr_ffn_forward<B, A, native_arch>;       \
+  SPARSELM_INSTANCE decltype(bsr_ffn_backward<B, A, native_arch>) bsr_ffn_backward<B, A, native_arch>;
+#define SPARSELM_FFN_INSTANCES(B) \
+  SPARSELM_FFN_INSTANCES_ACT(B, gelu_kind::tanh) SPARSELM_FFN_INSTANCES_ACT(B, gelu_kind::erf)
+SPARSELM_FOR_EACH_FFN_BLOCK_SIZE(SPARSELM_FFN_INSTANCES)
+#undef SPARSELM_FFN_INSTANCES
+#undef SPARSELM_FFN_INSTANCES_ACT
+}  // namespace sparselm::kernels
+#undef SPARSELM_FOR_EACH_FFN_BLOCK_SIZE
+#undef SPARSELM_INSTANCE
+#endif

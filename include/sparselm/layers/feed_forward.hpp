@@ -170,8 +170,8 @@ class feed_forward {
     with_block_of<Sparsity>(fc_.block_size(), [&]<std::size_t B>() {
       if constexpr (kernels::bsr_ffn_fuses<B>) {
         float* h = c.kept_h ? c.h.get(kernels::bsr_ffn_hidden_size<B>(x.rows, f_)).data() : nullptr;
-        kernels::bsr_ffn_forward<B, Act>(c.x, fc_.state().pattern, s.p(fc_.weight().index).data(), bias_of(s, fc_),
-                                         proj_.state().pattern, s.p(proj_.weight().index).data(), bias_of(s, proj_), y,
+        kernels::bsr_ffn_forward<B, Act>(c.x, fc_.state().pattern, s.p(fc_.weight().index).data(), fc_.bias_data(s),
+                                         proj_.state().pattern, s.p(proj_.weight().index).data(), proj_.bias_data(s), y,
                                          h);
       }
     });
@@ -187,16 +187,12 @@ class feed_forward {
     with_block_of<Sparsity>(fc_.block_size(), [&]<std::size_t B>() {
       if constexpr (kernels::bsr_ffn_fuses<B>)
         kernels::bsr_ffn_backward<B, Act>(
-            c.x, dy, fc_.state().pattern, s.p(fc_.weight().index).data(), bias_of(s, fc_), proj_.state().pattern,
+            c.x, dy, fc_.state().pattern, s.p(fc_.weight().index).data(), fc_.bias_data(s), proj_.state().pattern,
             s.p(proj_.weight().index).data(), accumulate_dx ? 1.0f : 0.0f, dx, s.g(fc_.weight().index).data(),
             fc_.has_bias() ? s.g(fc_.bias().index).data() : nullptr, s.g(proj_.weight().index).data(),
             c.kept_h ? c.h.get(kernels::bsr_ffn_hidden_size<B>(dy.rows, f_)).data() : nullptr);
     });
     if (proj_.has_bias()) kernels::add_column_sums(dy, s.g(proj_.bias().index));
-  }
-
-  static const float* bias_of(const step_context& s, const linear_type& l) {
-    return l.has_bias() && !l.bias_deferred() ? s.p(l.bias().index).data() : nullptr;
   }
 
   std::size_t f_ = 0;

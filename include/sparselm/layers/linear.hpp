@@ -216,10 +216,12 @@ class linear<T, dense> : public detail::linear_split {
     if (has_bias_) kernels::add_column_sums(dy, s.g(b_.index));
   }
 
- private:
+  // The bias the forward adds (null without one, or while it is deferred to the caller).
   const float* bias_data(const step_context& s) const {
     return has_bias_ && !bias_deferred() ? s.p(b_.index).data() : nullptr;
   }
+
+ private:
 
   std::size_t in_ = 0, out_ = 0;
   bool has_bias_ = false;

@@ -224,10 +224,12 @@ class linear<T, block_sparse<B>> : public detail::linear_split {
     sparse::pattern_to_dense("linear '" + w_.name + "'", state_->pattern, params[w_.index], out);
   }
 
- private:
+  // The bias the forward adds (null without one, or while it is deferred to the caller).
   const float* bias_data(const step_context& s) const {
     return has_bias_ && !bias_deferred() ? s.p(b_.index).data() : nullptr;
   }
+
+ private:
   // f.template operator()<K>() with K this layer's block size (B, or the plan's under runtime_block).
   template <class F>
   decltype(auto) with_block(F&& f) const {

@@ -24,7 +24,7 @@ auto must_be(T want, std::string why) {
     if (v == want) return std::string();
     auto show = [](const T& x) {
       if constexpr (std::is_same_v<T, bool>) return std::string(x ? "true" : "false");
-      else return "'" + std::string(x) + "'";
+      else return std::string("'").append(x).append("'");  // (GCC 12 -O3 warns falsely on "'" + std::string(x))
     };
     return "must be " + show(want) + " (" + why + "), got " + show(v);
   };

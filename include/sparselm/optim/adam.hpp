@@ -112,49 +112,55 @@ class basic_adam : public detail::slot_optimizer<S, 2> {
   // One update with learning rate `lr`; gradients are multiplied by `grad_scale` first (fold
   // loss-scale removal, gradient averaging and the global-norm clip factor in here).
   template <class Arch = native_arch>
-  void step(arena<float>& params, const arena<float>& grads, float lr, float grad_scale = 1.0f) {
-    this->check_step(params, grads, lr, grad_scale);
-    const std::size_t t = ++this->step_;
-    const detail::bias_correction bc(cfg_.bias_correction, cfg_.beta1, cfg_.beta2, t);
-    const detail::adam_math am(cfg_.beta1, cfg_.beta2, cfg_.eps, bc, grad_scale);
-    const float wd = Config::has_weight_decay ? float(cfg_.weight_decay) : 0.0f;
-
-    // the limits of the values written: params (float), m, v (as S stores them)
-    const float lw = detail::storable_limit<float>(), lm = detail::storable_limit<S>(),
-                lv = detail::storable_limit<S, detail::store_sqrt_v<S>>();
-    std::atomic<bool> nonfinite{false};
-    float* w = params.all().data();
-    const float* g = grads.all().data();
-    const auto& segs = this->segments_;
-    this->update_segments(params, grads, [&](std::size_t k) {
-      const detail::segment& sg = segs[k];
-      const float decay = (sg.flags & param_no_decay) ? 0.0f : wd;
-      float* ws = w + sg.begin;
-      const float* gs = g + sg.begin;
-      detail::finite_watch<Arch> watch;
-      detail::with_slots<S, 2, true, sqrt_mask>(sg.size(), this->slot_ptrs(sg.begin),
-                                                [&](std::size_t off, std::size_t len, auto s) {
-                                                  detail::lanes<Arch>(
-                                                      len,
-                                                      [&](auto& wv, auto& gv, auto& m, auto& v) {
-                                                        am.moments(gv, m, v);
-                                                        using V = std::remove_cvref_t<decltype(wv)>;
-                                                        wv = wv - V(lr) * am.direction(wv, m, v, decay);
-                                                        watch.check(wv, lw);
-                                                        watch.check(m, lm);
-                                                        watch.check(v, lv);
-                                                      },
-                                                      ws + off, gs + off, s[0], s[1]);
-                                                });
-      if (!watch.ok()) nonfinite.store(true, std::memory_order_relaxed);
-    });
-    this->wrote_nonfinite_ = nonfinite.load();
-  }
+  void step(arena<float>& params, const arena<float>& grads, float lr, float grad_scale = 1.0f);
 
  private:
   static constexpr std::size_t sqrt_mask = detail::store_sqrt_v<S> ? 2 : 0;  // slot 1 (v) as sqrt(v)
   Config cfg_;
 };
+
+// Defined out of line so that sparselm::kernels can hold its native-ISA instances (the end of
+// this header): a target linking the library calls those instead of compiling its own.
+template <storage_type S, class Config>
+template <class Arch>
+void basic_adam<S, Config>::step(arena<float>& params, const arena<float>& grads, float lr, float grad_scale) {
+  this->check_step(params, grads, lr, grad_scale);
+  const std::size_t t = ++this->step_;
+  const detail::bias_correction bc(cfg_.bias_correction, cfg_.beta1, cfg_.beta2, t);
+  const detail::adam_math am(cfg_.beta1, cfg_.beta2, cfg_.eps, bc, grad_scale);
+  const float wd = Config::has_weight_decay ? float(cfg_.weight_decay) : 0.0f;
+
+  // the limits of the values written: params (float), m, v (as S stores them)
+  const float lw = detail::storable_limit<float>(), lm = detail::storable_limit<S>(),
+              lv = detail::storable_limit<S, detail::store_sqrt_v<S>>();
+  std::atomic<bool> nonfinite{false};
+  float* w = params.all().data();
+  const float* g = grads.all().data();
+  const auto& segs = this->segments_;
+  this->update_segments(params, grads, [&](std::size_t k) {
+    const detail::segment& sg = segs[k];
+    const float decay = (sg.flags & param_no_decay) ? 0.0f : wd;
+    float* ws = w + sg.begin;
+    const float* gs = g + sg.begin;
+    detail::finite_watch<Arch> watch;
+    detail::with_slots<S, 2, true, sqrt_mask>(sg.size(), this->slot_ptrs(sg.begin),
+                                              [&](std::size_t off, std::size_t len, auto s) {
+                                                detail::lanes<Arch>(
+                                                    len,
+                                                    [&](auto& wv, auto& gv, auto& m, auto& v) {
+                                                      am.moments(gv, m, v);
+                                                      using V = std::remove_cvref_t<decltype(wv)>;
+                                                      wv = wv - V(lr) * am.direction(wv, m, v, decay);
+                                                      watch.check(wv, lw);
+                                                      watch.check(m, lm);
+                                                      watch.check(v, lv);
+                                                    },
+                                                    ws + off, gs + off, s[0], s[1]);
+                                              });
+    if (!watch.ok()) nonfinite.store(true, std::memory_order_relaxed);
+  });
+  this->wrote_nonfinite_ = nonfinite.load();
+}
 
 template <storage_type S = float>
 using adamw = basic_adam<S, adamw_config>;
@@ -164,3 +170,22 @@ using adam = basic_adam<S, adam_config>;
 static_assert(sharded_optimizer<adamw<>> && sharded_optimizer<adam<bf16>>);
 
 }  // namespace sparselm::optim
+
+// The native-ISA updates (docs/design/architecture.md, "Precompiled kernels"): defined once in
+// sparselm::kernels (src/kernels_optim.cpp), declared extern where that library is linked.
+#if defined(SPARSELM_INSTANTIATE_OPTIM) || defined(SPARSELM_PRECOMPILED_KERNELS)
+#ifdef SPARSELM_INSTANTIATE_OPTIM
+#define SPARSELM_INSTANCE template
+#else
+#define SPARSELM_INSTANCE extern template
+#endif
+namespace sparselm::optim {
+SPARSELM_INSTANCE void basic_adam<float, adamw_config>::step<native_arch>(arena<float>&, const arena<float>&, float, float);
+SPARSELM_INSTANCE void basic_adam<bf16, adamw_config>::step<native_arch>(arena<float>&, const arena<float>&, float, float);
+SPARSELM_INSTANCE void basic_adam<half, adamw_config>::step<native_arch>(arena<float>&, const arena<float>&, float, float);
+SPARSELM_INSTANCE void basic_adam<float, adam_config>::step<native_arch>(arena<float>&, const arena<float>&, float, float);
+SPARSELM_INSTANCE void basic_adam<bf16, adam_config>::step<native_arch>(arena<float>&, const arena<float>&, float, float);
+SPARSELM_INSTANCE void basic_adam<half, adam_config>::step<native_arch>(arena<float>&, const arena<float>&, float, float);
+}  // namespace sparselm::optim
+#undef SPARSELM_INSTANCE
+#endif

@@ -62,110 +62,7 @@ class lamb : public detail::slot_optimizer<S, 2> {
 
   // One update; gradients are multiplied by `grad_scale` first.
   template <class Arch = native_arch>
-  void step(arena<float>& params, const arena<float>& grads, float lr, float grad_scale = 1.0f) {
-    this->check_step(params, grads, lr, grad_scale);
-    const std::size_t t = ++this->step_;
-    const detail::bias_correction bc(cfg_.bias_correction, cfg_.beta1, cfg_.beta2, t);
-    const detail::adam_math am(cfg_.beta1, cfg_.beta2, cfg_.eps, bc, grad_scale);
-    const auto& segs = this->segments_;
-    const auto& layout = *this->layout_;
-    float* w = params.all().data();
-    const float* g = grads.all().data();
-    auto decay_of = [&](const detail::segment& sg) {
-      return (sg.flags & param_no_decay) ? 0.0f : float(cfg_.weight_decay);
-    };
-    auto trusted = [](const detail::segment& sg) { return (sg.flags & param_no_trust) == 0; };
-    // the limits of the values written: params (float), m, v (as S stores them)
-    const float lw = detail::storable_limit<float>(), lm = detail::storable_limit<S>(),
-                lv = detail::storable_limit<S, detail::store_sqrt_v<S>>();
-    std::atomic<bool> nonfinite{false};
-
-    // Pass 1: moments, norms; param_no_trust tensors are updated here.
-    w2_.assign(segs.size(), 0.0);
-    u2_.assign(segs.size(), 0.0);
-    this->update_segments(params, grads, [&](std::size_t k) {
-      const detail::segment& sg = segs[k];
-      const float decay = decay_of(sg);
-      float* ws = w + sg.begin;
-      const float* gs = g + sg.begin;
-      detail::square_sum<Arch> acc_w, acc_u;
-      detail::finite_watch<Arch> watch;
-      detail::with_slots<S, 2, true, sqrt_mask>(
-          sg.size(), this->slot_ptrs(sg.begin), [&](std::size_t off, std::size_t len, auto s) {
-            detail::lanes<Arch>(
-                len,
-                [&](auto& gv, auto& m, auto& v) {
-                  am.moments(gv, m, v);
-                  watch.check(m, lm);
-                  watch.check(v, lv);
-                },
-                gs + off, s[0], s[1]);
-            detail::round_trip<S>(s[0], len);
-            detail::round_trip<S, detail::store_sqrt_v<S>>(s[1], len);
-            const float* m = s[0];
-            const float* v = s[1];
-            if (trusted(sg)) {
-              detail::lanes<Arch>(
-                  len,
-                  [&](auto& wv, auto& mv, auto& vv) {
-                    acc_w.add(wv);
-                    acc_u.add(am.direction(wv, mv, vv, decay));
-                  },
-                  static_cast<const float*>(ws + off), m, v);
-              acc_w.flush();
-              acc_u.flush();
-            } else {
-              detail::lanes<Arch>(
-                  len,
-                  [&](auto& wv, auto& mv, auto& vv) {
-                    using V = std::remove_cvref_t<decltype(wv)>;
-                    wv = wv - V(lr) * am.direction(wv, mv, vv, decay);
-                    watch.check(wv, lw);
-                  },
-                  ws + off, m, v);
-            }
-          });
-      if (!watch.ok()) nonfinite.store(true, std::memory_order_relaxed);
-      w2_[k] = acc_w.total;
-      u2_[k] = acc_u.total;
-    });
-
-    // Per-tensor trust ratios (segment partials added in order).
-    std::vector<double> tw(layout.count(), 0.0), tu(layout.count(), 0.0);
-    for (std::size_t k = 0; k < segs.size(); ++k) {
-      tw[segs[k].tensor] += w2_[k];
-      tu[segs[k].tensor] += u2_[k];
-    }
-    ratio_.assign(layout.count(), 1.0f);
-    for (const auto& sg : segs) {
-      if (!trusted(sg)) continue;
-      double nw = std::sqrt(tw[sg.tensor]), nu = std::sqrt(tu[sg.tensor]);
-      ratio_[sg.tensor] = (nw > 0 && nu > 0) ? float(nw / nu) : 1.0f;
-    }
-
-    // Pass 2: w −= lr·r·u on trusted tensors, u recomputed from the stored moments.
-    this->update_segments(params, grads, [&](std::size_t k) {
-      const detail::segment& sg = segs[k];
-      if (!trusted(sg)) return;
-      const float decay = decay_of(sg);
-      const float step_size = lr * ratio_[sg.tensor];
-      float* ws = w + sg.begin;
-      detail::finite_watch<Arch> watch;
-      detail::with_slots<S, 2, false, sqrt_mask>(
-          sg.size(), this->slot_ptrs(sg.begin), [&](std::size_t off, std::size_t len, auto s) {
-            detail::lanes<Arch>(
-                len,
-                [&](auto& wv, auto& mv, auto& vv) {
-                  using V = std::remove_cvref_t<decltype(wv)>;
-                  wv = wv - V(step_size) * am.direction(wv, mv, vv, decay);
-                  watch.check(wv, lw);
-                },
-                ws + off, static_cast<const float*>(s[0]), static_cast<const float*>(s[1]));
-          });
-      if (!watch.ok()) nonfinite.store(true, std::memory_order_relaxed);
-    });
-    this->wrote_nonfinite_ = nonfinite.load();
-  }
+  void step(arena<float>& params, const arena<float>& grads, float lr, float grad_scale = 1.0f);
 
  private:
   static constexpr std::size_t sqrt_mask = detail::store_sqrt_v<S> ? 2 : 0;  // slot 1 (v) as sqrt(v)
@@ -174,6 +71,131 @@ class lamb : public detail::slot_optimizer<S, 2> {
   std::vector<float> ratio_;
 };
 
+// Defined out of line so that sparselm::kernels can hold its native-ISA instances (the end of
+// this header): a target linking the library calls those instead of compiling its own.
+template <storage_type S>
+template <class Arch>
+void lamb<S>::step(arena<float>& params, const arena<float>& grads, float lr, float grad_scale) {
+  this->check_step(params, grads, lr, grad_scale);
+  const std::size_t t = ++this->step_;
+  const detail::bias_correction bc(cfg_.bias_correction, cfg_.beta1, cfg_.beta2, t);
+  const detail::adam_math am(cfg_.beta1, cfg_.beta2, cfg_.eps, bc, grad_scale);
+  const auto& segs = this->segments_;
+  const auto& layout = *this->layout_;
+  float* w = params.all().data();
+  const float* g = grads.all().data();
+  auto decay_of = [&](const detail::segment& sg) {
+    return (sg.flags & param_no_decay) ? 0.0f : float(cfg_.weight_decay);
+  };
+  auto trusted = [](const detail::segment& sg) { return (sg.flags & param_no_trust) == 0; };
+  // the limits of the values written: params (float), m, v (as S stores them)
+  const float lw = detail::storable_limit<float>(), lm = detail::storable_limit<S>(),
+              lv = detail::storable_limit<S, detail::store_sqrt_v<S>>();
+  std::atomic<bool> nonfinite{false};
+
+  // Pass 1: moments, norms; param_no_trust tensors are updated here.
+  w2_.assign(segs.size(), 0.0);
+  u2_.assign(segs.size(), 0.0);
+  this->update_segments(params, grads, [&](std::size_t k) {
+    const detail::segment& sg = segs[k];
+    const float decay = decay_of(sg);
+    float* ws = w + sg.begin;
+    const float* gs = g + sg.begin;
+    detail::square_sum<Arch> acc_w, acc_u;
+    detail::finite_watch<Arch> watch;
+    detail::with_slots<S, 2, true, sqrt_mask>(
+        sg.size(), this->slot_ptrs(sg.begin), [&](std::size_t off, std::size_t len, auto s) {
+          detail::lanes<Arch>(
+              len,
+              [&](auto& gv, auto& m, auto& v) {
+                am.moments(gv, m, v);
+                watch.check(m, lm);
+                watch.check(v, lv);
+              },
+              gs + off, s[0], s[1]);
+          detail::round_trip<S>(s[0], len);
+          detail::round_trip<S, detail::store_sqrt_v<S>>(s[1], len);
+          const float* m = s[0];
+          const float* v = s[1];
+          if (trusted(sg)) {
+            detail::lanes<Arch>(
+                len,
+                [&](auto& wv, auto& mv, auto& vv) {
+                  acc_w.add(wv);
+                  acc_u.add(am.direction(wv, mv, vv, decay));
+                },
+                static_cast<const float*>(ws + off), m, v);
+            acc_w.flush();
+            acc_u.flush();
+          } else {
+            detail::lanes<Arch>(
+                len,
+                [&](auto& wv, auto& mv, auto& vv) {
+                  using V = std::remove_cvref_t<decltype(wv)>;
+                  wv = wv - V(lr) * am.direction(wv, mv, vv, decay);
+                  watch.check(wv, lw);
+                },
+                ws + off, m, v);
+          }
+        });
+    if (!watch.ok()) nonfinite.store(true, std::memory_order_relaxed);
+    w2_[k] = acc_w.total;
+    u2_[k] = acc_u.total;
+  });
+
+  // Per-tensor trust ratios (segment partials added in order).
+  std::vector<double> tw(layout.count(), 0.0), tu(layout.count(), 0.0);
+  for (std::size_t k = 0; k < segs.size(); ++k) {
+    tw[segs[k].tensor] += w2_[k];
+    tu[segs[k].tensor] += u2_[k];
+  }
+  ratio_.assign(layout.count(), 1.0f);
+  for (const auto& sg : segs) {
+    if (!trusted(sg)) continue;
+    double nw = std::sqrt(tw[sg.tensor]), nu = std::sqrt(tu[sg.tensor]);
+    ratio_[sg.tensor] = (nw > 0 && nu > 0) ? float(nw / nu) : 1.0f;
+  }
+
+  // Pass 2: w −= lr·r·u on trusted tensors, u recomputed from the stored moments.
+  this->update_segments(params, grads, [&](std::size_t k) {
+    const detail::segment& sg = segs[k];
+    if (!trusted(sg)) return;
+    const float decay = decay_of(sg);
+    const float step_size = lr * ratio_[sg.tensor];
+    float* ws = w + sg.begin;
+    detail::finite_watch<Arch> watch;
+    detail::with_slots<S, 2, false, sqrt_mask>(
+        sg.size(), this->slot_ptrs(sg.begin), [&](std::size_t off, std::size_t len, auto s) {
+          detail::lanes<Arch>(
+              len,
+              [&](auto& wv, auto& mv, auto& vv) {
+                using V = std::remove_cvref_t<decltype(wv)>;
+                wv = wv - V(step_size) * am.direction(wv, mv, vv, decay);
+                watch.check(wv, lw);
+              },
+              ws + off, static_cast<const float*>(s[0]), static_cast<const float*>(s[1]));
+        });
+    if (!watch.ok()) nonfinite.store(true, std::memory_order_relaxed);
+  });
+  this->wrote_nonfinite_ = nonfinite.load();
+}
+
 static_assert(sharded_optimizer<lamb<>> && sharded_optimizer<lamb<bf16>>);
 
 }  // namespace sparselm::optim
+
+// The native-ISA updates (docs/design/architecture.md, "Precompiled kernels"): defined once in
+// sparselm::kernels (src/kernels_optim.cpp), declared extern where that library is linked.
+#if defined(SPARSELM_INSTANTIATE_OPTIM) || defined(SPARSELM_PRECOMPILED_KERNELS)
+#ifdef SPARSELM_INSTANTIATE_OPTIM
+#define SPARSELM_INSTANCE template
+#else
+#define SPARSELM_INSTANCE extern template
+#endif
+namespace sparselm::optim {
+SPARSELM_INSTANCE void lamb<float>::step<native_arch>(arena<float>&, const arena<float>&, float, float);
+SPARSELM_INSTANCE void lamb<bf16>::step<native_arch>(arena<float>&, const arena<float>&, float, float);
+SPARSELM_INSTANCE void lamb<half>::step<native_arch>(arena<float>&, const arena<float>&, float, float);
+}  // namespace sparselm::optim
+#undef SPARSELM_INSTANCE
+#endif

@@ -71,64 +71,86 @@ class sgd : public detail::slot_optimizer<S, 1> {
 
   // One update; gradients are multiplied by `grad_scale` first.
   template <class Arch = native_arch>
-  void step(arena<float>& params, const arena<float>& grads, float lr, float grad_scale = 1.0f) {
-    this->check_step(params, grads, lr, grad_scale);
-    ++this->step_;
-    const float mu = float(cfg_.momentum);
-    const bool nesterov = cfg_.nesterov;
-    // the limits of the values written: params (float), momentum (as S stores it)
-    const float lw = detail::storable_limit<float>(), lb = detail::storable_limit<S>();
-    std::atomic<bool> nonfinite{false};
-    float* w = params.all().data();
-    const float* g = grads.all().data();
-    const auto& segs = this->segments_;
-    this->update_segments(params, grads, [&](std::size_t k) {
-      const detail::segment& sg = segs[k];
-      detail::finite_watch<Arch> watch;
-      auto report = [&] {
-        if (!watch.ok()) nonfinite.store(true, std::memory_order_relaxed);
-      };
-      const float decay = (sg.flags & param_no_decay) ? 0.0f : float(cfg_.weight_decay);
-      float* ws = w + sg.begin;
-      const float* gs = g + sg.begin;
-      auto grad = [&](auto& wv, auto& gv) {
-        using V = std::remove_cvref_t<decltype(wv)>;
-        return gv * V(grad_scale) + V(decay) * wv;
-      };
-      if (mu == 0.0f) {
-        detail::lanes<Arch>(
-            sg.size(),
-            [&](auto& wv, auto& gv) {
-              using V = std::remove_cvref_t<decltype(wv)>;
-              wv = wv - V(lr) * grad(wv, gv);
-              watch.check(wv, lw);
-            },
-            ws, gs);
-        report();
-        return;
-      }
-      detail::with_slots<S, 1>(sg.size(), this->slot_ptrs(sg.begin), [&](std::size_t off, std::size_t len, auto s) {
-        detail::lanes<Arch>(
-            len,
-            [&](auto& wv, auto& gv, auto& b) {
-              using V = std::remove_cvref_t<decltype(wv)>;
-              V d = grad(wv, gv);
-              b = V(mu) * b + d;
-              wv = wv - V(lr) * (nesterov ? d + V(mu) * b : b);
-              watch.check(wv, lw);
-              watch.check(b, lb);
-            },
-            ws + off, gs + off, s[0]);
-      });
-      report();
-    });
-    this->wrote_nonfinite_ = nonfinite.load();
-  }
+  void step(arena<float>& params, const arena<float>& grads, float lr, float grad_scale = 1.0f);
 
  private:
   sgd_config cfg_;
 };
 
+// Defined out of line so that sparselm::kernels can hold its native-ISA instances (the end of
+// this header): a target linking the library calls those instead of compiling its own.
+template <storage_type S>
+template <class Arch>
+void sgd<S>::step(arena<float>& params, const arena<float>& grads, float lr, float grad_scale) {
+  this->check_step(params, grads, lr, grad_scale);
+  ++this->step_;
+  const float mu = float(cfg_.momentum);
+  const bool nesterov = cfg_.nesterov;
+  // the limits of the values written: params (float), momentum (as S stores it)
+  const float lw = detail::storable_limit<float>(), lb = detail::storable_limit<S>();
+  std::atomic<bool> nonfinite{false};
+  float* w = params.all().data();
+  const float* g = grads.all().data();
+  const auto& segs = this->segments_;
+  this->update_segments(params, grads, [&](std::size_t k) {
+    const detail::segment& sg = segs[k];
+    detail::finite_watch<Arch> watch;
+    auto report = [&] {
+      if (!watch.ok()) nonfinite.store(true, std::memory_order_relaxed);
+    };
+    const float decay = (sg.flags & param_no_decay) ? 0.0f : float(cfg_.weight_decay);
+    float* ws = w + sg.begin;
+    const float* gs = g + sg.begin;
+    auto grad = [&](auto& wv, auto& gv) {
+      using V = std::remove_cvref_t<decltype(wv)>;
+      return gv * V(grad_scale) + V(decay) * wv;
+    };
+    if (mu == 0.0f) {
+      detail::lanes<Arch>(
+          sg.size(),
+          [&](auto& wv, auto& gv) {
+            using V = std::remove_cvref_t<decltype(wv)>;
+            wv = wv - V(lr) * grad(wv, gv);
+            watch.check(wv, lw);
+          },
+          ws, gs);
+      report();
+      return;
+    }
+    detail::with_slots<S, 1>(sg.size(), this->slot_ptrs(sg.begin), [&](std::size_t off, std::size_t len, auto s) {
+      detail::lanes<Arch>(
+          len,
+          [&](auto& wv, auto& gv, auto& b) {
+            using V = std::remove_cvref_t<decltype(wv)>;
+            V d = grad(wv, gv);
+            b = V(mu) * b + d;
+            wv = wv - V(lr) * (nesterov ? d + V(mu) * b : b);
+            watch.check(wv, lw);
+            watch.check(b, lb);
+          },
+          ws + off, gs + off, s[0]);
+    });
+    report();
+  });
+  this->wrote_nonfinite_ = nonfinite.load();
+}
+
 static_assert(sharded_optimizer<sgd<>> && sharded_optimizer<sgd<half>>);
 
 }  // namespace sparselm::optim
+
+// The native-ISA updates (docs/design/architecture.md, "Precompiled kernels"): defined once in
+// sparselm::kernels (src/kernels_optim.cpp), declared extern where that library is linked.
+#if defined(SPARSELM_INSTANTIATE_OPTIM) || defined(SPARSELM_PRECOMPILED_KERNELS)
+#ifdef SPARSELM_INSTANTIATE_OPTIM
+#define SPARSELM_INSTANCE template
+#else
+#define SPARSELM_INSTANCE extern template
+#endif
+namespace sparselm::optim {
+SPARSELM_INSTANCE void sgd<float>::step<native_arch>(arena<float>&, const arena<float>&, float, float);
+SPARSELM_INSTANCE void sgd<bf16>::step<native_arch>(arena<float>&, const arena<float>&, float, float);
+SPARSELM_INSTANCE void sgd<half>::step<native_arch>(arena<float>&, const arena<float>&, float, float);
+}  // namespace sparselm::optim
+#undef SPARSELM_INSTANCE
+#endif
