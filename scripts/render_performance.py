@@ -61,10 +61,17 @@ def host_label(kind, lines):
     text += f"; FMA peak measured in these runs: {peak}." if peak else "."
     loads = [ln["load"] for ln in lines if ln.get("load") is not None]
     if loads:
-        busy = max(loads) >= 0.5 * (h.get("cpus") or 1)
+        cpus = h.get("cpus") or 1
+        # above the CPU count something besides the benchmark was running; between half and the CPU
+        # count the load may be the same sequence's previous benchmark (its threads count for a minute)
+        if max(loads) > cpus + 0.5:
+            note = " (measured under load: other work shared the CPUs)"
+        elif max(loads) >= 0.5 * cpus:
+            note = " (busy the minute before: other work, or the previous benchmark of the same sequence)"
+        else:
+            note = ""
         span = f"{min(loads):.1f}" if f"{min(loads):.1f}" == f"{max(loads):.1f}" else f"{min(loads):.1f}–{max(loads):.1f}"
-        text += (f" 1-minute load average when they started: {span}"
-                 f"{' (measured under load: other work shared the CPUs)' if busy else ''}.")
+        text += f" 1-minute load average when they started: {span}{note}."
     return text
 
 
