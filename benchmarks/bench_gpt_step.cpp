@@ -37,15 +37,18 @@
 #include "common/results.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/models/gpt.hpp"
+#include "sparselm/train/precompiled.hpp"
 #include "sparselm/train/registry.hpp"
 #include "sparselm/train/trainer.hpp"
 
 using namespace sparselm;
 
-template <class Model, class Recompute>
+// The trainer is the default one (trainer<Model>: AdamW, recompute chosen at run time), so the dense
+// GPT's comes precompiled from sparselm::models (train/precompiled.hpp) like a downstream user's.
+template <class Model>
 void run(const std::string& config, std::size_t block, std::size_t B, std::size_t T, std::size_t steps, std::size_t warmup, int threads,
          double sparsity, dtype compute, bool bf16_activations, std::size_t M, const pipeline::plan& pipe,
-         const bench::results& out, bool fusion_paired) {
+         const bench::results& out, bool fusion_paired, bool recompute_blocks) {
   set_num_threads(threads);
   auto cfg = gpt_config::from_json(read_json_file(config), config);
   Model model(cfg, sparse_plan{.sparsity = sparsity, .block = block});
@@ -57,12 +60,10 @@ void run(const std::string& config, std::size_t block, std::size_t B, std::size_
   o.bf16_activations = bf16_activations;
   o.accumulation = optim::grad_accumulation(json{{"steps", M}});
   o.pipeline = pipe;
+  o.recompute = recompute_blocks ? recompute::blocks::name : recompute::none::name;
   SPARSELM_CHECK(M >= 1 && B % M == 0, "bench_gpt_step: --batch ", B, " is not a multiple of --micro-batches ", M);
   const std::size_t rows = B / M;
-  struct policies : default_policies {
-    using recompute = Recompute;
-  };
-  trainer<Model, policies> t(model, o, optim::adamw<>(json{{"weight_decay", 0.01}, {"eps", 1e-8}}),
+  trainer<Model> t(model, o, optim::adamw<>(json{{"weight_decay", 0.01}, {"eps", 1e-8}}),
                              optim::schedule(optim::constant_schedule(1e-4f)));
   std::vector<std::int32_t> ids(B * (T + 1));
   counter_rng rng(1);
@@ -131,14 +132,14 @@ void run(const std::string& config, std::size_t block, std::size_t B, std::size_
       "\"pipeline_stages\": %zu, \"pipeline_schedule\": \"%s\", \"split\": %s, \"predicted_bubble\": %.4f, "
       "\"measured_bubble\": %.4f, \"bf16_activations\": %s, \"flop_ceiling\": %.3f}\n",
       std::string(precision::name(compute)).c_str(), Model::sparsity::is_sparse ? sparsity : 0.0, block, B, T, threads,
-      std::string_view(Recompute::name) == "blocks" ? "true" : "false", med, tps, tps * flops_per_token / 1e9, peak,
+      recompute_blocks ? "true" : "false", med, tps, tps * flops_per_token / 1e9, peak,
       tps * flops_per_token / 1e9 / peak, bf16_peak, double(ru.ru_maxrss) / 1024.0, loss, M, pipe.stages,
       pipeline::name(pipe.schedule), split.c_str(), pipe.stages > 1 ? pipeline::predicted_bubble(pipe.stages, M) : 0.0,
       pipe.stages > 1 ? bubbles[bubbles.size() / 2] : 0.0, bf16_activations ? "true" : "false",
       dense_flops_per_token / flops_per_token);
   out.add({{"config", config.substr(config.find_last_of('/') + 1)}, {"batch", B}, {"seq", T},
            {"precision", std::string(precision::name(compute))}, {"block", block},
-           {"sparsity", Model::sparsity::is_sparse ? sparsity : 0.0}, {"recompute", std::string(Recompute::name)},
+           {"sparsity", Model::sparsity::is_sparse ? sparsity : 0.0}, {"recompute", o.recompute},
            {"micro_batches", M}, {"pipeline_stages", pipe.stages}, {"bf16_activations", bf16_activations}},
           {{"tokens_per_second", tps}, {"step_seconds", med}, {"mfu", tps * flops_per_token / 1e9 / peak},
            {"model_gflops_per_s", tps * flops_per_token / 1e9}, {"peak_rss_mb", double(ru.ru_maxrss) / 1024.0},
@@ -205,10 +206,8 @@ int main(int argc, char** argv) {
     const dtype compute = precision::parse(precision_name, "bench_gpt_step: --precision");
     pipe.schedule = pipeline::parse_order(schedule, "bench_gpt_step: --pipeline-schedule");
     registry::with_sparsity(block, [&]<class Sparsity>() {
-      registry::with_recompute(recompute_blocks ? "blocks" : "none", [&]<class Recompute>() {
-        run<gpt<float, Sparsity>, Recompute>(config, block, B, T, steps, warmup, threads, sparsity, compute, bf16_activations,
-                                             micro, pipe, out, fusion_paired);
-      });
+      run<gpt<float, Sparsity>>(config, block, B, T, steps, warmup, threads, sparsity, compute, bf16_activations, micro,
+                                pipe, out, fusion_paired, recompute_blocks);
     });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gpt_step: %s\n", e.what());
