@@ -64,7 +64,7 @@ void run(const std::string& config, std::size_t block, std::size_t B, std::size_
   SPARSELM_CHECK(M >= 1 && B % M == 0, "bench_gpt_step: --batch ", B, " is not a multiple of --micro-batches ", M);
   const std::size_t rows = B / M;
   trainer<Model> t(model, o, optim::adamw<>(json{{"weight_decay", 0.01}, {"eps", 1e-8}}),
-                             optim::schedule(optim::constant_schedule(1e-4f)));
+                   optim::schedule(optim::constant_schedule(1e-4f)));
   std::vector<std::int32_t> ids(B * (T + 1));
   counter_rng rng(1);
   std::vector<double> times, bubbles, unfused_times, ratios;
