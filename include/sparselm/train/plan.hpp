@@ -24,7 +24,6 @@
 // first step; the check (examples/check_plan.sh) compares it with measured peak RSS.
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
@@ -34,16 +33,13 @@
 
 #include "sparselm/core/dtype.hpp"
 #include "sparselm/core/json.hpp"
-#include "sparselm/core/rng.hpp"
 #include "sparselm/core/memory_usage.hpp"
-#include "sparselm/core/tensor.hpp"
 #include "sparselm/core/threads.hpp"
-#include "sparselm/kernels/bsr.hpp"
 #include "sparselm/kernels/bsr_bf16.hpp"
-#include "sparselm/kernels/gemm_bf16.hpp"
 #include "sparselm/policies/pipeline.hpp"
 #include "sparselm/sparse/init.hpp"
 #include "sparselm/train/model_shape.hpp"
+#include "sparselm/train/plan_rates.hpp"
 #include "sparselm/train/run_settings.hpp"
 
 namespace sparselm {
@@ -131,7 +127,7 @@ struct run_plan {
     return t / (1.0 - bubble);
   }
 
-  // Times the library's own kernels at the model's sizes (shrunk to at most 4M elements per matrix
+  // Times the library's own kernels (train/plan_rates.hpp) at the model's sizes (shrunk to at most 4M elements per matrix
   // and 4 GFLOP per call; about 0.2 s each): a dense layer's forward and backward products (NN, NT,
   // TN) in the run's compute type at the feed-forward's shape (every row of a micro-batch) and at
   // the LM head's (a 1024-row chunk against the vocabulary), and with block-sparse projections the
@@ -139,15 +135,15 @@ struct run_plan {
   void measure_rates(double seconds = 0.2) {
     const std::size_t N = in.batch * in.seq;
     std::size_t m = std::min<std::size_t>(N, 4096), k = model.width, n = std::max(model.ff, 3 * model.hd());
-    fit(m, k, n);
-    dense_rate = time_linear(m, k, n, seconds);
+    plan_rates::fit(m, k, n);
+    dense_rate = plan_rates::linear(in.compute, m, k, n, seconds);
     if (head_flops > 0) {
       std::size_t hm = std::min<std::size_t>(N, 1024), hk = model.embed_width ? model.embed_width : model.width,
                   hn = model.vocab;
-      fit(hm, hk, hn);
-      head_rate = time_linear(hm, hk, hn, seconds);
+      plan_rates::fit(hm, hk, hn);
+      head_rate = plan_rates::linear(in.compute, hm, hk, hn, seconds);
     }
-    if (in.block > 0 && sparse_flops > 0) sparse_rate = time_bsr(m, k, n, seconds);
+    if (in.block > 0 && sparse_flops > 0) sparse_rate = plan_rates::block_sparse(in.compute, in.block, in.sparsity, m, k, n, seconds);
   }
 
   json to_json() const {
@@ -238,78 +234,6 @@ struct run_plan {
     return o;
   }
 
- private:
-  template <class F>
-  static double timed_rate(double flops_per_call, double seconds, F&& call) {
-    call();  // warm-up: packing buffers, threads
-    using clock = std::chrono::steady_clock;
-    const auto t0 = clock::now();
-    std::size_t calls = 0;
-    double elapsed = 0;
-    do {
-      call();
-      ++calls;
-      elapsed = std::chrono::duration<double>(clock::now() - t0).count();
-    } while (elapsed < seconds || calls < 2);
-    return flops_per_call * double(calls) / elapsed;
-  }
-  // Halves the largest of a product's sizes (not below 64) until its matrices and FLOPs are modest.
-  static void fit(std::size_t& m, std::size_t& k, std::size_t& n) {
-    const double cap = double(1 << 22);
-    auto big = [&] {
-      return double(m) * double(k) > cap || double(k) * double(n) > cap || double(m) * double(n) > cap ||
-             6.0 * double(m) * double(k) * double(n) > 4e9;
-    };
-    m = std::max<std::size_t>(m, 64), k = std::max<std::size_t>(k, 64), n = std::max<std::size_t>(n, 64);
-    while (big() && std::max({m, k, n}) > 64) {
-      std::size_t& d = m >= k && m >= n ? m : (n >= k ? n : k);
-      d = std::max<std::size_t>(64, d / 2);
-    }
-  }
-  // y = x·W, dx = dy·Wᵀ, dW += xᵀ·dy for x (m,k), W (k,n).
-  double time_linear(std::size_t m, std::size_t k, std::size_t n, double seconds) const {
-    aligned_vector<float> x(m * k), w(k * n), y(m * n), dx(m * k), dw(k * n);
-    counter_rng rng(7);
-    rng.fill_normal(std::span<float>(x.data(), x.size()), 1, 0.0f, 1.0f);
-    rng.fill_normal(std::span<float>(w.data(), w.size()), 2, 0.0f, 1.0f);
-    std::fill(dw.begin(), dw.end(), 0.0f);
-    const_matrix_view<float> X{x.data(), m, k}, W{w.data(), k, n}, Y{y.data(), m, n};
-    using kernels::trans;
-    return timed_rate(6.0 * double(m * k * n), seconds, [&] {
-      kernels::gemm_as(in.compute, trans::n, trans::n, 1.0f, X, W, 0.0f, matrix_view<float>{y.data(), m, n});
-      kernels::gemm_as(in.compute, trans::n, trans::t, 1.0f, Y, W, 0.0f, matrix_view<float>{dx.data(), m, k});
-      kernels::gemm_as(in.compute, trans::t, trans::n, 1.0f, X, Y, 1.0f, matrix_view<float>{dw.data(), k, n});
-    });
-  }
-  double time_bsr(std::size_t m, std::size_t k, std::size_t n, double seconds) const {
-    const std::size_t B = in.block;
-    k = k / B * B;
-    n = n / B * B;
-    const std::size_t nnz = std::max<std::size_t>(1, sparse::nnz_blocks("plan", k, n, B, in.sparsity));
-    counter_rng rng(11);
-    const auto p = sparse::random_pattern("plan", k, n, B, nnz, rng, 3);
-    aligned_vector<float> x(m * k), w(nnz * B * B), y(m * n);
-    rng.fill_normal(std::span<float>(x.data(), x.size()), 1, 0.0f, 1.0f);
-    rng.fill_normal(std::span<float>(w.data(), w.size()), 2, 0.0f, 1.0f);
-    const_matrix_view<float> X{x.data(), m, k};
-    matrix_view<float> Y{y.data(), m, n};
-    const bool bf16 = in.compute == dtype::bf16 && B != 1 &&
-                      (kernels::bsr_bf16_pays() || (B == 16 && kernels::bsr_bf16_amx_chosen()));
-    const double flops = 2.0 * double(m * nnz * B * B);
-    return timed_rate(flops, seconds, [&] {
-      auto run = [&]<std::size_t Bk>() {
-        if constexpr (Bk != 1)
-          if (bf16) return kernels::bsr_matmul_bf16<Bk>(X, p, w.data(), 0.0f, Y);
-        kernels::bsr_matmul<Bk>(X, p, w.data(), 0.0f, Y);
-      };
-      switch (B) {
-        case 1: return run.template operator()<1>();
-        case 4: return run.template operator()<4>();
-        case 8: return run.template operator()<8>();
-        default: return run.template operator()<16>();
-      }
-    });
-  }
 };
 
 // The plan of a run of model m under the inputs (no measurement: measure_rates() adds the rates).
