@@ -2,6 +2,8 @@
 # The main job's script, short (scripts/main_job.sh: what ./scripts/run.sh runs after the set-up and
 # the build): a fresh run of 12 steps into a new OUT, then the same command with STEPS=16, which
 # must resume from step 12. Checks the summary, the validation line, the curves and the sample.
+# Each evaluation reads 4 batches of the validation split (EVAL_BATCHES=4; the main job reads all of it,
+# about 80 batches, which would be most of this test's time).
 #   check_main_job.sh BUILD_DIR SOURCE_DIR WORK_DIR
 set -euo pipefail
 build=$1 src=$2 work=$3
@@ -9,7 +11,7 @@ rm -rf "$work"
 mkdir -p "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 run() {
-  env BUILD_DIR="$build" OUT="$work/run" DATA="$work/data" STEPS="$1" THREADS=2 "$src/scripts/main_job.sh" \
+  env BUILD_DIR="$build" OUT="$work/run" DATA="$work/data" STEPS="$1" THREADS=2 EVAL_BATCHES=4 "$src/scripts/main_job.sh" \
     > "$work/log$1" 2>&1 || { cat "$work/log$1"; fail "main_job.sh with STEPS=$1 exited non-zero"; }
 }
 summary() {  # field of the summary.json the script left in OUT

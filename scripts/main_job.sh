@@ -6,7 +6,8 @@
 #
 # Environment: BUILD_DIR (build; holds examples/encode_dataset, gpt_train, generate), OUT
 # (runs/gpt-mini), DATA (runs/data: the encoded token files), STEPS (the config's 600), THREADS (all
-# cores). Paths are relative to the repository's root.
+# cores), EVAL_BATCHES (the config's 0: the whole validation split). Paths are relative to the
+# repository's root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -23,6 +24,7 @@ mkdir -p "$out"
 args=(--config configs/gpt-mini-train.json --train "$data/train.tok" --valid "$data/valid.tok" --out "$out")
 [ -n "${STEPS:-}" ] && args+=(--steps "$STEPS" --warmup-steps $(( STEPS / 20 + 1 )))
 [ -n "${THREADS:-}" ] && args+=(--threads "$THREADS")
+[ -n "${EVAL_BATCHES:-}" ] && args+=(--eval-batches "$EVAL_BATCHES")
 if [ -f "$out/checkpoints/latest" ]; then
   echo "   ($out already has checkpoints: resuming that run)"
   args+=(--resume)

@@ -8,7 +8,8 @@
 #   STEPS=100 ./scripts/run.sh          # shorter
 #   ./scripts/run.sh                    # again: resumes (or just reports) the run in runs/gpt-mini
 #
-# Environment: BUILD_DIR (build), OUT (runs/gpt-mini), STEPS (the config's 600), THREADS (all cores).
+# Environment: BUILD_DIR (build), OUT (runs/gpt-mini), STEPS (the config's 600), THREADS (all cores),
+# EVAL_BATCHES (the whole validation split).
 # After the set-up and the build it runs scripts/main_job.sh, which does the rest (and is what the
 # examples.main_job ctest runs).
 set -euo pipefail
