@@ -18,12 +18,10 @@
 // checkpoint; --update-period N prunes and regrows its patterns while fine-tuning (docs/guide/bert.md,
 // "Fine-tuning programs"). Every option of the common schema applies (docs/reference/options.md).
 
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include "cli.hpp"
 #include "finetune_cli.hpp"
 #include "replicas.hpp"
 #include "sparselm/core/checked.hpp"

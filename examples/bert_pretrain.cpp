@@ -32,6 +32,7 @@
 #include "sparselm/train/bert_job.hpp"
 #include "sparselm/train/dynamic_sparsity.hpp"
 #include "sparselm/train/registry.hpp"
+#include "sparselm/train/run_settings.hpp"
 #include "sparselm/train/trainer.hpp"
 
 using namespace sparselm;

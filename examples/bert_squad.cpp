@@ -20,14 +20,12 @@
 // --predict-only scores the --init-from model (a bert_squad checkpoint or a HuggingFace QA
 // directory) on --predict without training.
 
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "cli.hpp"
 #include "finetune_cli.hpp"
 #include "replicas.hpp"
 #include "sparselm/core/checked.hpp"

@@ -36,7 +36,7 @@
 
 #include "sparselm/core/checked.hpp"
 #include "sparselm/core/program.hpp"
-#include "sparselm/train/run_settings.hpp"
+#include "sparselm/train/option_schema.hpp"
 
 namespace examples {
 
@@ -75,7 +75,7 @@ inline CLI::Validator at_most(std::uint64_t limit) {
                         "0.." + std::to_string(limit), "at_most");
 }
 
-// The flags of a training program, made from option tables (train/run_settings.hpp's
+// The flags of a training program, made from option tables (train/option_schema.hpp; run_settings.hpp's
 // common_options and the program's own): each flag writes its run-config key, so a flag, its key
 // in a run config and `--set key=value` are one setting.
 //
