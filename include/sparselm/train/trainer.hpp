@@ -18,7 +18,6 @@
 // step itself: train/trainer_step.hpp.
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
