@@ -4,7 +4,9 @@
 // rank's slice locally (initialisation is deterministic) assembled into the whole model
 // (models/tensor_shards.hpp). The group runs one forward and backward with the step's tensor_sum
 // over its ranks; the ranks' gradients are gathered and assembled, and compared with the whole
-// model's on the same rows, dense and block-sparse (B = 16, each slice with its own pattern).
+// model's on the same rows, dense and block-sparse (B = 16, each slice with its own pattern). The
+// assembled model's slices, taken back (take_slices, as a resume does), are each rank's own: values,
+// block patterns and slot order.
 //
 // With 2 ranks: one group of 2. With 4 ranks: a grid of 2 tensor-parallel groups (ranks 2g, 2g + 1)
 // x 2 data replicas, each replica on its own rows of the batch, its gradients summed over the data
@@ -119,11 +121,18 @@ void check_group(mpi_group& world, parallel::replica_group& tp, parallel::replic
   std::vector<const arena<float>*> shard_params;
   for (auto& s : slices) shard_ptrs.push_back(s.get()), shard_params.push_back(&s->params());
   assemble_shards<gpt<float, S>>(shard_ptrs, shard_params, whole, whole.params(), true);
-  if constexpr (!S::is_sparse) {  // and back: the whole model's slices are the ranks' own, bit for bit
+  {  // and back: the whole model's slices are the ranks' own, bit for bit, patterns and slot order included
     gpt<float, S> back(cfg, plan, parallel::tensor_split{tp.rank(), P});
+    back.init(7);  // another pattern and other values, which take_slices must replace
     take_slices(whole, whole.params(), back, back.params());
     expect(std::memcmp(back.params().all().data(), mine.params().all().data(), mine.params().all().size_bytes()) == 0,
            std::string(name) + ": take_slices of the assembled model is not the rank's slice");
+    const auto a = split_patterns(back), b = split_patterns(mine);
+    expect(a.size() == b.size(), std::string(name) + ": take_slices gave another number of split patterns");
+    for (std::size_t k = 0; k < a.size() && k < b.size(); ++k)
+      expect(a[k]->row == b[k]->row && a[k]->col == b[k]->col,
+             std::string(name) + ": take_slices gave pattern " + std::to_string(k) + " other blocks or another order");
+    if constexpr (S::is_sparse) expect(!a.empty(), std::string(name) + ": no split block-sparse weight to compare");
   }
 
   // The reference: the whole batch (R replicas' rows) in one process.
