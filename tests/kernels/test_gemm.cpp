@@ -253,3 +253,5 @@ TEST_CASE("gemm argument errors name the shapes") {
 }
 
 }  // namespace SPARSELM_UNITY_ID
+
+#undef SPARSELM_GEMM_ARCHS  // (a unity build compiles the next file in the same translation unit)

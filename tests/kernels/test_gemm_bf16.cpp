@@ -418,3 +418,5 @@ TEST_CASE("gemm_f16: operands beyond the half range become infinity; gemm_as dis
 }
 
 }  // namespace SPARSELM_UNITY_ID
+
+#undef SPARSELM_GEMM_ARCHS  // (a unity build compiles the next file in the same translation unit)
