@@ -9,7 +9,8 @@
 //
 // Every option of the common schema applies (train/run_settings.hpp; docs/reference/options.md):
 // --global-batch or --accumulation, any optimiser and schedule, --recompute, pipeline stages,
-// --precision, sharding; --block-size B --sparsity s makes the encoder's projections block-sparse,
+// --precision, sharding, --tensor-parallel N (under mpirun: every block split over N ranks);
+// --block-size B --sparsity s makes the encoder's projections block-sparse,
 // --update-period N (> 0) prunes and regrows them every N steps (--regrow rigl|random, --prune-ratio,
 // its cosine decay --prune-period). --init-from also takes a HuggingFace BERT directory; without
 // --model the model config is then the checkpoint's. Rerun with --resume to continue a run
@@ -29,10 +30,12 @@
 #include "sparselm/core/threads.hpp"
 #include "sparselm/data/bert_examples.hpp"
 #include "sparselm/models/bert.hpp"
+#include "sparselm/models/tensor_shards.hpp"
 #include "sparselm/train/bert_job.hpp"
 #include "sparselm/train/dynamic_sparsity.hpp"
 #include "sparselm/train/registry.hpp"
 #include "sparselm/train/run_settings.hpp"
+#include "sparselm/train/tensor_grid.hpp"
 #include "sparselm/train/trainer.hpp"
 
 using namespace sparselm;
@@ -81,7 +84,9 @@ int main(int argc, char** argv) {
         s.trainer.pipeline.where == pipeline::placement::ranks ? s.trainer.pipeline.stages : 1;
     std::optional<std::size_t> examples;
     if (s.epochs) examples = data::bert_example_file(o.train).size();
-    s.resolve(std::max<std::size_t>(1, replicas.group().size() / stages), examples);
+    // tensor-parallel ranks split one model: the data replicas are the groups
+    const std::size_t tp = std::max<std::size_t>(1, s.trainer.tensor_parallel);
+    s.resolve(std::max<std::size_t>(1, replicas.group().size() / (stages * tp)), examples);
     if (s.threads > 0) set_num_threads(int(s.threads));
     const auto model = examples::read_bert_model(s, cli.base());
     const bert_config& cfg = model.config;
@@ -103,6 +108,12 @@ int main(int argc, char** argv) {
     const auto& sp = s.sparsity;
     SPARSELM_CHECK(!sp.update || sp.block_size > 0, cli.context(),
                    ": field 'sparsity.update' (dynamic sparsity) needs block-sparse projections (sparsity.block_size)");
+    if (tp > 1) {  // what a split model cannot do yet; the ranks a multiple of the group, before any work
+      const std::string what = cli.context() + ": trainer.tensor_parallel (--tensor-parallel) " + std::to_string(tp) + ": ";
+      SPARSELM_CHECK(!cli.dry_run && s.memory_budget <= 0, what,
+                     "the plan (--dry-run, --memory-budget) has no model of a split model yet");
+      tensor_grid::split_of(replicas.group(), tp);
+    }
     if (cli.dry_run || s.memory_budget > 0) {
       const auto info = data::bert_example_file(o.train).info();
       if (auto rc = cli.plan_gate(model_shape_of(cfg, head_kind::bert_pretraining, info.max_predictions),
@@ -119,17 +130,25 @@ int main(int argc, char** argv) {
       using trainer_t = trainer<model_t, policies>;
       sparse_plan plan{.sparsity = sp.sparsity, .block = sp.block_size};
       if (sp.update) plan.pooling = block_pooling_of(sp.update->pooling);
+      // tensor parallelism: this rank's slice of every block (train/tensor_grid.hpp)
+      const parallel::tensor_split split = tensor_grid::split_of(replicas.group(), tp);
       if constexpr (S::is_sparse)
-        plan = allocate_plan(plan, sp.block_size, sp.allocation, [&](const sparse_plan& p) { model_t probe(cfg, p); });
-      model_t m(cfg, plan);
+        plan = allocate_plan(plan, sp.block_size, sp.allocation,
+                             [&](const sparse_plan& p) { model_t probe(cfg, p, split); });
+      model_t m(cfg, plan, split);
       m.init(s.seed);
+      if (!S::is_sparse && tp > 1) {  // a dense group starts from the weights one process initialises
+        model_t whole(cfg, plan);
+        whole.init(s.seed);
+        take_slices(whole, whole.params(), m, m.params());
+      }
       s.trainer.dropout_seed = s.seed + 1;
       trainer_t t(m, s.trainer, registry::any_optimizer(s.optimizer), optim::make_schedule(s.schedule));
       t.set_replicas(replicas.group());
       const bool rank0 = replicas.group().rank() == 0;
       std::optional<dynamic_sparsity<model_t, trainer_t>> ds;
       if constexpr (S::is_sparse)
-        if (sp.update) ds.emplace(m, t, *sp.update, s.seed + 7);
+        if (sp.update) ds.emplace(m, t, *sp.update, parallel::shard_seed(s.seed + 7, split));  // (tp: per rank)
       if (rank0)
         std::fprintf(stderr, "bert_pretrain: %zu parameters%s\n", m.num_parameters(),
                      S::is_sparse ? (sp.update ? ", block-sparse projections, dynamic" : ", block-sparse projections, static")

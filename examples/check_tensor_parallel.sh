@@ -10,9 +10,20 @@
 #    backward), bf16 products and 2 micro-batches against 1 process with the same options.
 # 3. Block-sparse GPT (B = 16): each slice has its own pattern (no one-process run has these
 #    blocks), so the grid (2 x 2, 2 rows each) is compared with the group of 2 (4 rows).
-# 4. Refusals, each before any step and naming the option: a rank count the group does not divide,
-#    checkpoints left on, pipeline stages, --shard-optimizer, pattern updates, and sparse_lm (a
-#    program that does not split its model).
+# 4. Checkpoints are the whole model's (train/tensor_checkpoint.hpp): the group saves at step 5 and
+#    resumes to step 10 with the losses of its uninterrupted run (1e-7); the same checkpoint resumed
+#    by one process, and a one-process checkpoint resumed by the group, continue with the losses of
+#    one process (1e-4); block-sparse, the grid's (4 ranks) checkpoint resumed by one process and by
+#    the group of 2 continues with the group's losses; --init-from under the group starts from the
+#    whole checkpoint's slices (losses of one process with --init-from); a one-process block-sparse
+#    checkpoint whose blocks do not split evenly is refused naming the weight, its files kept.
+# 5. Dynamic sparsity (RigL every 2 steps): each rank updates its own slices; the grid logs the
+#    group's losses and update totals (the data replicas of a slice make the same update), the
+#    totals keep the whole model's block count, and a run resumed from the group's step-5
+#    checkpoint logs the uninterrupted run's losses and explored fractions (1e-7: the explored maps
+#    are assembled for the save and sliced again on resume); one process continues it.
+# 6. Refusals, each before any step and naming the option: a rank count the group does not divide,
+#    pipeline stages, --shard-optimizer, and sparse_lm (a program that does not split its model).
 #
 # Tolerance: the group sums partial products in another order than one process's GEMMs (and the
 # replicas their rows' gradients): float rounding, ~1e-7 relative per step, grown by Adam's division
@@ -22,22 +33,13 @@ gpt=$1 s1=$2 encode=$3 src=$4 work=$5
 rm -rf "$work" && mkdir -p "$work"
 "$encode" --mode gpt -i "$src/data/corpus/valid" -o "$work/data.tok" --vocab "$src/data/gpt2" > /dev/null
 
-mpi_opts=(--oversubscribe --bind-to none)
-[ "$(id -u)" = 0 ] && mpi_opts+=(--allow-run-as-root)
-export OMP_NUM_THREADS=1
-
+prog=$gpt
+# shellcheck source=tensor_parallel_runs.sh
+source "$(dirname "$0")/tensor_parallel_runs.sh"
 args=(--config "$src/configs/gpt-mini-train.json" --train "$work/data.tok" --valid "$work/data.tok"
       --layers 2 --embd 64 --heads 4 --positions 32 --seq-len 32 --warmup-steps 3 --eval-every 5
       --eval-batches 2 --log-every 1 --dropout 0 --threads 1 --steps 10 --set schedule.total_steps=10
       --set checkpoints=false)
-run() {  # run NAME [mpirun ranks or 1] ARGS...
-  local name=$1 np=$2
-  shift 2
-  local cmd=("$gpt")
-  [ "$np" -gt 1 ] && cmd=(mpirun -np "$np" "${mpi_opts[@]}" "$gpt")
-  "${cmd[@]}" "${args[@]}" --out "$work/$name" "$@" > "$work/$name.json" 2> "$work/$name.err" ||
-    { cat "$work/$name.err" >&2; echo "FAIL: $name did not run" >&2; exit 1; }
-}
 run one 1 --batch-size 4
 run tp2 2 --batch-size 4 --tensor-parallel 2
 run grid 4 --batch-size 2 --tensor-parallel 2
@@ -46,28 +48,60 @@ run tp2-rb 2 --batch-size 4 --recompute blocks --precision bf16 --accumulation 2
 run sparse-tp2 2 --batch-size 4 --tensor-parallel 2 --block-size 16 --sparsity 0.5
 run sparse-grid 4 --batch-size 2 --tensor-parallel 2 --block-size 16 --sparsity 0.5
 
-/usr/bin/python3 - "$work" <<'PY'
-import json, sys
-w = sys.argv[1]
-def lines(run):
-    return [j for j in map(json.loads, open(f"{w}/{run}/metrics.jsonl")) if j.get("kind") in ("train", "eval")]
-fails = []
-def same_losses(a, b):
-    la, lb = lines(a), lines(b)
-    if not la or [(x["kind"], x["step"]) for x in la] != [(x["kind"], x["step"]) for x in lb]:
-        fails.append(f"{a} / {b}: the runs logged different steps"); return
-    worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(la, lb))
-    print(f"tensor_parallel: {b} against {a}: losses within {worst:.2e} (relative) over {len(la)} lines")
-    if worst > 1e-4: fails.append(f"{b} against {a}: losses differ by {worst:.2e} (relative)")
+# 4. checkpoints: a first half of 5 steps (the schedule is the 10-step runs'), then resumes
+ck=(--set checkpoints=true --steps 5)
+run tp2-half 2 --batch-size 4 --tensor-parallel 2 "${ck[@]}"
+run one-half 1 --batch-size 4 "${ck[@]}"
+run sparse-grid-half 4 --batch-size 2 --tensor-parallel 2 --block-size 16 --sparsity 0.5 "${ck[@]}"
+resume tp2-resumed tp2-half 2 --batch-size 4 --tensor-parallel 2
+resume one-from-tp2 tp2-half 1 --batch-size 4
+resume tp2-from-one one-half 2 --batch-size 4 --tensor-parallel 2
+resume sparse-one-from-grid sparse-grid-half 1 --batch-size 4 --block-size 16 --sparsity 0.5
+resume sparse-tp2-from-grid sparse-grid-half 2 --batch-size 4 --tensor-parallel 2 --block-size 16 --sparsity 0.5
+init=(--init-from "$work/one-half/checkpoints/step-000005" --steps 5)
+run one-init 1 --batch-size 4 "${init[@]}"
+run tp2-init 2 --batch-size 4 --tensor-parallel 2 "${init[@]}"
+
+# 5. dynamic sparsity
+dyn=(--block-size 16 --sparsity 0.5 --update-period 2
+     --set sparsity.update.total_steps=10)  # the prune schedule of the 10-step runs
+run dyn-tp2 2 --batch-size 4 --tensor-parallel 2 "${dyn[@]}"
+run dyn-grid 4 --batch-size 2 --tensor-parallel 2 "${dyn[@]}"
+run dyn-half 2 --batch-size 4 --tensor-parallel 2 "${dyn[@]}" "${ck[@]}"
+resume dyn-resumed dyn-half 2 --batch-size 4 --tensor-parallel 2 "${dyn[@]}"
+resume dyn-one-from-tp2 dyn-half 1 --batch-size 4 "${dyn[@]}"
+
+compare_runs <<'PY'
 same_losses("one", "tp2")
 same_losses("one", "grid")
 same_losses("one-rb", "tp2-rb")
 same_losses("sparse-tp2", "sparse-grid")
+same_losses("tp2", "tp2-resumed", 1e-7)  # the whole state back in the same split: the same arithmetic
+same_losses("one", "one-from-tp2")
+same_losses("one", "tp2-from-one")
+same_losses("sparse-tp2", "sparse-one-from-grid")
+same_losses("sparse-tp2", "sparse-tp2-from-grid")
+same_losses("one-init", "tp2-init")
+same_losses("dyn-tp2", "dyn-grid")
+same_losses("dyn-tp2", "dyn-resumed", 1e-7)
+u = updates("dyn-tp2")
+if sorted(u) != [2, 4, 6, 8]: fails.append(f"dyn-tp2: pattern updates at steps {sorted(u)}, not 2, 4, 6, 8")
+run_line = next(j for j in map(json.loads, open(f"{w}/dyn-tp2/metrics.jsonl")) if j.get("kind") == "run")
+for k, x in u.items():  # the group's totals: the whole model's blocks, some pruned and regrown
+    if x["nnz"] != run_line["sparse_blocks"] * 2 or x["pruned"] == 0 or x["pruned"] != x["regrown"]:
+        fails.append(f"dyn-tp2: update at step {k}: {x} (one rank holds {run_line['sparse_blocks']} blocks)")
+for other in ("dyn-grid", "dyn-resumed"):
+    v = updates(other)
+    for k in sorted(set(u) & set(v)):
+        if (u[k]["pruned"], u[k]["explored"]) != (v[k]["pruned"], v[k]["explored"]):
+            fails.append(f"{other}: update at step {k} {v[k]} differs from dyn-tp2's {u[k]}")
+    if sorted(v) != sorted(u): fails.append(f"{other}: pattern updates at {sorted(v)}")  # (a resume logs all)
+if sorted(updates("dyn-one-from-tp2")) != [2, 4, 6, 8]: fails.append("dyn-one-from-tp2: not updated after the resume")
+for r in ("tp2-resumed", "one-from-tp2", "sparse-one-from-grid", "dyn-resumed", "dyn-one-from-tp2"):  # the resumes did resume, at step 5
+    if resumed_at(r) != [0, 5]: fails.append(f"{r}: resumed_from {resumed_at(r)}")
 # the sparse group learns (its own patterns, no reference run): the last training loss is below the first
 s = [x["loss"] for x in lines("sparse-tp2") if x["kind"] == "train"]
 if not s[-1] < s[0]: fails.append(f"sparse-tp2: the loss did not go down ({s[0]} -> {s[-1]})")
-for f in fails: print("FAIL:", f, file=sys.stderr)
-sys.exit(1 if fails else 0)
 PY
 
 refused() {  # refused NAME PATTERN CMD...: exits non-zero before any step, its message matching PATTERN
@@ -83,14 +117,22 @@ mpi3=(mpirun -np 3 "${mpi_opts[@]}")
 mpi2=(mpirun -np 2 "${mpi_opts[@]}")
 refused odd-ranks "must divide the number of processes" "${mpi3[@]}" "$gpt" "${args[@]}" --batch-size 2 \
   --tensor-parallel 2 --out "$work/odd-ranks"
-refused checkpoints "checkpoints=false" "${mpi2[@]}" "$gpt" "${args[@]}" --batch-size 2 --tensor-parallel 2 \
-  --set checkpoints=true --out "$work/checkpoints"
 refused pipeline "pipeline stages" "${mpi2[@]}" "$gpt" "${args[@]}" --batch-size 2 --accumulation 2 \
   --tensor-parallel 2 --pipeline-stages 2 --out "$work/pipeline"
 refused shard "shard_optimizer" "${mpi2[@]}" "$gpt" "${args[@]}" --batch-size 2 --tensor-parallel 2 \
   --shard-optimizer --out "$work/shard"
-refused updates "pattern updates" "${mpi2[@]}" "$gpt" "${args[@]}" --batch-size 2 --tensor-parallel 2 \
-  --block-size 16 --update-period 2 --out "$work/updates"
 refused s1 "tensor_parallel (--tensor-parallel) 2" "$s1" --config "$src/configs/s1-tiny-train.json" \
   --train "$work/data.tok" --vocab 50257 --steps 2 --tensor-parallel 2 --out "$work/s1"
+# a one-process block-sparse checkpoint: its blocks need not split evenly over the group's slices
+"$gpt" "${args[@]}" --batch-size 4 --block-size 16 --sparsity 0.5 "${ck[@]}" --out "$work/sparse-one-half" \
+  > /dev/null 2> "$work/sparse-one-half.err" || { cat "$work/sparse-one-half.err" >&2; exit 1; }
+if "${mpi2[@]}" "$gpt" "${args[@]}" --batch-size 4 --block-size 16 --sparsity 0.5 --tensor-parallel 2 --steps 10 \
+  --set checkpoints=true --resume --out "$work/sparse-one-half" > /dev/null 2> "$work/uneven.err"; then
+  echo "FAIL: uneven: a one-process pattern with 10 and 12 blocks in the slices of h.0.attn.c_attn resumed split" >&2
+  exit 1
+fi
+grep -q "take_slices: 'h\..*blocks in slice" "$work/uneven.err" ||
+  { cat "$work/uneven.err" >&2; echo "FAIL: uneven: no message naming the weight and the slice" >&2; exit 1; }
+[ -f "$work/sparse-one-half/checkpoints/step-000005/model.safetensors" ] ||
+  { echo "FAIL: uneven: the refused resume lost the checkpoint" >&2; exit 1; }
 echo "tensor_parallel: passed"

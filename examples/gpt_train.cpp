@@ -95,15 +95,28 @@ int dispatch(const gpt_job& job, const typename Family::config_type& cfg, parall
       }
     }
     if (!job.init_from.empty() && !job.options.resume) {  // a resume takes its own checkpoint's weights
-      const auto r = io::load_pretrained(job.init_from, model, Family::hf_map(cfg));
-      std::fprintf(stderr, "gpt_train: model weights from %s\n", r.summary().c_str());
+      bool split = false;
+      if constexpr (requires { model.tensor_split(); }) {
+        if (tp > 1) {  // the whole model's weights, then this rank's slices of them
+          Model whole(cfg, whole_plan(model, tp));
+          const auto r = io::load_pretrained(job.init_from, whole, Family::hf_map(cfg));
+          take_slices(whole, whole.params(), model, model.params());
+          if (replicas.rank() == 0) std::fprintf(stderr, "gpt_train: model weights from %s\n", r.summary().c_str());
+          split = true;
+        }
+      }
+      if (!split) {
+        const auto r = io::load_pretrained(job.init_from, model, Family::hf_map(cfg));
+        std::fprintf(stderr, "gpt_train: model weights from %s\n", r.summary().c_str());
+      }
     }
     registry::any_optimizer opt(job.run.optimizer);
     trainer_t t(model, job.run.trainer, std::move(opt), optim::make_schedule(job.run.schedule_json()));
     t.set_replicas(replicas);
     std::optional<dynamic_sparsity<Model, trainer_t>> ds;
     if constexpr (Sparsity::is_sparse)
-      if (sp.update) ds.emplace(model, t, *sp.update, job.run.seed + 7);
+      if (sp.update)  // a tensor-parallel rank's slices draw their own regrowth
+        ds.emplace(model, t, *sp.update, parallel::shard_seed(job.run.seed + 7, tensor_grid::split_of(replicas, tp)));
     lm_job runner(job.run, job.resolved, "gpt_train");
     return runner.run(model, t, job.options, ds ? &*ds : nullptr).value("interrupted", false) ? 130 : 0;
   }, job.run.settings.context + ": field 'sparsity.block_size'");
@@ -163,12 +176,6 @@ int main(int argc, char** argv) {
     if (const std::size_t tp = job.run.trainer.tensor_parallel; tp > 1) {  // what a split model cannot do yet
       const std::string what = ctx + ": trainer.tensor_parallel (--tensor-parallel) " + std::to_string(tp) + ": ";
       SPARSELM_CHECK(!is_llama, what, "model_type 'llama' does not split over ranks yet (GPT models do)");
-      SPARSELM_CHECK(!job.run.settings.sparsity.update, what,
-                     "pattern updates (sparsity.update) are not agreed across a tensor-parallel group yet");
-      SPARSELM_CHECK(!job.run.loop.checkpoints, what,
-                     "checkpoints of a split model are not written yet (each rank holds a slice); "
-                     "run with --set checkpoints=false");
-      SPARSELM_CHECK(!cli.resume && job.init_from.empty(), what, "--resume and --init-from are not supported yet");
       SPARSELM_CHECK(!cli.dry_run && job.run.settings.memory_budget <= 0, what,
                      "the plan (--dry-run, --memory-budget) has no model of a split model yet");
       tensor_grid::split_of(replicas.group(), tp);  // ranks a multiple of the group, before any work

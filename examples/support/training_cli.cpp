@@ -44,15 +44,17 @@ struct training_cli::impl {
 
   std::string context() const { return config_path.empty() ? std::string("run config") : config_path; }
 
-  // Tensor parallelism (trainer.tensor_parallel) splits GPT's blocks, in gpt_train only: the other
-  // programs refuse a group of more than one rank here, before any work, naming the option.
+  // Tensor parallelism (trainer.tensor_parallel) splits GPT's and BERT's blocks, in gpt_train and
+  // bert_pretrain: the other programs refuse a group of more than one rank here, before any work,
+  // naming the option.
   void refuse_tensor_parallel(const nlohmann::json& j) const {
-    if (program == "gpt_train") return;
+    if (program == "gpt_train" || program == "bert_pretrain") return;
     const nlohmann::json* t = sparselm::find_key(j, "trainer.tensor_parallel");
     if (!t || !t->is_number_unsigned() || t->get<std::size_t>() <= 1) return;  // absent, 1 or the reader's error
     throw sparselm::error(sparselm::detail::concat(
         context(), ": trainer.tensor_parallel (--tensor-parallel) ", t->get<std::size_t>(), ": ", program,
-        " does not split its model over ranks yet; tensor parallelism is implemented for GPT models in gpt_train"));
+        " does not split its model over ranks yet; tensor parallelism is implemented in gpt_train (GPT models) and "
+        "bert_pretrain"));
   }
 
   // The one output rule (io/output_rule.hpp): the run directory is not, does not contain, does

@@ -27,6 +27,7 @@
 #include "sparselm/models/hf_config.hpp"
 #include "sparselm/models/bert_heads.hpp"
 #include "sparselm/models/transformer.hpp"
+#include "sparselm/parallel/tensor_parallel.hpp"
 
 namespace sparselm {
 
@@ -111,8 +112,12 @@ class bert_encoder_model : public transformer<bert_embedding, post_ln_block<T, S
   using sparsity = Sparsity;
 
   // plan: block counts of the projections when Sparsity is block_sparse<B> (ignored when dense).
+  // tp: this rank's part of a tensor-parallel group (parallel/tensor_parallel.hpp): every block's
+  // heads and hidden units are split over it; the embedding, norms and heads are whole on every rank.
   template <class MakeHead>
-  bert_encoder_model(const bert_config& cfg, const sparse_plan& plan, MakeHead&& make_head) : cfg_(cfg) {
+  bert_encoder_model(const bert_config& cfg, const sparse_plan& plan, MakeHead&& make_head,
+                     parallel::tensor_split tp = {})
+      : cfg_(cfg), tp_(tp) {
     this->plan_ = plan;
     SPARSELM_CHECK(cfg.hidden_size % cfg.num_attention_heads == 0, "bert: hidden_size (", cfg.hidden_size,
                    ") is not divisible by num_attention_heads (", cfg.num_attention_heads, ")");
@@ -133,7 +138,8 @@ class bert_encoder_model : public transformer<bert_embedding, post_ln_block<T, S
                                      .norm = norm,
                                      .attn_dropout = cfg.attention_probs_dropout_prob,
                                      .resid_dropout = cfg.hidden_dropout_prob,
-                                     .plan = &this->plan_},
+                                     .plan = &this->plan_,
+                                     .tensor = tp},
                                     "encoder.layer.");
     Head head = make_head(*layout, emb);
     this->assemble(std::move(layout), std::move(emb), std::move(blocks), std::move(head));
@@ -141,11 +147,14 @@ class bert_encoder_model : public transformer<bert_embedding, post_ln_block<T, S
   }
 
   const bert_config& config() const noexcept { return cfg_; }
+  const parallel::tensor_split& tensor_split() const noexcept { return tp_; }
 
   // BERT's initialisation: N(0, initializer_range) for weights and embedding tables, zero biases,
-  // unit norms. Deterministic in the seed (each tensor's stream is keyed by its index).
+  // unit norms. Deterministic in the seed (each tensor's stream is keyed by its index; under tensor
+  // parallelism a rank's slices draw from parallel::shard_seed(seed, rank)).
   void init(std::uint64_t seed) {
     counter_rng rng(seed);
+    const counter_rng shard_rng(parallel::shard_seed(seed, tp_));
     const float std = cfg_.initializer_range;
     auto& p = this->params();
     visit_tree(*this, [&](const auto& n) {
@@ -155,13 +164,14 @@ class bert_encoder_model : public transformer<bert_embedding, post_ln_block<T, S
       } else if constexpr (std::is_same_v<N, layer_norm>) {
         n.init(p);
       } else if constexpr (is_linear_v<N>) {
-        n.init(p, rng, std);
+        n.init(p, n.split().active() ? shard_rng : rng, std);
       }
     });
   }
 
  private:
   bert_config cfg_;
+  parallel::tensor_split tp_;
 };
 
 template <class T = float, sparsity_type Sparsity = dense>
@@ -169,13 +179,16 @@ class bert : public bert_encoder_model<T, Sparsity, bert_pretraining_head<T>, be
   using base = bert_encoder_model<T, Sparsity, bert_pretraining_head<T>, bert_batch>;
 
  public:
-  explicit bert(const bert_config& cfg, const sparse_plan& plan = {})
-      : base(cfg, plan, [&](arena_layout& layout, const bert_embedding& emb) {
-          return bert_pretraining_head<T>(layout, emb.word(),
-                                          {.channels = cfg.hidden_size,
-                                           .vocab = cfg.vocab_size,
-                                           .norm = norm_options{.eps = cfg.layer_norm_eps}});
-        }) {}
+  explicit bert(const bert_config& cfg, const sparse_plan& plan = {}, parallel::tensor_split tp = {})
+      : base(
+            cfg, plan,
+            [&](arena_layout& layout, const bert_embedding& emb) {
+              return bert_pretraining_head<T>(layout, emb.word(),
+                                              {.channels = cfg.hidden_size,
+                                               .vocab = cfg.vocab_size,
+                                               .norm = norm_options{.eps = cfg.layer_norm_eps}});
+            },
+            tp) {}
 
   // As bert_encoder_model::init, and the MLM decoder's bias (a directly owned tensor) is zero.
   void init(std::uint64_t seed) {

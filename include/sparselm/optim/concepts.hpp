@@ -26,6 +26,7 @@
 
 #include <concepts>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -46,6 +47,10 @@ struct named_slot {
   std::string name;
   arena<S>* slots = nullptr;
 };
+
+// Per-tensor sums of squares (‖w‖², ‖u‖², indexed by tensor) made whole in place: what an optimiser
+// with per-tensor norms (lamb::set_norm_sum) calls when a process holds slices of tensors.
+using norm_sum_fn = std::function<void(std::span<double> w2, std::span<double> u2)>;
 
 // Slot arenas and step counter of an optimiser, for checkpoints.
 template <storage_type S>

@@ -15,11 +15,15 @@
 //
 // Sharded (attach(layout, range), optim/shard.hpp): ranges are whole tensors, so each tensor's
 // norms and trust ratio are computed by the one replica that owns it, exactly as unsharded.
+// Under tensor parallelism a rank holds slices of some tensors: set_norm_sum gives a function that
+// turns the per-tensor ‖w‖², ‖u‖² of the rank's part into the whole tensors' (a sum over the group,
+// train/trainer.hpp), called between the two passes.
 
 #include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -60,6 +64,9 @@ class lamb : public detail::slot_optimizer<S, 2> {
   // sharded, for tensors outside the owned range), for logging.
   const std::vector<float>& trust_ratios() const noexcept { return ratio_; }
 
+  // The whole tensors' sums of squares from this process's (see above); empty: its own are whole.
+  void set_norm_sum(norm_sum_fn f) { norm_sum_ = std::move(f); }
+
   // One update; gradients are multiplied by `grad_scale` first.
   template <class Arch = native_arch>
   void step(arena<float>& params, const arena<float>& grads, float lr, float grad_scale = 1.0f);
@@ -69,6 +76,7 @@ class lamb : public detail::slot_optimizer<S, 2> {
   lamb_config cfg_;
   std::vector<double> w2_, u2_;
   std::vector<float> ratio_;
+  norm_sum_fn norm_sum_;
 };
 
 // Defined out of line so that sparselm::kernels can hold its native-ISA instances (the end of
@@ -149,6 +157,7 @@ void lamb<S>::step(arena<float>& params, const arena<float>& grads, float lr, fl
     tw[segs[k].tensor] += w2_[k];
     tu[segs[k].tensor] += u2_[k];
   }
+  if (norm_sum_) norm_sum_(std::span<double>(tw), std::span<double>(tu));
   ratio_.assign(layout.count(), 1.0f);
   for (const auto& sg : segs) {
     if (!trusted(sg)) continue;

@@ -169,6 +169,13 @@ class optimizer_choice {
   const arena_layout& layout() const {
     return visit([](const auto& o) -> const arena_layout& { return o.layout(); });
   }
+  // An optimiser that takes a norm_sum_fn (lamb::set_norm_sum) gets f; the others ignore it.
+  template <class F>
+  void set_norm_sum(const F& f) {
+    visit([&](auto& o) {
+      if constexpr (requires { o.set_norm_sum(f); }) o.set_norm_sum(f);
+    });
+  }
   tensor_range owned() const noexcept {
     return visit([](const auto& o) { return o.owned(); });
   }

@@ -39,6 +39,7 @@
 #include "sparselm/io/huggingface.hpp"
 #include "sparselm/io/pretrained.hpp"
 #include "sparselm/models/bert_heads.hpp"
+#include "sparselm/models/tensor_shards.hpp"
 #include "sparselm/parallel/replica_group.hpp"
 #include "sparselm/train/example_order.hpp"
 #include "sparselm/train/run.hpp"
@@ -66,11 +67,23 @@ inline nlohmann::json bert_loss_json(const loss_stats& s) {
 }
 
 // Weights for a fresh run from `from` (our checkpoint or a HuggingFace BERT directory; the heads
-// it lacks keep their initialisation), and the line that says which (on `writer` only).
+// it lacks keep their initialisation from `seed`), and the line that says which (on `writer` only).
+// A model split over a tensor-parallel group takes its slices of the whole model's weights.
 template <class Model>
-void load_init_weights(Model& model, const std::filesystem::path& from_dir, bool writer) {
+void load_init_weights(Model& model, const std::filesystem::path& from_dir, bool writer, std::uint64_t seed) {
   const auto from = io::resolve_checkpoint(from_dir);
-  const auto r = io::load_pretrained(from, model, io::hf_bert_map());
+  io::hf_load_report r;
+  bool split = false;
+  if constexpr (requires { model.tensor_split(); Model(model.config(), whole_plan(model, 1)); }) {
+    if (model.tensor_split().active()) {
+      Model whole(model.config(), whole_plan(model, model.tensor_split().size));
+      whole.init(seed);
+      r = io::load_pretrained(from, whole, io::hf_bert_map());
+      take_slices(whole, whole.params(), model, model.params());
+      split = true;
+    }
+  }
+  if (!split) r = io::load_pretrained(from, model, io::hf_bert_map());
   if (writer) std::fprintf(stderr, "model weights from %s (%s)\n", from.string().c_str(), r.summary().c_str());
 }
 
@@ -190,7 +203,7 @@ class bert_job {
                          .keep_checkpoints = o_.keep_checkpoints,
                          .inputs = {o_.train, o_.valid},
                          .fresh_start = [&] {
-                           if (!o_.init_from.empty()) load_init_weights(model, o_.init_from, writer);
+                           if (!o_.init_from.empty()) load_init_weights(model, o_.init_from, writer, o_.seed);
                          }},
                         ds);
   }

@@ -9,8 +9,15 @@
 //   hooks.log_now = [&](std::size_t) { return ds.has_pending(); };   // a line at every update
 //
 // static sparsity = no dynamic_sparsity object (patterns stay as initialised).
+//
+// Under tensor parallelism (train/tensor_grid.hpp) each rank updates its own slices: a slice prunes
+// and regrows its share (prune_count of the slice's blocks), scored by its part of the dense
+// gradient, so every rank keeps its number of blocks; the data replicas of a slice make the same
+// update (summed scores, the same seed: the programs seed the updater with parallel::shard_seed).
+// The statistics logged are the group's totals.
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -65,6 +72,15 @@ class dynamic_sparsity {
       trainer_.optimizer().reset_slots(tensor, offset, count);
     });
     ++updates_;
+    if constexpr (requires { trainer_.tensor_ranks().tensor(); })
+      if (trainer_.tensor_ranks().active()) {  // the group's totals: each rank updated its slices
+        double c[5] = {double(st.nnz), double(st.blocks), double(st.pruned), double(st.regrown),
+                       double(st.explored_blocks)};
+        trainer_.tensor_ranks().tensor().all_reduce(std::span<double>(c));
+        st.nnz = std::size_t(c[0]), st.blocks = std::size_t(c[1]), st.pruned = std::size_t(c[2]);
+        st.regrown = std::size_t(c[3]), st.explored_blocks = std::size_t(c[4]);
+        st.explored = st.blocks ? c[4] / c[1] : 0.0;
+      }
     // totals for the log line; per-weight statistics only when asked (they are long)
     pending_ = nlohmann::json{{"step", st.step},       {"fraction", st.fraction}, {"pruned", st.pruned},
                               {"regrown", st.regrown}, {"nnz", st.nnz},           {"explored", st.explored}};

@@ -142,7 +142,7 @@ class finetune_job {
                          .keep_checkpoints = o_.keep_checkpoints,
                          .examples = examples,
                          .fresh_start = [&] {
-                           if (!o_.init_from.empty()) load_init_weights(model, o_.init_from, writer);
+                           if (!o_.init_from.empty()) load_init_weights(model, o_.init_from, writer, o_.seed);
                          }},
                         ds);
   }

@@ -45,6 +45,7 @@
 #include "sparselm/policies/precision.hpp"
 #include "sparselm/train/replica_checks.hpp"
 #include "sparselm/train/run_files.hpp"
+#include "sparselm/train/tensor_checkpoint.hpp"
 #include "sparselm/train/training_loop.hpp"
 
 namespace sparselm {
@@ -76,6 +77,17 @@ void add_sparsity_hooks(loop_hooks& hooks, Sparsity* ds) {
     }
 }
 
+// Reads checkpoint `dir` into the trainer's model and optimiser (a tensor-parallel trainer: its
+// slices of the whole checkpoint, train/tensor_checkpoint.hpp); returns the training state's run JSON.
+template <class Trainer>
+nlohmann::json load_checkpoint(const std::filesystem::path& dir, Trainer& t, sparse::pattern_updater* up, bool verify) {
+  if constexpr (tensor_checkpointable<Trainer>) {
+    if (t.tensor_ranks().active()) return load_tensor_parallel_checkpoint(dir, t, up, verify);
+  }
+  io::load_model(dir, t.model(), {.verify = verify});
+  return io::load_training_state(dir / io::state_file, t, up, verify);
+}
+
 template <class Model, class Trainer, training_task Task, class Sparsity = std::nullptr_t>
 nlohmann::json run_training(Model& model, Trainer& t, Task& task, const run_options& o, Sparsity* ds = nullptr) {
   namespace fs = std::filesystem;
@@ -99,6 +111,10 @@ nlohmann::json run_training(Model& model, Trainer& t, Task& task, const run_opti
   if constexpr (!std::is_same_v<Sparsity, std::nullptr_t>)
     if (ds) up = &ds->updater();
 
+  if constexpr (requires { t.tensor_ranks().active(); } && !tensor_checkpointable<Trainer>)
+    SPARSELM_CHECK(!t.tensor_ranks().active() || (!o.resume && !o.loop.checkpoints), prog,
+                   ": this model splits over a tensor-parallel group but cannot be checkpointed whole (its type is "
+                   "not built from (config, sparse_plan), train/tensor_checkpoint.hpp); run with checkpoints=false");
   if (o.resume) {
     auto latest = cd.latest();
     SPARSELM_CHECK(latest.has_value(), prog, ": --resume: no checkpoint in '", cd.root().string(), "'");
@@ -108,8 +124,7 @@ nlohmann::json run_training(Model& model, Trainer& t, Task& task, const run_opti
       SPARSELM_CHECK(saved == now, prog, ": --resume: the model config differs from the one in '", latest->string(),
                      "/config.json' (saved ", saved.dump(), ", now ", now.dump(), ")");
     }
-    io::load_model(*latest, model, {.verify = o.verify});
-    const auto run = io::load_training_state(*latest / io::state_file, t, up, o.verify);
+    const auto run = load_checkpoint(*latest, t, up, o.verify);
     SPARSELM_CHECK(run.is_object(), latest->string(), ": training state has no data position");
     task.restore_data(run, latest->string());
     SPARSELM_CHECK(io::checkpoint_dir::step_name(t.step()) == latest->filename().string(), latest->string(),
@@ -142,6 +157,12 @@ nlohmann::json run_training(Model& model, Trainer& t, Task& task, const run_opti
   log.write(run_line);
   if (t.compute() != dtype::f32) say(prog + ": precision " + kernels::describe_compute(t.compute()));
 
+  auto data_state = [&] {  // what a checkpoint's training state records of the run
+    nlohmann::json run = task.data_state();
+    run["config"] = o.config;
+    run["replicas"] = ranks;
+    return run;
+  };
   loop_hooks hooks;
   hooks.checkpoint = [&](std::size_t step) {
     // A non-finite model or optimiser state is never saved (it would become `latest` and push good
@@ -151,13 +172,21 @@ nlohmann::json run_training(Model& model, Trainer& t, Task& task, const run_opti
                    last_good());
     t.check_replicas_agree("at the checkpoint of step " + std::to_string(step));
     t.stream_optimizer_state();  // sharded optimiser state: sent to rank 0 as it writes (collective)
+    if constexpr (tensor_checkpointable<Trainer>) {
+      if (t.tensor_ranks().active()) {  // the whole model, assembled on rank 0 (collective)
+        auto whole = gather_tensor_parallel_state(t, up);
+        if (!writer) return;
+        cd.save(step, [&](const fs::path& dir) {
+          io::save_model(dir, whole->model());
+          io::save_training_state(dir / io::state_file, *whole, data_state(), whole->updater());
+        });
+        return;
+      }
+    }
     if (!writer) return;
-    nlohmann::json run = task.data_state();
-    run["config"] = o.config;
-    run["replicas"] = ranks;
     cd.save(step, [&](const fs::path& dir) {
       io::save_model(dir, model);
-      io::save_training_state(dir / io::state_file, t, run, up);
+      io::save_training_state(dir / io::state_file, t, data_state(), up);
     });
     t.release_gathered_state();
   };

@@ -136,9 +136,9 @@ inline std::span<const option_entry> common_options() {
        "processes"},
       {"trainer.tensor_parallel", "--tensor-parallel", k::count,
        "Under mpirun: split every block's attention heads and feed-forward hidden units over groups of N ranks "
-       "(tensor parallelism; a multiple of N ranks: data replicas of the split model). gpt_train with GPT "
-       "models only; not with pipeline stages, shard_optimizer, per-tensor clipping, LAMB, offload, dynamic "
-       "sparsity or checkpoints yet",
+       "(tensor parallelism; a multiple of N ranks: data replicas of the split model). gpt_train (GPT models) "
+       "and bert_pretrain; checkpoints hold the whole model; dynamic sparsity updates each rank's slices. Not "
+       "with pipeline stages, shard_optimizer, per-tensor clipping or offload yet",
        "", "1", "processes", 1, 4096},
       {"threads", "--threads", k::count, "Threads per process (0: all cores)", "", "0", "processes", 0,
        double(limits::threads)},

@@ -123,8 +123,8 @@ class trainer {
   // Whether the parameters and the optimiser state the last update wrote are all finite (Adam's
   // v = g² can overflow while the gradient norm is finite): the optimiser's own check, fused into
   // its update (state_finite() of optim/engine.hpp's optimisers), so no pass over the state. With
-  // sharded optimiser state, a collective over the processes that share it. An optimiser without
-  // that check: its parameters are scanned (its slots are not).
+  // sharded optimiser state, or under tensor parallelism, a collective over the processes that share
+  // it (or its slices). An optimiser without that check: its parameters are scanned (its slots are not).
   bool state_finite() {
     bool ok = true;
     if constexpr (requires(const optimizer_type& o) {
@@ -136,17 +136,17 @@ class trainer {
       for (float x : model_.params().all()) s += x * 0.0f;
       ok = s == 0.0f;
     }
-    if (sharded()) {
+    // sharded state, or a tensor-parallel rank's slices: every rank of the group decides alike
+    parallel::replica_group* g = sharded() ? &shard_group() : tgrid_.active() ? &tgrid_.tensor() : nullptr;
+    if (g) {
       float bad = ok ? 0.0f : 1.0f;
-      shard_group().all_reduce(std::span<float>(&bad, 1), parallel::reduce_op::max);
+      g->all_reduce(std::span<float>(&bad, 1), parallel::reduce_op::max);
       ok = bad == 0.0f;
     }
     return ok;
   }
   void set_hooks(hooks h) {  // before sync_parameters() (stage-local ranks have no other stage's weights)
     SPARSELM_CHECK(!stage_local(), "trainer: set_hooks after sync_parameters() made the ranks keep only their stages");
-    SPARSELM_CHECK(o_.tensor_parallel <= 1, "trainer: tensor_parallel ", o_.tensor_parallel,
-                   ": pattern updates (dynamic sparsity) are not agreed across a tensor-parallel group yet");
     hooks_ = std::move(h);
   }
   // The replicas this trainer combines gradients with (data_parallel::mpi; set before the first
@@ -166,6 +166,16 @@ class trainer {
                        model_.tensor_split().rank, " (tensor_grid::split_of)");
       tsum_ = parallel::tensor_sum_over(tgrid_.tensor());
       group_ = tgrid_.data() ? tgrid_.data() : &single_;
+      // per-tensor norms (LAMB's trust ratios) of the whole tensors: the slices' sums over the group
+      if constexpr (requires { opt_.set_norm_sum(optim::norm_sum_fn{}); })
+        opt_.set_norm_sum(optim::norm_sum_fn([this](std::span<double> w2, std::span<double> u2) {
+          std::vector<double> x;
+          for (std::size_t i = 0; i < sliced_.size(); ++i)
+            if (sliced_[i]) x.insert(x.end(), {w2[i], u2[i]});
+          tgrid_.tensor().all_reduce(std::span<double>(x));
+          for (std::size_t i = 0, k = 0; i < sliced_.size(); ++i)
+            if (sliced_[i]) w2[i] = x[k++], u2[i] = x[k++];
+        }));
       return;
     }
     if (o_.pipeline.where == pipeline::placement::ranks && g.size() > 1) {
@@ -392,7 +402,7 @@ class trainer {
     if constexpr (!distributed) {
       fail(what, "needs the data_parallel::mpi policy (the groups are MPI ranks)");
     } else if constexpr (!requires { model_.tensor_split(); }) {
-      fail(what, "the model does not split over ranks (tensor parallelism splits GPT models)");
+      fail(what, "the model does not split over ranks (tensor parallelism splits GPT and BERT models)");
     } else {
       SPARSELM_CHECK(model_.tensor_split().size == o_.tensor_parallel, what, "the model was built split over ",
                      model_.tensor_split().size, " ranks");
@@ -400,8 +410,6 @@ class trainer {
       SPARSELM_CHECK(!o_.shard_optimizer, what, "not with shard_optimizer yet");
       SPARSELM_CHECK(o_.clip != clip_mode::per_tensor, what,
                      "per-tensor clipping would clip each rank's slice by its own norm; use global_norm or none");
-      SPARSELM_CHECK(optim::name_of(opt_) != "lamb", what,
-                     "LAMB's trust ratios need whole tensors' norms (not implemented over slices yet)");
       SPARSELM_CHECK(o_.offload.empty(), what, "not with offloaded state yet");
       sliced_ = sliced_tensors(model_, model_.params().layout().count());
     }

@@ -81,6 +81,7 @@ struct trainer_options {
   // Tensor parallelism (parallel/tensor_parallel.hpp): groups of this many ranks each split every
   // block of the model (heads and hidden units); with a multiple of it, data replicas of the split
   // model (train/tensor_grid.hpp). The model must be built with the rank's slice. 1: no split.
+  // Checkpoints hold the whole model (train/tensor_checkpoint.hpp).
   std::size_t tensor_parallel = 1;
   // Stage pipelining under pipeline::configured (policies/pipeline.hpp): the blocks split into
   // `stages` stages on their own thread groups, the micro-batches (accumulation steps) in 1F1B or
