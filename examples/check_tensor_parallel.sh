@@ -7,7 +7,8 @@
 #    seed, so every training and validation loss agrees within the tolerance below.
 # 2. A grid of 2 tensor-parallel ranks x 2 data replicas (4 ranks, 2 rows each) against the same
 #    1 process x 4 rows; and the group with recompute (the blocks' forward sums run again in
-#    backward), bf16 products and 2 micro-batches against 1 process with the same options.
+#    backward), bf16 products and 2 micro-batches against 1 process with the same options; and
+#    per-tensor clipping (each tensor by its whole norm: the slices' squares summed over the group).
 # 3. Block-sparse GPT (B = 16): each slice has its own pattern (no one-process run has these
 #    blocks), so the grid (2 x 2, 2 rows each) is compared with the group of 2 (4 rows).
 # 4. Checkpoints are the whole model's (train/tensor_checkpoint.hpp): the group saves at step 5 and
@@ -47,6 +48,8 @@ run one-rb 1 --batch-size 4 --recompute blocks --precision bf16 --accumulation 2
 run tp2-rb 2 --batch-size 4 --recompute blocks --precision bf16 --accumulation 2 --tensor-parallel 2
 run sparse-tp2 2 --batch-size 4 --tensor-parallel 2 --block-size 16 --sparsity 0.5
 run sparse-grid 4 --batch-size 2 --tensor-parallel 2 --block-size 16 --sparsity 0.5
+run one-pt 1 --batch-size 4 --clip per_tensor --max-norm 0.05
+run tp2-pt 2 --batch-size 4 --clip per_tensor --max-norm 0.05 --tensor-parallel 2
 
 # 4. checkpoints: a first half of 5 steps (the schedule is the 10-step runs'), then resumes
 ck=(--set checkpoints=true --steps 5)
@@ -76,6 +79,7 @@ same_losses("one", "tp2")
 same_losses("one", "grid")
 same_losses("one-rb", "tp2-rb")
 same_losses("sparse-tp2", "sparse-grid")
+same_losses("one-pt", "tp2-pt")  # per-tensor clipping by the whole tensors' norms
 same_losses("tp2", "tp2-resumed", 1e-7)  # the whole state back in the same split: the same arithmetic
 same_losses("one", "one-from-tp2")
 same_losses("one", "tp2-from-one")

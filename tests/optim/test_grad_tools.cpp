@@ -2,8 +2,10 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <vector>
 
 #include "sparselm/core/threads.hpp"
@@ -123,6 +125,25 @@ TEST_CASE("per-tensor clip-by-norm (S1)") {
   }
   CHECK(some_clipped);
   CHECK(some_kept);
+}
+
+// A process holding a slice of a tensor (tensor parallelism) clips it by the whole tensor's norm:
+// `whole` adds the other slices' sums of squares before the norms are taken. Here a tensor's
+// "other slice" is a copy of its own gradient, so its whole norm is sqrt(2) times its own.
+TEST_CASE("per-tensor clipping by whole tensors' norms (a slice's squares completed by `whole`)") {
+  model md;
+  md.fill_grads(3);
+  arena<float> before = md.grads.clone();
+  const std::size_t t = md.big;
+  const double own = std::sqrt(ref_sq(before[t]));
+  const float max_norm = float(own * 1.2);  // within the limit alone, beyond it whole
+  auto norms = optim::clip_tensor_norms(md.grads, max_norm, 0, SIZE_MAX, [&](std::span<double> sq) { sq[t] *= 2.0; });
+  CHECK(norms[t] == Approx(own * std::sqrt(2.0)).epsilon(1e-6));
+  // scaled by max_norm / whole norm: its own norm is now max_norm / sqrt(2)
+  CHECK(std::sqrt(ref_sq(md.grads[t])) == Approx(max_norm / std::sqrt(2.0)).epsilon(1e-6));
+  arena<float> alone = before.clone();
+  optim::clip_tensor_norms(alone, max_norm);  // without `whole` the tensor is not clipped
+  for (std::size_t j = 0; j < alone[t].size(); ++j) CHECK(alone[t][j] == before[t][j]);
 }
 
 // With a flat range [lo, hi) (a stage-local rank's own tensors, train/stage_params.hpp) only the

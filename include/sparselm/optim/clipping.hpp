@@ -16,6 +16,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <vector>
 
 #include "sparselm/core/arena.hpp"
@@ -115,12 +117,16 @@ double clip_global_norm(arena<float>& grads, float max_norm) {
 // Per-tensor clip-by-norm (S1, tf.clip_by_norm on each gradient): every non-frozen tensor (that
 // starts in the flat range [lo, hi); the others untouched) is scaled by max_norm / max(‖g_i‖,
 // max_norm). Returns the per-tensor norms before clipping (index = tensor; frozen tensors and
-// those outside the range 0).
+// those outside the range 0). `whole`, when given, turns the per-tensor sums of squares into the
+// whole tensors' before the norms are taken (a process holding slices of tensors: a sum over its
+// tensor-parallel group, train/trainer.hpp).
 template <class Arch = native_arch>
 std::vector<double> clip_tensor_norms(arena<float>& grads, float max_norm, std::size_t lo = 0,
-                                      std::size_t hi = SIZE_MAX) {
+                                      std::size_t hi = SIZE_MAX,
+                                      const std::function<void(std::span<double>)>& whole = {}) {
   SPARSELM_CHECK(max_norm > 0 && std::isfinite(max_norm), "clip_tensor_norms: max_norm must be > 0, got ", max_norm);
   std::vector<double> norms = tensor_sum_squares<Arch>(grads, lo, hi);
+  if (whole) whole(std::span<double>(norms));
   std::vector<float> factor(norms.size());
   for (std::size_t i = 0; i < norms.size(); ++i) {
     norms[i] = std::sqrt(norms[i]);

@@ -168,14 +168,8 @@ class trainer {
       group_ = tgrid_.data() ? tgrid_.data() : &single_;
       // per-tensor norms (LAMB's trust ratios) of the whole tensors: the slices' sums over the group
       if constexpr (requires { opt_.set_norm_sum(optim::norm_sum_fn{}); })
-        opt_.set_norm_sum(optim::norm_sum_fn([this](std::span<double> w2, std::span<double> u2) {
-          std::vector<double> x;
-          for (std::size_t i = 0; i < sliced_.size(); ++i)
-            if (sliced_[i]) x.insert(x.end(), {w2[i], u2[i]});
-          tgrid_.tensor().all_reduce(std::span<double>(x));
-          for (std::size_t i = 0, k = 0; i < sliced_.size(); ++i)
-            if (sliced_[i]) w2[i] = x[k++], u2[i] = x[k++];
-        }));
+        opt_.set_norm_sum(optim::norm_sum_fn(
+            [this](std::span<double> w2, std::span<double> u2) { sum_sliced_squares(w2, u2); }));
       return;
     }
     if (o_.pipeline.where == pipeline::placement::ranks && g.size() > 1) {
@@ -396,6 +390,22 @@ class trainer {
     for (double x : sq) s += x;
     return std::sqrt(s);
   }
+  // Per-tensor sums of squares (index = tensor) of the whole tensors: the sliced tensors' entries
+  // summed over the tensor-parallel group (the replicated ones are whole on every rank already).
+  void sum_sliced_squares(std::span<double> a, std::span<double> b = {}) {
+    std::vector<double> x;
+    for (std::size_t i = 0; i < sliced_.size(); ++i)
+      if (sliced_[i]) {
+        x.push_back(a[i]);
+        if (!b.empty()) x.push_back(b[i]);
+      }
+    tgrid_.tensor().all_reduce(std::span<double>(x));
+    for (std::size_t i = 0, k = 0; i < sliced_.size(); ++i)
+      if (sliced_[i]) {
+        a[i] = x[k++];
+        if (!b.empty()) b[i] = x[k++];
+      }
+  }
   // What this trainer does not do under tensor parallelism yet, refused before any work.
   void check_tensor_parallel() {
     const std::string what = detail::concat("trainer: tensor_parallel ", o_.tensor_parallel, ": ");
@@ -408,8 +418,6 @@ class trainer {
                      model_.tensor_split().size, " ranks");
       SPARSELM_CHECK(o_.pipeline.stages <= 1, what, "not with pipeline stages (", o_.pipeline.stages, ") yet");
       SPARSELM_CHECK(!o_.shard_optimizer, what, "not with shard_optimizer yet");
-      SPARSELM_CHECK(o_.clip != clip_mode::per_tensor, what,
-                     "per-tensor clipping would clip each rank's slice by its own norm; use global_norm or none");
       SPARSELM_CHECK(o_.offload.empty(), what, "not with offloaded state yet");
       sliced_ = sliced_tensors(model_, model_.params().layout().count());
     }

@@ -112,7 +112,10 @@ step_metrics trainer<Model, Policies>::train_step(std::span<const batch_type> mi
   } else if (o_.clip == clip_mode::per_tensor) {  // stage-local: its own tensors (the others' are zero)
     const auto [lo, hi] = stage_.own_elements();
     if (final_scale != 1.0f) optim::scale_grads(model_.grads(), final_scale, lo, hi);
-    optim::clip_tensor_norms(model_.grads(), o_.max_norm, lo, hi);
+    // tensor-parallel: each tensor clipped by its whole norm (the slices' squares summed over the group)
+    std::function<void(std::span<double>)> whole;
+    if (tgrid_.active()) whole = [this](std::span<double> sq) { sum_sliced_squares(sq); };
+    optim::clip_tensor_norms(model_.grads(), o_.max_norm, lo, hi, whole);
     grad_scale = 1.0f;
   }
   m.lr = sched_(step_);
