@@ -98,6 +98,7 @@ int main(int argc, char** argv) {
     o.eval_batches = s.loop.eval_batches;
     o.log_every = s.loop.log_every;
     o.checkpoint_every = s.loop.checkpoint_every;
+    o.stop_at_loss = s.loop.stop_at_loss;
     o.keep_checkpoints = s.keep_checkpoints;
     o.seed = s.seed;
     o.resume = cli.resume;

@@ -3,6 +3,7 @@
 //   encode_dataset --input data/corpus/train --output runs/corpus/train.tok
 //                  --validation-input data/corpus/valid --validation-output runs/corpus/valid.tok
 //   encode_dataset --mode wikitext --seq-len 256 --input wiki.train.raw --output train.tok
+//   encode_dataset ... --vocab-limit 8192   (ids renumbered by training frequency, the rarest merged)
 //
 // The logic lives in sparselm/data/dataset_encoder.hpp; this is argument parsing and a report.
 
@@ -16,6 +17,7 @@
 #include "sparselm/core/program.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/data/dataset_encoder.hpp"
+#include "sparselm/data/vocab_limit.hpp"
 
 namespace sd = sparselm::data;
 
@@ -42,6 +44,7 @@ int main(int argc, char** argv) {
     sd::encode_dataset_options o;
     std::string vocab_dir = std::string(SPARSELM_SOURCE_DIR) + "/data/gpt2";
     int threads = 0;
+    std::size_t vocab_limit = 0;
     std::string mode = "gpt", documents = "file";
     app.add_option("--mode", mode, "Output layout: gpt (one stream) or wikitext (fixed-length articles)")
         ->check(CLI::IsMember({"gpt", "wikitext"}))
@@ -63,6 +66,10 @@ int main(int argc, char** argv) {
         ->check(examples::at_most(sparselm::limits::positions));
     examples::reads(
         app.add_option("--vocab", vocab_dir, "Directory with GPT-2's encoder.json and vocab.bpe")->capture_default_str());
+    app.add_option("--vocab-limit", vocab_limit,
+                   "Renumber the ids by their frequency in the training output and merge all but the most frequent "
+                   "N - 1 into id N - 1: files for a model with an N-row embedding and head (0: GPT-2's ids)")
+        ->check(CLI::Range(std::size_t(0), std::size_t(1) << 31));
     app.add_option("--threads", threads, "Encoding threads (0: OpenMP default)")
         ->check(CLI::Range(0, int(sparselm::limits::threads)));
     if (auto status = examples::parse(app, argc, argv)) return *status;
@@ -74,6 +81,12 @@ int main(int argc, char** argv) {
     for (const auto* p : {&o.output, &o.validation_output})
       if (!p->empty() && p->has_parent_path()) std::filesystem::create_directories(p->parent_path());
     auto r = sd::encode_dataset(tok, o);
+    if (vocab_limit) {  // rewrite both outputs in place, numbered by the training output's frequencies
+      const sd::token_file train(r.train.path);
+      const auto ids = sd::frequency_ranked_ids(train, vocab_limit);
+      r.train.info = ids.write(train, r.train.path);
+      if (r.validation) r.validation->info = ids.write(sd::token_file(r.validation->path), r.validation->path);
+    }
     report("train", r.train);
     if (r.validation) report("validation", *r.validation);
     const double mb = double(r.train.input_bytes + (r.validation ? r.validation->input_bytes : 0)) / 1e6;

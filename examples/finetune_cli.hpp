@@ -65,6 +65,8 @@ class finetune_cli {
     task_keys.push_back("data");
     settings = sparselm::run_settings::from_json(cli.run_json(), cli.context(), task_keys);
     if (settings.threads > 0) sparselm::set_num_threads(int(settings.threads));
+    SPARSELM_CHECK(settings.loop.stop_at_loss == 0, cli.context(), ": stop_at_loss needs held-out evaluations during "
+                   "training; a fine-tuning program evaluates after it (train for --steps or --epochs instead)");
     job.out = settings.out;
     job.init_from = settings.init_from;
     job.seed = settings.seed;

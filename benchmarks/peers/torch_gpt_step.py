@@ -9,7 +9,6 @@ Prints one JSON line: {"impl": "pytorch", "batch", "seq", "threads", "step_secon
 "tokens_per_second", "peak_rss_mb"}. Run with Debian's /usr/bin/python3 (python3-torch).
 """
 import json
-import math
 import os
 import sys
 
@@ -28,19 +27,7 @@ def main():
     torch.manual_seed(0)
     with open(args.config) as f:
         cfg = json.load(f)
-    L = cfg["n_layer"]
-    params = {}
-    for name, shape in gpt_model.param_shapes(cfg).items():
-        if name.endswith(".bias"):
-            t = torch.zeros(shape)
-        elif ".ln_" in name or name.startswith("ln_f"):
-            t = torch.ones(shape)
-        else:
-            std = 0.02 / math.sqrt(2 * L) if name.endswith("c_proj.weight") else 0.02
-            t = torch.randn(shape) * std
-        params[name] = t.requires_grad_(True)
-    decay = [p for n, p in params.items() if not gpt_model.no_decay(n)]
-    other = [p for n, p in params.items() if gpt_model.no_decay(n)]
+    params, decay, other = peer_common.gpt_params(torch, gpt_model, cfg)
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": other, "weight_decay": 0.0}],
                             lr=1e-4, betas=(0.9, 0.999), eps=1e-8)
     V = cfg["vocab_size"]

@@ -8,6 +8,7 @@
 
 #include "data_test_paths.hpp"
 #include "sparselm/data/token_file.hpp"
+#include "sparselm/data/vocab_limit.hpp"
 
 // Each test file is its own namespace: the area's files are compiled as one unity translation unit
 // (tests/CMakeLists.txt), and their helpers must not meet.
@@ -234,6 +235,33 @@ TEST_CASE("token file: truncated while in use, also within the last page, is an 
   fs::resize_file(p, 20000);
   std::vector<std::int32_t> out(4);
   CHECK_THROWS_WITH_AS(f.read(0, out), doctest::Contains("it is now 20000 bytes"), sparselm::error);
+}
+
+TEST_CASE("vocabulary limit: ids renumbered by training frequency, the rest merged into the last id") {
+  const auto train_p = tmp_path("vl_train.tok"), valid_p = tmp_path("vl_valid.tok");
+  // counts in the training file: 7 x5, 3 x4, 9 x3, 1 x2 (ties: 0 and 4 once each, the smaller id first)
+  write_token_file(train_p, std::vector<std::int32_t>{7, 3, 9, 7, 1, 3, 7, 9, 0, 7, 3, 9, 4, 1, 7, 3}, 10, 0, 2);
+  write_token_file(valid_p, std::vector<std::int32_t>{9, 8, 7, 2, 3, 1, 0}, 10);
+  const token_file train(train_p), valid(valid_p);
+  const auto m = frequency_ranked_ids(train, 5);
+  CHECK(m.limit == 5);
+  CHECK(m(7) == 0);
+  CHECK(m(3) == 1);
+  CHECK(m(9) == 2);
+  CHECK(m(1) == 3);
+  for (std::uint64_t other : {0, 2, 4, 5, 6, 8, 12}) CHECK(m(other) == 4);  // merged, also past the vocabulary
+  const auto out_p = tmp_path("vl_train_5.tok"), outv_p = tmp_path("vl_valid_5.tok");
+  m.write(train, out_p);
+  m.write(valid, outv_p);
+  const token_file limited(out_p), limited_v(outv_p);
+  CHECK(limited.vocab_size() == 5);
+  CHECK(limited.documents() == 2);
+  CHECK(limited.read_all() == std::vector<std::int32_t>{0, 1, 2, 0, 3, 1, 0, 2, 4, 0, 1, 2, 4, 3, 0, 1});
+  CHECK(limited_v.read_all() == std::vector<std::int32_t>{2, 4, 0, 4, 1, 3, 4});
+  // a limit at or above the vocabulary, or below 2, is refused naming the file
+  CHECK_THROWS_WITH_AS(frequency_ranked_ids(train, 11), doctest::Contains("vl_train.tok"), std::exception);
+  CHECK_THROWS_WITH_AS(frequency_ranked_ids(train, 1), doctest::Contains("at least 2"), std::exception);
+  for (const auto& p : {train_p, valid_p, out_p, outv_p}) fs::remove(p);
 }
 
 }  // namespace SPARSELM_UNITY_ID

@@ -51,6 +51,7 @@ struct bert_job_options {
   std::filesystem::path init_from;  // a checkpoint (ours, or an HF BERT directory) whose weights start this job
   std::size_t batch_size = 8, steps = 1000, eval_every = 100, eval_batches = 8, log_every = 10;
   std::size_t checkpoint_every = 0, keep_checkpoints = 2;
+  double stop_at_loss = 0;  // > 0: stop at the first evaluation whose loss is at or below it
   std::uint64_t seed = 1234;
   bool resume = false;
   bool overwrite = false;  // fresh run in a used --out: delete its checkpoints, metrics and config first
@@ -197,7 +198,8 @@ class bert_job {
                                   .eval_every = o_.eval_every,
                                   .eval_batches = o_.eval_batches,
                                   .log_every = o_.log_every,
-                                  .checkpoint_every = o_.checkpoint_every},
+                                  .checkpoint_every = o_.checkpoint_every,
+                                  .stop_at_loss = o_.stop_at_loss},
                          .resume = o_.resume,
                          .overwrite = o_.overwrite,
                          .keep_checkpoints = o_.keep_checkpoints,

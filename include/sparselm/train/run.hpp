@@ -206,6 +206,7 @@ nlohmann::json run_training(Model& model, Trainer& t, Task& task, const run_opti
                             {"samples_per_s", r.train_seconds > 0 ? double(r.samples) / r.train_seconds : 0.0},
                             {"peak_rss_bytes", peak_rss_bytes()}};
   if (r.last_eval && r.last_eval->count) summary["valid"] = task.loss_json(*r.last_eval);
+  if (r.reached_loss_at) summary["reached_loss_at"] = *r.reached_loss_at;
   if (auto l = cd.latest()) summary["checkpoint"] = l->string();
   if constexpr (!std::is_same_v<Sparsity, std::nullptr_t>)
     if (ds) summary["pattern_updates"] = ds->updates();

@@ -178,6 +178,9 @@ inline std::span<const option_entry> common_options() {
       {"eval_batches", "--eval-batches", k::count, "Validation batches per evaluation (0: all)", "", "",
        "loop and outputs"},
       {"log_every", "--log-every", k::count, "A training metrics line every N steps", "", "10", "loop and outputs"},
+      {"stop_at_loss", "--stop-at-loss", k::number,
+       "Stop (with a checkpoint) at the first evaluation whose validation loss is at or below this: training to a "
+       "target quality (0: run every step)", "", "0", "loop and outputs", 0, 1e6},
       {"checkpoint_every", "--checkpoint-every", k::count,
        "Checkpoint every N steps (0: at the end and on a stop signal)", "", "0", "loop and outputs"},
       {"checkpoints", "", k::boolean,
@@ -281,6 +284,7 @@ struct run_settings {
     s.loop.eval_every = r.get("eval_every", s.loop.eval_every);
     s.loop.eval_batches = r.get("eval_batches", s.loop.eval_batches);
     s.loop.log_every = r.get("log_every", s.loop.log_every, positive);
+    s.loop.stop_at_loss = r.get("stop_at_loss", s.loop.stop_at_loss, in_closed(0.0, 1e6));
     s.loop.checkpoint_every = r.get("checkpoint_every", s.loop.checkpoint_every);
     s.loop.checkpoints = r.get("checkpoints", s.loop.checkpoints);
     s.keep_checkpoints = r.get("keep_checkpoints", s.keep_checkpoints, positive);
@@ -452,6 +456,7 @@ struct run_settings {
     if (epochs) j["epochs"] = *epochs;
     if (global_batch) j["global_batch"] = *global_batch;
     if (!loop.checkpoints) j["checkpoints"] = false;
+    if (loop.stop_at_loss > 0) j["stop_at_loss"] = loop.stop_at_loss;
     if (!init_from.empty()) j["init_from"] = init_from;
     if (dropout) j["dropout"] = *dropout;
     if (memory_budget > 0) j["memory_budget"] = memory_budget;

@@ -10,12 +10,14 @@
 //   auto r = sparselm::train_loop(trainer, task, o, log, {.checkpoint = save});
 //
 // Metrics lines: "train" (the task's loss_json of the window, lr, grad_norm, samples_per_s,
-// tokens_per_s, epoch; loss_scale and overflow_steps when the loss is scaled; the hooks' extra
-// metrics, e.g. a pattern update's), "eval" (the task's loss_json, seconds), "overflow" (dynamic
+// tokens_per_s, epoch, wall_seconds; loss_scale and overflow_steps when the loss is scaled; the hooks' extra
+// metrics, e.g. a pattern update's), "eval" (the task's loss_json, seconds, wall_seconds), "overflow" (dynamic
 // loss scaling backed off), "skipped" (a non-finite step skipped) and "nonfinite" (the step that
 // stopped the run). SIGINT, SIGTERM and SIGHUP finish the current step, checkpoint and return
 // (interrupted), on every rank after the same step. The trainer's nonfinite_error propagates to
-// the caller, which names the last good checkpoint.
+// the caller, which names the last good checkpoint. wall_seconds: this run's wall-clock seconds of
+// training so far (steps, data, pattern updates and logging; evaluations and checkpoints left out),
+// the clock of a time-to-quality comparison (benchmarks/time_to_quality.sh).
 
 #include <unistd.h>
 
@@ -46,6 +48,7 @@ struct loop_options {
   std::size_t checkpoint_every = 0;  // 0: only at the end (and on interrupt)
   bool checkpoints = true;         // false: none at all (a measurement run whose state the disk cannot hold)
   bool stop_on_interrupt = true;   // SIGINT/SIGTERM/SIGHUP: finish the step, checkpoint, return
+  double stop_at_loss = 0;         // > 0: stop (and checkpoint) at the first evaluation whose loss is at or below it
 };
 
 struct loop_hooks {
@@ -58,6 +61,7 @@ struct loop_hooks {
 struct loop_result {
   std::size_t steps_done = 0;
   bool interrupted = false;
+  std::optional<std::size_t> reached_loss_at;  // stop_at_loss: the step whose evaluation reached it
   std::optional<loss_stats> last_eval;  // the last evaluation of this run, if any
   loss_stats trained;                   // the losses of this run's steps (skipped ones left out)
   double train_seconds = 0;
@@ -166,16 +170,25 @@ loop_result train_loop(Trainer& t, Task& task, const loop_options& o, metrics_lo
       bar.message(s);
   };
   loop_result r;
+  using clock = std::chrono::steady_clock;
+  const auto started = clock::now();
+  double left_out = 0;  // seconds of evaluations and checkpoints
+  auto since = [](clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); };
+  auto wall_seconds = [&] { return since(started) - left_out; };
   auto evaluate = [&](std::size_t step) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = clock::now();
+    const double wall = wall_seconds();
     r.last_eval = task.evaluate(o.eval_batches);
-    if (!r.last_eval) return;
-    auto j = task.loss_json(*r.last_eval);
-    j["kind"] = "eval";
-    j["step"] = step;
-    j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    log.write(j);
-    say(task.eval_message(step, *r.last_eval));
+    if (r.last_eval) {
+      auto j = task.loss_json(*r.last_eval);
+      j["kind"] = "eval";
+      j["step"] = step;
+      j["seconds"] = since(t0);
+      j["wall_seconds"] = wall;
+      log.write(j);
+      say(task.eval_message(step, *r.last_eval));
+    }
+    left_out += since(t0);
   };
   detail::stop_signals signals(o.stop_on_interrupt);
   if (t.step() == 0 && o.eval_every > 0) evaluate(0);
@@ -217,6 +230,7 @@ loop_result train_loop(Trainer& t, Task& task, const loop_options& o, metrics_lo
       j["samples_per_s"] = w.samples_per_s();
       j["tokens_per_s"] = w.tokens_per_s();
       j["epoch"] = task.epoch();
+      j["wall_seconds"] = wall_seconds();
       if (scaling) {  // the scale of the window's last step, and the steps the scaler skipped so far
         j["loss_scale"] = m.loss_scale;
         j["overflow_steps"] = t.scaler().skipped_steps();
@@ -238,11 +252,25 @@ loop_result train_loop(Trainer& t, Task& task, const loop_options& o, metrics_lo
       bar.update(step, task.brief(w.loss) + buf);
       w = {};
     }
-    if (last || (o.eval_every && step % o.eval_every == 0)) evaluate(step);
+    bool reached = false;
+    if (last || (o.eval_every && step % o.eval_every == 0)) {
+      evaluate(step);
+      reached = procs.any(o.stop_at_loss > 0 && r.last_eval && r.last_eval->count &&
+                          r.last_eval->mean_loss() <= o.stop_at_loss);
+      if (reached) {
+        r.reached_loss_at = step;
+        if (!last) say("step " + std::to_string(step) + ": validation loss at or below " +
+                       std::to_string(o.stop_at_loss) + " (stop_at_loss); the run stops");
+      }
+    }
     // A stop request on any rank stops them all after the same step.
-    const bool stop = procs.any(o.stop_on_interrupt && detail::stop_requested);
-    if (hooks.checkpoint && o.checkpoints && (last || stop || (o.checkpoint_every && step % o.checkpoint_every == 0)))
+    const bool stop = procs.any(o.stop_on_interrupt && detail::stop_requested) || reached;
+    if (hooks.checkpoint && o.checkpoints && (last || stop || (o.checkpoint_every && step % o.checkpoint_every == 0))) {
+      const auto t0 = clock::now();
       hooks.checkpoint(step);
+      left_out += since(t0);
+    }
+    if (reached) break;
     if (stop) {
       r.interrupted = true;
       say("interrupted at step " + std::to_string(step) +
