@@ -308,6 +308,8 @@ def render_time_to_quality(lines):
         mins = m["minutes"]
         when = (f"{m['minutes_median']:.2f}" + (f" ({min(mins):.2f}–{max(mins):.2f})" if len(mins) > 1 else "")
                 if mins else f"not reached (final loss {med(m['final_loss']):.3f})")
+        if mins and m["reached"] < m["runs"]:
+            when += f"; {m['runs'] - m['reached']} of {m['runs']} short of it after the schedule"
         ratio = f"**{m['ratio_vs_pytorch']:.2f}×**" if m.get("ratio_vs_pytorch") else "–"
         rows.append([c["contender"], f"`{c['model']}`", f"{m['reached']} of {m['runs']}", when, ratio,
                      f"{m['tokens_per_s']:.0f}", f"{m['target_loss']:.3f}", c["schedule_steps"], runs.ref(ln)])
