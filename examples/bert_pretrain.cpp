@@ -93,12 +93,7 @@ int main(int argc, char** argv) {
     o.out = s.out;
     o.init_from = s.init_from;
     o.batch_size = s.batch_size;
-    o.steps = s.loop.steps;
-    o.eval_every = s.loop.eval_every;
-    o.eval_batches = s.loop.eval_batches;
-    o.log_every = s.loop.log_every;
-    o.checkpoint_every = s.loop.checkpoint_every;
-    o.stop_at_loss = s.loop.stop_at_loss;
+    o.loop = s.loop;
     o.keep_checkpoints = s.keep_checkpoints;
     o.seed = s.seed;
     o.resume = cli.resume;

@@ -39,6 +39,12 @@ grep -q "model weights from $work/phase1/checkpoints/step-000020" "$work/phase2.
 "$train" "${common[@]}" --train "$work/p1.bex" --out "$work/sparse" --steps 12 --block-size 16 --sparsity 0.75 \
   --update-period 5 --eval-every 0 > "$work/sparse.json" 2> "$work/sparse.log"
 
+# checkpoints=false: the run trains and logs, and writes no checkpoint at all
+"$train" "${common[@]}" --train "$work/p1.bex" --out "$work/nockpt" --steps 2 --eval-every 0 --set checkpoints=false \
+  > "$work/nockpt.json" 2> "$work/nockpt.log"
+[ "$(grep -c '"kind":"train"' "$work/nockpt/metrics.jsonl")" = 2 ] || { echo "FAIL: checkpoints=false: no training lines"; exit 1; }
+[ -z "$(ls -A "$work/nockpt/checkpoints" 2> /dev/null)" ] || { echo "FAIL: checkpoints=false wrote a checkpoint"; exit 1; }
+
 # a used run directory: a fresh run is refused (nothing touched), --overwrite starts again;
 # dynamic loss scaling logs its scale
 before=$(md5sum "$work/phase2/metrics.jsonl")

@@ -4,7 +4,8 @@
 #   - encode_dataset --vocab-limit 256 writes both splits with vocabulary 256;
 #   - gpt_train --stop-at-loss stops at the first evaluation at or below the loss (a loss every
 #     evaluation beats: at the first one after step 0; summary "reached_loss_at"), and runs every step
-#     when none reaches it; metrics lines carry wall_seconds, which never decrease;
+#     when none reaches it, and is refused without validation data; metrics lines carry wall_seconds,
+#     which never decrease;
 #   - the PyTorch peer (benchmarks/peers/torch_gpt_train.py) reads the same token files into as many
 #     training windows as gpt_train, its first evaluation (the same windows, an untrained model of
 #     the same shape) is within 2 % of ours, and its port of the shuffled order gives the golden
@@ -26,6 +27,14 @@ grep -q "valid.tok: .*vocab 256" "$work/encode.txt" || fail "validation split no
 args=(--config "$src/configs/gpt-mini-train.json" --set "model=$work/model.json" --train "$work/train.tok" --valid "$work/valid.tok"
       --batch-size 4 --seq-len 32 --order shuffled --seed 7 --steps 12 --warmup-steps 2 --eval-every 4 --eval-batches 2 --log-every 2
       --threads 1 --set checkpoints=false)
+# without validation data there is nothing to reach: refused before any work, naming the key
+/usr/bin/python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c['data'].pop('valid', None); c['model'] = 'model.json'; json.dump(c, open(sys.argv[2], 'w'))" \
+  "$src/configs/gpt-mini-train.json" "$work/novalid-run.json"
+if "$gpt" --config "$work/novalid-run.json" --train "$work/train.tok" --steps 2 --warmup-steps 1 --seq-len 32 --threads 1 --out "$work/novalid" --stop-at-loss 5 > /dev/null 2> "$work/novalid.err"; then
+  fail "--stop-at-loss without validation data ran"
+fi
+grep -q "stop_at_loss (--stop-at-loss) needs validation data" "$work/novalid.err" || fail "no validation: $(cat "$work/novalid.err")"
+[[ ! -e "$work/novalid/metrics.jsonl" ]] || fail "--stop-at-loss without validation data wrote metrics"
 "$gpt" "${args[@]}" --out "$work/reach" --stop-at-loss 1000 > "$work/reach.json" 2> "$work/reach.err"
 "$gpt" "${args[@]}" --out "$work/full" --stop-at-loss 0.001 > "$work/full.json" 2> "$work/full.err"
 /usr/bin/python3 - "$work" <<'PY'

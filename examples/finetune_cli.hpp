@@ -73,6 +73,7 @@ class finetune_cli {
     job.batch_size = settings.batch_size;
     job.log_every = settings.loop.log_every;
     job.checkpoint_every = settings.loop.checkpoint_every;
+    job.checkpoints = settings.loop.checkpoints;
     job.keep_checkpoints = settings.keep_checkpoints;
     job.resume = cli.resume;
     job.overwrite = cli.overwrite;

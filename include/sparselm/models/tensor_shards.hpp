@@ -145,6 +145,16 @@ std::vector<const void*> linear_layers(const Model& m) {
   });
   return r;
 }
+// The split block-sparse layers of a model, in visiting order: f(layer).
+template <class Model, class F>
+void for_split_sparse(const Model& m, F&& f) {
+  visit_tree(m, [&](const auto& n) {
+    using N = std::decay_t<decltype(n)>;
+    if constexpr (is_linear_v<N>)
+      if constexpr (N::sparsity::is_sparse)
+        if (n.split().active()) f(n);
+  });
+}
 }  // namespace detail
 
 // The block patterns of a model's split block-sparse weights, in visiting order (what a rank sends
@@ -152,12 +162,7 @@ std::vector<const void*> linear_layers(const Model& m) {
 template <class Model>
 std::vector<const sparse::block_pattern*> split_patterns(const Model& m) {
   std::vector<const sparse::block_pattern*> r;
-  visit_tree(m, [&](const auto& n) {
-    using N = std::decay_t<decltype(n)>;
-    if constexpr (is_linear_v<N>)
-      if constexpr (N::sparsity::is_sparse)
-        if (n.split().active()) r.push_back(&n.state().pattern);
-  });
+  detail::for_split_sparse(m, [&](const auto& n) { r.push_back(&n.state().pattern); });
   return r;
 }
 

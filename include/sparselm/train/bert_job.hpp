@@ -6,7 +6,7 @@
 // resume, checkpoints, signals, metrics and the loop. A step is the trainer's accumulation.steps
 // micro-batches of batch_size examples (per rank).
 //
-//   bert_job job({.train = "train-128.bex", .valid = "valid-128.bex", .out = "runs/bert-p1", .steps = 1000});
+//   bert_job job({.train = "train-128.bex", .valid = "valid-128.bex", .out = "runs/bert-p1", .loop = {.steps = 1000}});
 //   nlohmann::json summary = job.run(model, trainer);      // (dynamic_sparsity* optional)
 //
 // Phase 2 of BERT pre-training (sequence 384 after 128) is a second job whose model starts from
@@ -49,9 +49,8 @@ namespace sparselm {
 struct bert_job_options {
   std::filesystem::path train, valid, out = "runs/bert";
   std::filesystem::path init_from;  // a checkpoint (ours, or an HF BERT directory) whose weights start this job
-  std::size_t batch_size = 8, steps = 1000, eval_every = 100, eval_batches = 8, log_every = 10;
-  std::size_t checkpoint_every = 0, keep_checkpoints = 2;
-  double stop_at_loss = 0;  // > 0: stop at the first evaluation whose loss is at or below it
+  std::size_t batch_size = 8, keep_checkpoints = 2;
+  loop_options loop{.eval_batches = 8};  // steps, evaluation, logging, checkpoints, stop_at_loss
   std::uint64_t seed = 1234;
   bool resume = false;
   bool overwrite = false;  // fresh run in a used --out: delete its checkpoints, metrics and config first
@@ -180,6 +179,8 @@ class bert_job {
   template <class Model, class Trainer, class Sparsity = std::nullptr_t>
   nlohmann::json run(Model& model, Trainer& t, Sparsity* ds = nullptr) {
     SPARSELM_CHECK(!o_.train.empty(), "bert_job: no training examples (--train)");
+    SPARSELM_CHECK(o_.loop.stop_at_loss == 0 || !o_.valid.empty(),
+                   "bert_pretrain: stop_at_loss (--stop-at-loss) needs validation examples (--valid)");
     global_ = checked_mul(o_.batch_size, t.replicas().size(), "bert_pretrain: batch_size x ranks");
     data::bert_example_file train(o_.train);
     check_file(train, model);
@@ -194,12 +195,7 @@ class bert_job {
                         {.out = o_.out,
                          .program = "bert_pretrain",
                          .config = o_.config,
-                         .loop = {.steps = o_.steps,
-                                  .eval_every = o_.eval_every,
-                                  .eval_batches = o_.eval_batches,
-                                  .log_every = o_.log_every,
-                                  .checkpoint_every = o_.checkpoint_every,
-                                  .stop_at_loss = o_.stop_at_loss},
+                         .loop = o_.loop,
                          .resume = o_.resume,
                          .overwrite = o_.overwrite,
                          .keep_checkpoints = o_.keep_checkpoints,

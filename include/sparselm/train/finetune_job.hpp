@@ -58,6 +58,7 @@ struct finetune_job_options {
   std::string program = "finetune";  // names the job in messages and metrics
   std::size_t steps = 100, batch_size = 16, log_every = 10;
   std::size_t checkpoint_every = 0, keep_checkpoints = 2;
+  bool checkpoints = true;  // false: none at all, not even at the end (run config "checkpoints")
   std::uint64_t seed = 1234;
   bool resume = false, overwrite = false;
   nlohmann::json config;  // the resolved run config (logged and saved)
@@ -136,7 +137,8 @@ class finetune_job {
                          .loop = {.steps = o_.steps,
                                   .eval_every = 0,
                                   .log_every = o_.log_every,
-                                  .checkpoint_every = o_.checkpoint_every},
+                                  .checkpoint_every = o_.checkpoint_every,
+                                  .checkpoints = o_.checkpoints},
                          .resume = o_.resume,
                          .overwrite = o_.overwrite,
                          .keep_checkpoints = o_.keep_checkpoints,

@@ -72,6 +72,8 @@ class lm_job {
     check_activation_limit(rc_.batch_size, rc_.seq_len, vocab, program_ + " run config");
     SPARSELM_CHECK(!(o.resume && o.overwrite), program_, ": --resume and --overwrite exclude each other");
     SPARSELM_CHECK(!rc_.train_data.empty(), program_, ": no training data (field data.train or --train)");
+    SPARSELM_CHECK(rc_.loop.stop_at_loss == 0 || !rc_.valid_data.empty(), program_,
+                   ": stop_at_loss (--stop-at-loss) needs validation data (field data.valid or --valid)");
     data::token_file train_file(rc_.train_data);
     SPARSELM_CHECK(train_file.size() > 0, rc_.train_data, ": empty token file");
     SPARSELM_CHECK(train_file.vocab_size() <= vocab, rc_.train_data, ": vocabulary ", train_file.vocab_size(),

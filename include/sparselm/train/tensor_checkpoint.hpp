@@ -114,15 +114,12 @@ std::pair<std::size_t, std::size_t> whole_block(const Linear& n, std::size_t r, 
   return {r * (n.in() / B) + i, j};
 }
 
-// The split block-sparse layers of a model, in visiting order: f(layer).
-template <class Model, class F>
-void for_split_sparse(const Model& m, F&& f) {
-  visit_tree(m, [&](const auto& n) {
-    using N = std::decay_t<decltype(n)>;
-    if constexpr (is_linear_v<N>)
-      if constexpr (N::sparsity::is_sparse)
-        if (n.split().active()) f(n);
-  });
+// The block grid (rows, columns) of the whole weight that the split layer n's slice is one of P of.
+template <class Linear>
+std::pair<std::size_t, std::size_t> whole_grid(const Linear& n, std::size_t P) {
+  const std::size_t B = n.block_size(), rows = n.in() / B, cols = n.out() / B;
+  if (n.split().kind == parallel::split_kind::columns) return {rows, cols * P};
+  return {rows * P, cols};
 }
 
 // Rank 0 of g receives every rank's `mine` (all of one size), rank r's at r * stride (returned;
@@ -246,8 +243,7 @@ std::unique_ptr<whole_state_of<Trainer>> gather_tensor_parallel_state(Trainer& t
       std::size_t at = 0;
       detail::for_split_sparse(model, [&](const auto& n) {
         const std::size_t B = n.block_size(), rows = n.in() / B, cols = n.out() / B;
-        const std::size_t W_rows = n.split().kind == parallel::split_kind::columns ? rows : rows * P;
-        const std::size_t W_cols = n.split().kind == parallel::split_kind::columns ? cols * P : cols;
+        const auto [W_rows, W_cols] = detail::whole_grid(n, P);
         std::vector<std::int32_t> grid(W_rows * W_cols, 0);
         bool tracked = true;
         for (std::size_t r = 0; r < P; ++r) {
@@ -301,7 +297,7 @@ nlohmann::json load_tensor_parallel_checkpoint(const std::filesystem::path& dir,
       const auto* e = w.updater()->explored(name);
       if (!e) return up->untrack(name);
       const std::size_t B = n.block_size(), rows = n.in() / B, cols = n.out() / B;
-      const std::size_t W_cols = n.split().kind == parallel::split_kind::columns ? cols * P : cols;
+      const std::size_t W_cols = detail::whole_grid(n, P).second;
       std::vector<std::int32_t> grid(rows * cols);
       for (std::size_t i = 0; i < rows; ++i)
         for (std::size_t j = 0; j < cols; ++j) {

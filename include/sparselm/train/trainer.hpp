@@ -377,15 +377,12 @@ class trainer {
     if (tgrid_.active()) return tensor_parallel_norm();
     return sharded() ? shards_.norm(shard_group(), model_.grads()) : optim::global_norm(model_.grads());
   }
-  // Tensor-parallel: the whole model's norm from the per-tensor sums of squares, a slice's from
-  // every rank of the group, a replicated tensor's from the group's rank 0 only (the same on every
-  // rank of it), summed over the group.
+  // Tensor-parallel: the whole model's norm from the whole tensors' sums of squares (the slices'
+  // summed over the group; a replicated tensor's gradient is the same on every rank of it), added
+  // up in the same order on every rank.
   double tensor_parallel_norm() {
     auto sq = optim::tensor_sum_squares(model_.grads());
-    if (tgrid_.split().rank != 0)
-      for (std::size_t i = 0; i < sq.size(); ++i)
-        if (!sliced_[i]) sq[i] = 0.0;
-    tgrid_.tensor().all_reduce(std::span<double>(sq));
+    sum_sliced_squares(sq);
     double s = 0.0;
     for (double x : sq) s += x;
     return std::sqrt(s);

@@ -255,8 +255,9 @@ loop_result train_loop(Trainer& t, Task& task, const loop_options& o, metrics_lo
     bool reached = false;
     if (last || (o.eval_every && step % o.eval_every == 0)) {
       evaluate(step);
-      reached = procs.any(o.stop_at_loss > 0 && r.last_eval && r.last_eval->count &&
-                          r.last_eval->mean_loss() <= o.stop_at_loss);
+      // (the same key on every rank: the sum over them only when it is set)
+      reached = o.stop_at_loss > 0 && procs.any(r.last_eval && r.last_eval->count &&
+                                                r.last_eval->mean_loss() <= o.stop_at_loss);
       if (reached) {
         r.reached_loss_at = step;
         if (!last) say("step " + std::to_string(step) + ": validation loss at or below " +
