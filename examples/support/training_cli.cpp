@@ -123,7 +123,10 @@ std::optional<int> training_cli::parse(int argc, char** argv) {
 nlohmann::json training_cli::overlay() const { return impl_->flags.overlay(); }
 
 nlohmann::json training_cli::run_json() {
-  auto [j, base] = sparselm::read_run_json(impl_->config_path, &impl_->model_file);
+  // a model the flags give (--set model=FILE) replaces the config's: its file is not read
+  const nlohmann::json over = impl_->flags.overlay();
+  const bool model_given = over.contains("model") && !over["model"].is_object();
+  auto [j, base] = sparselm::read_run_json(impl_->config_path, &impl_->model_file, !model_given);
   impl_->base = base;
   impl_->flags.apply(j);
   if (j.contains("program"))

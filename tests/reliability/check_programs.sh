@@ -225,6 +225,12 @@ j = json.load(open(sys.argv[1])); j["n_layer"] = 1000000000; json.dump(j, open(s
   expect 1 "bad/config.json: field 'n_layer' is 1000000000, above the limit" "$bin/export_hf" --checkpoint bad --out r3
   echo '{"layer_norm_epsilon": "small"}' > m.json && echo '{"model": "m.json", "steps": 1}' > with-model.json
   expect 1 "m.json: field 'layer_norm_epsilon' must be a number" "$bin/gpt_train" "${tiny[@]}" -c with-model.json --out r4
+  # a model file the config names but the flags replace (--set model=FILE) is not read
+  echo '{"model": "gone.json", "steps": 1}' > gone-model.json
+  expect 1 "gone.json" "$bin/gpt_train" "${tiny[@]}" -c gone-model.json --out r8
+  echo '{"n_layer": 1, "n_embd": 32, "n_head": 2, "n_positions": 32, "vocab_size": 50257}' > given-model.json
+  expect 0 "" "$bin/gpt_train" "${tiny[@]}" -c gone-model.json --set model=given-model.json --out r9
+  check "the run with the replaced model trained" "grep -q '\"kind\":\"train\"' r9/metrics.jsonl"
   expect 2 "--set steps=abc: field 'steps' must be a whole number" "$bin/gpt_train" "${tiny[@]}" --set steps=abc --out r5
   expect 2 "--vocab-limit 2147483648 is above the token files' vocabulary" "$bin/sparsity_study" --train train.tok \
     --valid train.tok --vocab-limit 2147483648 --steps 1 --out study

@@ -144,7 +144,10 @@ struct lm_run_config {
 
 // Reads a run-config file (or starts from {} when path is empty) and inlines a "model" given as a
 // file name, resolved against the config's directory. Returns the JSON and that directory.
-inline std::pair<json, std::filesystem::path> read_run_json(const std::string& path, std::string* model_file = nullptr) {
+// read_model false: the "model" key is left as the config has it (a flag or --set replaces it, so
+// a file it names need not exist).
+inline std::pair<json, std::filesystem::path> read_run_json(const std::string& path, std::string* model_file = nullptr,
+                                                            bool read_model = true) {
   json j = json::object();
   std::filesystem::path base;
   if (!path.empty()) {
@@ -152,7 +155,7 @@ inline std::pair<json, std::filesystem::path> read_run_json(const std::string& p
     SPARSELM_CHECK(j.is_object(), path, ": expected a JSON object");
     base = std::filesystem::path(path).parent_path();
   }
-  if (j.contains("model") && j["model"].is_string()) {
+  if (read_model && j.contains("model") && j["model"].is_string()) {
     std::filesystem::path p = j["model"].get<std::string>();
     if (p.is_relative() && !base.empty()) p = base / p;
     j["model"] = read_json_file(p.string(), "model file");
