@@ -104,12 +104,7 @@ int main(int argc, char** argv) {
     const auto& sp = s.sparsity;
     SPARSELM_CHECK(!sp.update || sp.block_size > 0, cli.context(),
                    ": field 'sparsity.update' (dynamic sparsity) needs block-sparse projections (sparsity.block_size)");
-    if (tp > 1) {  // what a split model cannot do yet; the ranks a multiple of the group, before any work
-      const std::string what = cli.context() + ": trainer.tensor_parallel (--tensor-parallel) " + std::to_string(tp) + ": ";
-      SPARSELM_CHECK(!cli.dry_run && s.memory_budget <= 0, what,
-                     "the plan (--dry-run, --memory-budget) has no model of a split model yet");
-      tensor_grid::split_of(replicas.group(), tp);
-    }
+    if (tp > 1) tensor_grid::split_of(replicas.group(), tp);  // the ranks a multiple of the group, before any work
     if (cli.dry_run || s.memory_budget > 0) {
       const auto info = data::bert_example_file(o.train).info();
       if (auto rc = cli.plan_gate(model_shape_of(cfg, head_kind::bert_pretraining, info.max_predictions),

@@ -9,6 +9,9 @@
 #        heads, SwiGLU 352, untied head), dense, fp32, recompute none, batch 8 x 256
 #     E  the same LLaMA with a tied head, block-sparse (B = 16, sparsity 0.9, random regrowth every 3
 #        steps), bf16, recompute blocks, batch 8 x 256
+#     F  A split over 2 ranks of 1 thread (--tensor-parallel 2 under mpirun; the plan is one rank's
+#        share, and rank 0, the largest process, assembles the whole model to save the checkpoint at
+#        the end): the peak of mpirun's processes against the plan
 #   the program's --dry-run prints a plan (JSON on stdout), then a short real run of the same
 #   configuration (5 steps) is measured: its peak resident memory (ru_maxrss of the process) minus the
 #   dry-run's baseline (the process's peak before the plan, the same code path) must be within 15 %
@@ -35,7 +38,7 @@ JSON
   sed "s|\"gpt-mini.json\"|\"$work/llama-$tied.json\"|" "$src/configs/gpt-mini-train.json" > "$work/llama-$tied-train.json"
 done
 /usr/bin/python3 - "$gpt" "$bert" "$src" "$work" <<'PY'
-import json, os, statistics, subprocess, sys, time
+import json, os, shutil, statistics, subprocess, sys, time
 gpt, bert, src, work = sys.argv[1:5]
 
 def run(args, log):
@@ -57,6 +60,13 @@ gpt_common = [gpt, "--config", f"{src}/configs/gpt-mini-train.json", "--train", 
               "--layers", "6", "--embd", "128", "--heads", "4", "--positions", "256", "--seq-len", "256",
               "--batch-size", "8", "--eval-every", "0", "--eval-batches", "1", "--log-every", "1", "--threads", "2",
               "--warmup-steps", "1"]
+mpirun = []
+if shutil.which("mpirun"):
+    mpirun = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none"] + (["--allow-run-as-root"] if os.getuid() == 0 else [])
+def one_thread(args):
+    a = list(args)
+    a[a.index("--threads") + 1] = "1"
+    return a
 # The LLaMA's shape is its model file's; the run's flags are GPT's (the GPT shape flags left out).
 def llama_common(tied):
     return [gpt, "--config", f"{work}/llama-{tied}-train.json"] + gpt_common[3:7] + gpt_common[15:]
@@ -68,12 +78,19 @@ configs = {
     "D": llama_common("false") + ["--steps", "5", "--precision", "fp32"],
     "E": llama_common("true") + ["--steps", "5", "--precision", "bf16", "--recompute", "blocks", "--block-size", "16",
                                  "--sparsity", "0.9", "--update-period", "3"],
+    # F: the dense GPT of A split over 2 ranks of 1 thread (--tensor-parallel 2 under mpirun), with a
+    # checkpoint at the end: rank 0, the largest process, also assembles the whole model to save it
+    "F": mpirun + one_thread(gpt_common) + ["--steps", "5", "--precision", "fp32", "--tensor-parallel", "2"]
+         if mpirun else None,
     "C": [bert, "--model", f"{src}/configs/bert-small.json", "--train", f"{work}/p1.bex", "--batch-size", "8",
           "--steps", "5", "--eval-every", "0", "--log-every", "1", "--threads", "2", "--slots", "bf16"],
 }
 failed = []
 rows = []
 for name, args in configs.items():
+    if args is None:
+        print(f"{name}: skipped (no mpirun)")
+        continue
     plan = plan_of(args, name)
     if name in "DE":
         assert plan["family"] == "llama" and plan["kv_heads"] == 2, f"{name}: not the LLaMA's plan: {plan}"

@@ -25,6 +25,7 @@
 #    are assembled for the save and sliced again on resume); one process continues it.
 # 6. Refusals, each before any step and naming the option: a rank count the group does not divide,
 #    pipeline stages, --shard-optimizer, and sparse_lm (a program that does not split its model).
+# 7. The plan of a split run (below).
 #
 # Tolerance: the group sums partial products in another order than one process's GEMMs (and the
 # replicas their rows' gradients): float rounding, ~1e-7 relative per step, grown by Adam's division
@@ -139,4 +140,49 @@ grep -q "take_slices: 'h\..*blocks in slice" "$work/uneven.err" ||
   { cat "$work/uneven.err" >&2; echo "FAIL: uneven: no message naming the weight and the slice" >&2; exit 1; }
 [ -f "$work/sparse-one-half/checkpoints/step-000005/model.safetensors" ] ||
   { echo "FAIL: uneven: the refused resume lost the checkpoint" >&2; exit 1; }
+
+# 7. The plan of a split run (--dry-run; train/plan.hpp): one rank's share. Its parameters are the
+#    group's run's per rank (the run line), the whole model's those of one process's plan, and the
+#    difference is half of the blocks' split projections (weights and column-split biases):
+#    L (12 C^2 + 7 C) / 2 for GPT; a grid of 4 ranks plans 2 data replicas; a memory budget under
+#    the group is checked against the split plan.
+plan() {  # plan NAME NP FLAGS...: the dry run's JSON line in $work/NAME.plan
+  local name=$1 np=$2
+  shift 2
+  local cmd=("$gpt")
+  [ "$np" -gt 1 ] && cmd=(mpirun -np "$np" "${mpi_opts[@]}" "$gpt")
+  "${cmd[@]}" "${args[@]}" --dry-run "$@" > "$work/$name.plan" 2> "$work/$name.plan.err" ||
+    { cat "$work/$name.plan.err" >&2; echo "FAIL: the plan $name did not run" >&2; exit 1; }
+}
+plan one 1 --batch-size 4
+plan tp2 2 --batch-size 4 --tensor-parallel 2
+plan grid 4 --batch-size 2 --tensor-parallel 2
+plan sparse-tp2 2 --batch-size 4 --tensor-parallel 2 --block-size 16 --sparsity 0.5
+refused budget "memory budget 0.001 GiB" "${mpi2[@]}" "$gpt" "${args[@]}" --batch-size 4 --tensor-parallel 2 \
+  --memory-budget 0.001 --out "$work/budget"
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+def plan(n): return json.loads(open(f"{w}/{n}.plan").read().strip().splitlines()[-1])
+def params(run): return next(j for j in map(json.loads, open(f"{w}/{run}/metrics.jsonl")) if j.get("kind") == "run")["parameters"]
+one, tp2, grid, sparse = plan("one"), plan("tp2"), plan("grid"), plan("sparse-tp2")
+L, C = 2, 64
+fails = []
+if tp2["run"]["tensor_parallel"] != 2 or grid["run"]["data_replicas"] != 2:
+    fails.append(f"the split plans: tensor_parallel {tp2['run']['tensor_parallel']}, grid's replicas {grid['run']['data_replicas']}")
+if tp2["stored_parameters"] != params("tp2") or sparse["stored_parameters"] != params("sparse-tp2"):
+    fails.append(f"per rank: planned {tp2['stored_parameters']} / {sparse['stored_parameters']}, "
+                 f"the runs hold {params('tp2')} / {params('sparse-tp2')}")
+if tp2["whole_parameters"] != one["parameters"] or one["stored_parameters"] != params("one"):
+    fails.append(f"whole model: {tp2['whole_parameters']} planned split, {one['parameters']} in one process's plan")
+if one["stored_parameters"] - tp2["stored_parameters"] != L * (12 * C * C + 7 * C) / 2:
+    fails.append(f"the split plan holds {one['stored_parameters'] - tp2['stored_parameters']} parameters fewer, "
+                 f"not half the split projections' {L * (12 * C * C + 7 * C)}")
+if tp2["memory_bytes"]["checkpoint_gather"] != 0:  # these runs write no checkpoint (checkpoints=false)
+    fails.append(f"a run without checkpoints plans {tp2['memory_bytes']['checkpoint_gather']} bytes to gather one")
+print(f"plans: one process {one['stored_parameters']:.0f} parameters, a rank of 2 {tp2['stored_parameters']:.0f}; "
+      f"{tp2['tensor_sum_bytes_per_step'] / 1e6:.2f} MB summed per step")
+for f in fails: print("FAIL:", f, file=sys.stderr)
+sys.exit(1 if fails else 0)
+PY
 echo "tensor_parallel: passed"

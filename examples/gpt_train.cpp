@@ -176,8 +176,6 @@ int main(int argc, char** argv) {
     if (const std::size_t tp = job.run.trainer.tensor_parallel; tp > 1) {  // what a split model cannot do yet
       const std::string what = ctx + ": trainer.tensor_parallel (--tensor-parallel) " + std::to_string(tp) + ": ";
       SPARSELM_CHECK(!is_llama, what, "model_type 'llama' does not split over ranks yet (GPT models do)");
-      SPARSELM_CHECK(!cli.dry_run && job.run.settings.memory_budget <= 0, what,
-                     "the plan (--dry-run, --memory-budget) has no model of a split model yet");
       tensor_grid::split_of(replicas.group(), tp);  // ranks a multiple of the group, before any work
     }
     job.options.keep_checkpoints = job.run.settings.keep_checkpoints;

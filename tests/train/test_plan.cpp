@@ -140,4 +140,50 @@ TEST_CASE("plan: the scratch it counts is what a training step's workspaces and 
   CHECK(double(g.activation_bytes()) < make_run_plan(s, in).scratch + stream_bytes(s, N));
 }
 
+TEST_CASE("plan: a tensor-parallel rank's share holds what the rank's model slice registers") {
+  gpt_config c;
+  c.n_layer = 2;
+  c.n_embd = 64;
+  c.n_head = 4;
+  c.n_positions = 32;
+  c.vocab_size = 97;
+  const model_shape whole = model_shape_of(c);
+  plan_inputs in;
+  in.batch = 2;
+  in.seq = 16;
+  in.tensor_parallel = 2;
+  for (std::size_t block : {std::size_t(0), std::size_t(16)}) {
+    CAPTURE(block);
+    in.block = block;
+    in.sparsity = block ? 0.5 : 0.0;
+    const run_plan p = make_run_plan(whole, in);
+    if (block == 0) {
+      gpt<float> slice(c, {}, parallel::tensor_split{.rank = 1, .size = 2});
+      CHECK(p.stored_parameters == double(slice.num_parameters()));
+    } else {
+      gpt<float, block_sparse<16>> slice(c, {.sparsity = 0.5, .block = 16}, parallel::tensor_split{.rank = 1, .size = 2});
+      CHECK(p.stored_parameters == double(slice.num_parameters()));
+    }
+    plan_inputs one = in;
+    one.tensor_parallel = 1;
+    CHECK(p.whole_parameters == make_run_plan(whole, one).parameters);
+    CHECK(p.model.heads == 2);
+    CHECK(p.model.ff == 128);
+    // rank 0 assembles the whole model's weights and its two Adam slots at a save (12 bytes per
+    // parameter), and receives one arena of every rank at a time (4 bytes per parameter of a share)
+    const double w = make_run_plan(whole, one).stored_parameters;
+    CHECK(p.checkpoint_gather > 12.0 * w + 2 * 4.0 * p.stored_parameters);
+    CHECK(p.checkpoint_gather < 12.0 * w + 2 * 4.0 * p.stored_parameters + 1e4);  // + the tensors' alignment
+    CHECK(p.total_bytes() > p.checkpoint_gather);
+  }
+  in.checkpoints = false;
+  in.block = 0;
+  CHECK(make_run_plan(whole, in).checkpoint_gather == 0);
+  c.n_head = 2;
+  c.n_embd = 48;  // 2 heads of 24 over 4 ranks
+  in.tensor_parallel = 4;
+  CHECK_THROWS_WITH_AS(make_run_plan(model_shape_of(c), in), doctest::Contains("2 attention heads do not split over 4"),
+                       sparselm::error);
+}
+
 }  // namespace SPARSELM_UNITY_ID

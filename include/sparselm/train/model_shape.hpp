@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "sparselm/core/checked.hpp"
 #include "sparselm/models/bert.hpp"
 #include "sparselm/models/gpt.hpp"
 #include "sparselm/models/llama.hpp"
@@ -27,6 +28,9 @@ struct projection_shape {
   bool bias = true, sparse = false;
   std::size_t rows_per_seq = 0;  // heads reading some rows of each sequence (0: every row)
   bool in_block = false;         // a projection of a transformer block (recompute re-runs it)
+  // Under tensor parallelism (parallel/tensor_parallel.hpp): split by output columns (the first
+  // projections, their biases too) or input rows (the output projections), or whole on every rank.
+  enum class split { none, columns, rows } tensor = split::none;
 };
 
 enum class head_kind { causal_lm, bert_pretraining, classification, span };
@@ -60,10 +64,11 @@ inline void add_blocks(model_shape& m, const std::string& prefix, bool qkv_bias,
   const std::size_t C = m.width, HD = m.hd(), F = m.ff;
   for (std::size_t l = 0; l < m.layers; ++l) {
     const std::string p = prefix + std::to_string(l);
-    m.projections.push_back({p + ".attn.c_attn.weight", C, 3 * HD, qkv_bias, true, 0, true});
-    m.projections.push_back({p + ".attn.c_proj.weight", HD, C, proj_bias, true, 0, true});
-    m.projections.push_back({p + ".mlp.c_fc.weight", C, F, true, true, 0, true});
-    m.projections.push_back({p + ".mlp.c_proj.weight", F, C, true, true, 0, true});
+    using split = projection_shape::split;
+    m.projections.push_back({p + ".attn.c_attn.weight", C, 3 * HD, qkv_bias, true, 0, true, split::columns});
+    m.projections.push_back({p + ".attn.c_proj.weight", HD, C, proj_bias, true, 0, true, split::rows});
+    m.projections.push_back({p + ".mlp.c_fc.weight", C, F, true, true, 0, true, split::columns});
+    m.projections.push_back({p + ".mlp.c_proj.weight", F, C, true, true, 0, true, split::rows});
     m.other_parameters += 4 * C;  // two norms
     m.tensors += 10 + (qkv_bias ? 1 : 0) + (proj_bias ? 1 : 0);  // norms 4, weights 4, mlp biases 2
   }
@@ -162,5 +167,23 @@ inline model_shape model_shape_of(const bert_config& c, head_kind head, std::siz
   return m;
 }
 
+// One rank's share of m split over a tensor-parallel group of n ranks (parallel/tensor_parallel.hpp):
+// H/n heads and F/n hidden units per block, the split projections' slices (a column-split bias
+// with its columns); the embedding, norms, head and the output projections' biases whole. An
+// error names the heads or hidden units n does not divide, or a model with no split blocks.
+inline model_shape tensor_parallel_share(model_shape m, std::size_t n) {
+  if (n <= 1) return m;
+  SPARSELM_CHECK(!m.llama_parts && m.embed_width == 0, "tensor parallelism: the plan splits GPT and BERT blocks; ",
+                 m.family, " does not split over ranks");
+  SPARSELM_CHECK(m.heads % n == 0, "tensor parallelism: ", m.heads, " attention heads do not split over ", n, " ranks");
+  SPARSELM_CHECK(m.ff % n == 0, "tensor parallelism: ", m.ff, " hidden units do not split over ", n, " ranks");
+  m.heads /= n;
+  m.ff /= n;
+  for (auto& q : m.projections) {
+    if (q.tensor == projection_shape::split::columns) q.out /= n;
+    if (q.tensor == projection_shape::split::rows) q.in /= n;
+  }
+  return m;
+}
 
 }  // namespace sparselm

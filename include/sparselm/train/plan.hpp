@@ -54,6 +54,8 @@ struct plan_inputs {
   bool recompute_blocks = false;
   pipeline::plan pipeline{};
   bool shard_optimizer = false;
+  std::size_t tensor_parallel = 1;   // ranks splitting every block (trainer.tensor_parallel)
+  bool checkpoints = true;           // the run writes checkpoints (a split run gathers them on rank 0)
   bool offload = false;              // weights, gradients and slots in files (trainer.offload)
   double memory_budget = 0;          // GiB per process (0: none)
   std::string optimizer = "adamw";
@@ -80,6 +82,8 @@ inline plan_inputs plan_inputs_of(const run_settings& s, std::size_t seq, std::s
   in.recompute_blocks = s.trainer.recompute == "blocks";
   in.pipeline = s.trainer.pipeline;
   in.shard_optimizer = s.trainer.shard_optimizer;
+  in.tensor_parallel = std::max<std::size_t>(1, s.trainer.tensor_parallel);
+  in.checkpoints = s.loop.checkpoints;
   in.offload = !s.trainer.offload.empty();
   in.memory_budget = s.memory_budget;
   in.optimizer = s.optimizer.value("type", "adamw");
@@ -107,6 +111,10 @@ struct run_plan {
   // gradients above are then the part in memory at once: the embedding and head, two blocks)
   double offloaded = 0, weights_on_disk = 0, gradients_on_disk = 0;
   double activations = 0, activations_per_slot = 0, scratch = 0, workspace = 0;
+  // tensor parallelism: the model is this rank's share (model_shape.hpp, tensor_parallel_share);
+  // whole_parameters its whole count; a checkpoint (and a resume) assembles the whole model and
+  // optimiser state on rank 0 (train/tensor_checkpoint.hpp): checkpoint_gather, included in the total
+  double whole_parameters = 0, checkpoint_gather = 0, tensor_sum_bytes = 0;
   std::size_t slots_in_flight = 1, caches_per_slot = 0;
   std::size_t data_replicas = 1;
   // FLOPs per optimiser step of one process
@@ -117,7 +125,9 @@ struct run_plan {
   double dense_rate = 0, head_rate = 0, sparse_rate = 0;
   double bubble = 0;  // pipeline on threads: idle fraction of a stage
 
-  double total_bytes() const { return weights + gradients + optimizer + patterns + activations + scratch + workspace; }
+  double total_bytes() const {
+    return weights + gradients + optimizer + patterns + activations + scratch + workspace + checkpoint_gather;
+  }
   double flops() const { return dense_flops + sparse_flops + attention_flops; }
   double predicted_seconds() const {
     if (dense_rate <= 0) return 0;
@@ -157,7 +167,7 @@ struct run_plan {
                {{"weights", weights}, {"gradients", gradients}, {"optimizer", optimizer},
                 {"optimizer_offloaded", offloaded}, {"weights_offloaded", weights_on_disk},
                 {"gradients_offloaded", gradients_on_disk}, {"patterns", patterns}, {"activations", activations}, {"scratch", scratch}, {"workspace", workspace},
-                {"total", total_bytes()}}},
+                {"checkpoint_gather", checkpoint_gather}, {"total", total_bytes()}}},
               {"memory_gib_total", gib(total_bytes())},
               {"disk_bytes_offloaded", offloaded + weights_on_disk + gradients_on_disk},
               {"activations_per_micro_batch_bytes", activations_per_slot},
@@ -172,10 +182,15 @@ struct run_plan {
                        {"precision", std::string(precision::name(in.compute))}, {"recompute", in.recompute_blocks ? "blocks" : "none"},
                        {"pipeline_stages", in.pipeline.stages},
                        {"pipeline_placement", in.pipeline.where == pipeline::placement::ranks ? "ranks" : "threads"},
-                       {"shard_optimizer", in.shard_optimizer}, {"offload", in.offload}, {"optimizer", in.optimizer},
+                       {"shard_optimizer", in.shard_optimizer}, {"tensor_parallel", in.tensor_parallel},
+                       {"offload", in.offload}, {"optimizer", in.optimizer},
                        {"slot_bytes", in.slot_bytes}, {"block_size", in.block},
                        {"sparsity", in.block ? in.sparsity : 0.0}}}};
     if (in.block) j["active_blocks"] = sparse_active_blocks;
+    if (in.tensor_parallel > 1) {
+      j["whole_parameters"] = whole_parameters;
+      j["tensor_sum_bytes_per_step"] = tensor_sum_bytes;
+    }
     return j;
   }
 
@@ -200,6 +215,10 @@ struct run_plan {
         in.seq, in.accumulation, in.processes, in.threads);
     put("  parameters        %.4g (stored %.4g%s)\n", parameters, stored_parameters,
         in.block ? (", block-sparse B = " + std::to_string(in.block)).c_str() : "");
+    if (in.tensor_parallel > 1)
+      put("  tensor parallel   %zu ranks split every block: %zu heads and ff %zu per rank, %.4g of the whole model's "
+          "%.4g parameters; %.3g MB summed over the group per step\n",
+          in.tensor_parallel, model.heads, model.ff, stored_parameters, whole_parameters, tensor_sum_bytes * 1e-6);
     put("  precision %s, recompute %s, pipeline stages %zu (%s), optimiser %s with %zu-byte slots%s\n",
         std::string(precision::name(in.compute)).c_str(), in.recompute_blocks ? "blocks" : "none", in.pipeline.stages,
         in.pipeline.where == pipeline::placement::ranks ? "ranks" : "threads", in.optimizer.c_str(), in.slot_bytes,
@@ -222,6 +241,9 @@ struct run_plan {
     put("    activations     %s (%s per micro-batch in flight x %zu; %zu block cache(s) each)\n",
         size(activations).c_str(), size(activations_per_slot).c_str(), slots_in_flight, caches_per_slot);
     put("    scratch         %s (+ %s GEMM packing buffers)\n", size(scratch).c_str(), size(workspace).c_str());
+    if (checkpoint_gather > 0)
+      put("    checkpoints     %s (rank 0 assembles the whole model and optimiser state to save it)\n",
+          size(checkpoint_gather).c_str());
     put("    total           %s%s\n", size(total_bytes()).c_str(), in.offload ? " (the predicted peak; offloaded parts not counted)" : "");
     if (in.offload)
       put("  on disk           %s in --offload DIR (unnamed files, removed with the process)\n",
@@ -237,7 +259,9 @@ struct run_plan {
 };
 
 // The plan of a run of model m under the inputs (no measurement: measure_rates() adds the rates).
-inline run_plan make_run_plan(const model_shape& m, const plan_inputs& in) {
+inline run_plan make_run_plan(const model_shape& whole, const plan_inputs& in) {
+  const std::size_t TP = std::max<std::size_t>(1, in.tensor_parallel);
+  const model_shape m = tensor_parallel_share(whole, TP);  // this rank's share (the model itself when TP = 1)
   run_plan p;
   p.model = m;
   p.in = in;
@@ -245,7 +269,7 @@ inline run_plan make_run_plan(const model_shape& m, const plan_inputs& in) {
   const std::size_t L = m.layers, C = m.width, HD = m.hd(), F = m.ff, Bt = in.batch, T = in.seq, N = Bt * T;
   const std::size_t S = std::max<std::size_t>(1, in.pipeline.stages);
   const bool ranks = S > 1 && in.pipeline.where == pipeline::placement::ranks;
-  p.data_replicas = std::max<std::size_t>(1, ranks ? in.processes / S : in.processes);
+  p.data_replicas = std::max<std::size_t>(1, (ranks ? in.processes / S : in.processes) / TP);
 
   // Parameters: block-sparse projections keep their active blocks (uniform or ERK allocation).
   std::vector<std::size_t> nnz(m.projections.size(), 0);
@@ -406,6 +430,23 @@ inline run_plan make_run_plan(const model_shape& m, const plan_inputs& in) {
   p.sparse_flops = M * (3.0 * sparse_fwd + re * block_sparse);
   p.attention_flops = M * (3.0 + re) * attn_fwd;
   if (staged) p.bubble = pipeline::predicted_bubble(S, in.accumulation);
+
+  if (TP > 1) {
+    plan_inputs one = in;
+    one.tensor_parallel = 1;
+    const run_plan w = make_run_plan(whole, one);
+    p.whole_parameters = w.parameters;
+    // At a save rank 0 assembles the whole model's weights and the optimiser's slots (its gradients
+    // are allocated but never written: no memory), receiving one arena of every rank at a time
+    // (train/tensor_checkpoint.hpp; every rank holds the whole model while it resumes or starts a
+    // dense group from one seed). Measured once for GPT-2 small on 2 ranks: +2.15 GB, this 2.14.
+    if (in.checkpoints)
+      p.checkpoint_gather = (w.stored_parameters + padding) * (f + double(in.optimizer_slots * in.slot_bytes)) +
+                            double(TP) * (p.stored_parameters + padding) * std::max<double>(f, double(in.slot_bytes));
+    // Four sums of a (rows, C) block per block and micro-batch (two forward, two backward), two more
+    // with recompute; the embedding, norms and head are computed whole on every rank.
+    p.tensor_sum_bytes = M * (4.0 + 2.0 * re) * double(L) * double(N * C) * f;
+  }
   return p;
 }
 
