@@ -141,12 +141,9 @@ TEST_CASE("plan: the scratch it counts is what a training step's workspaces and 
 }
 
 TEST_CASE("plan: a tensor-parallel rank's share holds what the rank's model slice registers") {
-  gpt_config c;
-  c.n_layer = 2;
-  c.n_embd = 64;
+  gpt_config c = test::small_gpt_config();  // 2 layers
+  c.n_embd = 64;  // 4 heads of 16: 2 per rank, one 16-block of width each
   c.n_head = 4;
-  c.n_positions = 32;
-  c.vocab_size = 97;
   const model_shape whole = model_shape_of(c);
   plan_inputs in;
   in.batch = 2;
