@@ -245,8 +245,9 @@ class run_flags {
   // A flag replaces the run config's other names of its quantity: --steps its "epochs" (and the
   // reverse), --global-batch its accumulation steps (and the reverse), --lr its schedule's peak_lr
   // or lr, --warmup-steps its warmup_frac or warmup_proportion (and the reverse).
-  void apply(nlohmann::json& j) const {
-    const nlohmann::json over = overlay();
+  void apply(nlohmann::json& j) const { apply(j, overlay()); }
+  // The same with the overlay already computed (overlay() checks every --set once).
+  void apply(nlohmann::json& j, const nlohmann::json& over) const {
     auto drop_others = [](nlohmann::json& into, const nlohmann::json& given,
                           std::initializer_list<std::initializer_list<const char*>> groups) {
       if (!into.is_object() || !given.is_object()) return;

@@ -44,17 +44,19 @@ struct training_cli::impl {
 
   std::string context() const { return config_path.empty() ? std::string("run config") : config_path; }
 
-  // Tensor parallelism (trainer.tensor_parallel) splits GPT's and BERT's blocks, in gpt_train and
-  // bert_pretrain: the other programs refuse a group of more than one rank here, before any work,
-  // naming the option.
+  // Tensor parallelism (trainer.tensor_parallel) splits GPT's and BERT's blocks, in gpt_train,
+  // bert_pretrain and the fine-tuning programs: the others refuse a group of more than one rank
+  // here, before any work, naming the option.
   void refuse_tensor_parallel(const nlohmann::json& j) const {
-    if (program == "gpt_train" || program == "bert_pretrain") return;
+    if (program == "gpt_train" || program == "bert_pretrain" || program == "bert_classify" ||
+        program == "bert_squad")
+      return;
     const nlohmann::json* t = sparselm::find_key(j, "trainer.tensor_parallel");
     if (!t || !t->is_number_unsigned() || t->get<std::size_t>() <= 1) return;  // absent, 1 or the reader's error
     throw sparselm::error(sparselm::detail::concat(
         context(), ": trainer.tensor_parallel (--tensor-parallel) ", t->get<std::size_t>(), ": ", program,
-        " does not split its model over ranks yet; tensor parallelism is implemented in gpt_train (GPT models) and "
-        "bert_pretrain"));
+        " does not split its model over ranks yet; tensor parallelism is implemented in gpt_train (GPT models), "
+        "bert_pretrain, bert_classify and bert_squad"));
   }
 
   // The one output rule (io/output_rule.hpp): the run directory is not, does not contain, does
@@ -128,7 +130,7 @@ nlohmann::json training_cli::run_json() {
   const bool model_given = over.contains("model") && !over["model"].is_object();
   auto [j, base] = sparselm::read_run_json(impl_->config_path, &impl_->model_file, !model_given);
   impl_->base = base;
-  impl_->flags.apply(j);
+  impl_->flags.apply(j, over);
   if (j.contains("program"))
     SPARSELM_CHECK(j["program"] == impl_->program, context(), ": this run config is for ", j["program"].dump(),
                    ", not ", impl_->program);

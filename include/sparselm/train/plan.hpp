@@ -259,6 +259,40 @@ struct run_plan {
 };
 
 // The plan of a run of model m under the inputs (no measurement: measure_rates() adds the rates).
+// A model's parameters: every projection's whole count, and the count stored (a block-sparse
+// projection keeps its active blocks, nnz of them, under the plan's allocation), biases and the
+// other parameters included.
+struct parameter_count {
+  std::vector<std::size_t> nnz;  // active blocks per projection (0: dense)
+  double parameters = 0, stored = 0;
+};
+inline parameter_count count_parameters(const model_shape& m, const plan_inputs& in) {
+  parameter_count c;
+  c.nnz.assign(m.projections.size(), 0);
+  if (in.block > 0) {
+    std::vector<sparse::weight_shape> shapes;
+    std::vector<std::size_t> which;
+    for (std::size_t i = 0; i < m.projections.size(); ++i)
+      if (m.projections[i].sparse) {
+        shapes.push_back({m.projections[i].name, m.projections[i].in, m.projections[i].out});
+        which.push_back(i);
+      }
+    const auto counts = sparse::allocate_blocks(shapes, in.block, in.sparsity, in.allocation);
+    for (std::size_t k = 0; k < which.size(); ++k) c.nnz[which[k]] = counts[k];
+  }
+  double bias = 0;
+  for (std::size_t i = 0; i < m.projections.size(); ++i) {
+    const auto& q = m.projections[i];
+    const double full = double(q.in) * double(q.out);
+    c.parameters += full;
+    c.stored += c.nnz[i] ? double(c.nnz[i]) * double(in.block * in.block) : full;
+    if (q.bias) bias += double(q.out);
+  }
+  c.parameters += bias + double(m.other_parameters);
+  c.stored += bias + double(m.other_parameters);
+  return c;
+}
+
 inline run_plan make_run_plan(const model_shape& whole, const plan_inputs& in) {
   const std::size_t TP = std::max<std::size_t>(1, in.tensor_parallel);
   const model_shape m = tensor_parallel_share(whole, TP);  // this rank's share (the model itself when TP = 1)
@@ -272,33 +306,20 @@ inline run_plan make_run_plan(const model_shape& whole, const plan_inputs& in) {
   p.data_replicas = std::max<std::size_t>(1, (ranks ? in.processes / S : in.processes) / TP);
 
   // Parameters: block-sparse projections keep their active blocks (uniform or ERK allocation).
-  std::vector<std::size_t> nnz(m.projections.size(), 0);
-  if (in.block > 0) {
-    std::vector<sparse::weight_shape> shapes;
-    std::vector<std::size_t> which;
-    for (std::size_t i = 0; i < m.projections.size(); ++i)
-      if (m.projections[i].sparse) {
-        shapes.push_back({m.projections[i].name, m.projections[i].in, m.projections[i].out});
-        which.push_back(i);
-      }
-    const auto counts = sparse::allocate_blocks(shapes, in.block, in.sparsity, in.allocation);
-    for (std::size_t k = 0; k < which.size(); ++k) nnz[which[k]] = counts[k];
-  }
-  double dense_fwd = 0, sparse_fwd = 0, pooled = 0, bias = 0;
+  const parameter_count counted = count_parameters(m, in);
+  const std::vector<std::size_t>& nnz = counted.nnz;
+  p.parameters = counted.parameters;
+  p.stored_parameters = counted.stored;
+  double dense_fwd = 0, sparse_fwd = 0, pooled = 0;
   for (std::size_t i = 0; i < m.projections.size(); ++i) {
     const auto& q = m.projections[i];
     const double full = double(q.in) * double(q.out);
     const double kept = nnz[i] ? double(nnz[i]) * double(in.block * in.block) : full;
-    p.parameters += full;
-    p.stored_parameters += kept;
-    if (q.bias) bias += double(q.out);
     p.sparse_active_blocks += double(nnz[i]);
     if (nnz[i]) pooled += full / double(in.block * in.block);
     const double rows = q.rows_per_seq ? double(Bt * q.rows_per_seq) : double(N);
     (nnz[i] ? sparse_fwd : dense_fwd) += 2.0 * rows * kept;
   }
-  p.parameters += bias + double(m.other_parameters);
-  p.stored_parameters += bias + double(m.other_parameters);
   const double padding = double(m.tensors) * 8;  // 64-byte aligned tensors: half a line each on average
 
   // The share of the largest pipeline stage (a pipeline over ranks that shards by stage keeps only it).
@@ -432,16 +453,14 @@ inline run_plan make_run_plan(const model_shape& whole, const plan_inputs& in) {
   if (staged) p.bubble = pipeline::predicted_bubble(S, in.accumulation);
 
   if (TP > 1) {
-    plan_inputs one = in;
-    one.tensor_parallel = 1;
-    const run_plan w = make_run_plan(whole, one);
+    const parameter_count w = count_parameters(whole, in);
     p.whole_parameters = w.parameters;
     // At a save rank 0 assembles the whole model's weights and the optimiser's slots (its gradients
     // are allocated but never written: no memory), receiving one arena of every rank at a time
     // (train/tensor_checkpoint.hpp; every rank holds the whole model while it resumes or starts a
     // dense group from one seed). Measured once for GPT-2 small on 2 ranks: +2.15 GB, this 2.14.
     if (in.checkpoints)
-      p.checkpoint_gather = (w.stored_parameters + padding) * (f + double(in.optimizer_slots * in.slot_bytes)) +
+      p.checkpoint_gather = (w.stored + padding) * (f + double(in.optimizer_slots * in.slot_bytes)) +
                             double(TP) * (p.stored_parameters + padding) * std::max<double>(f, double(in.slot_bytes));
     // Four sums of a (rows, C) block per block and micro-batch (two forward, two backward), two more
     // with recompute; the embedding, norms and head are computed whole on every rank.
