@@ -220,18 +220,22 @@ int main(int argc, char** argv) {
     if (auto rc = cli.plan_gate(model_shape_of(cfg, head_kind::classification, 0, set.label_names.size()), max_seq,
                                 replicas.group().size(), rank0))
       return *rc;
+    const parallel::tensor_split split = cli.split(replicas.group());  // before any work
     return cli.with_encoder_sparsity(rank0, [&]<class S>(const sparse_plan& plan) -> int {
-      bert_classifier<float, S> model(cfg, set.label_names.size(), plan);
+      bert_classifier<float, S> model(cfg, set.label_names.size(), plan, split);
       model.init(cli.job.seed);
+      cli.start_split(model);
       cli.start_pruned<bert_classifier<>>(model, rank0, cfg, set.label_names.size());
       auto t = cli.make_trainer(model);
       t.set_replicas(replicas.group());
       const auto summary = cli.run(model, t, train);
       if (summary.value("interrupted", false)) return 130;
-      if (!rank0) return 0;  // rank 0 evaluates and writes
-      std::fprintf(stderr, "%s\n", summary.dump().c_str());
+      // Rank 0 evaluates and writes; under tensor parallelism every rank of its group computes with it.
+      if (!rank0 && !split.active()) return 0;
+      if (rank0) std::fprintf(stderr, "%s\n", summary.dump().c_str());
 
       // Held-out evaluation: argmax of the logits.
+      const step_context ictx = t.inference_context();
       const std::size_t B = cli.job.batch_size, K = set.label_names.size();
       std::vector<std::int32_t> pred(test.size());
       std::vector<float> logits(B * K);
@@ -239,12 +243,13 @@ int main(int argc, char** argv) {
       for (std::size_t at = 0; at < test.size(); at += B) {
         pick.clear();
         for (std::size_t i = at; i < std::min(at + B, test.size()); ++i) pick.push_back(i);
-        model.predict(test.unlabelled(pick), matrix_view<float>{logits.data(), pick.size(), K});
+        model.predict(test.unlabelled(pick), matrix_view<float>{logits.data(), pick.size(), K}, ictx);
         for (std::size_t i = 0; i < pick.size(); ++i) {
           const float* row = logits.data() + i * K;
           pred[pick[i]] = std::int32_t(std::max_element(row, row + K) - row);
         }
       }
+      if (!rank0) return 0;
       nlohmann::json report = classification_report(test.labels, pred, set.label_names);
       report["train"] = summary;
       io::atomic_write_text(cli.job.out / "eval.json", report.dump(2) + "\n");

@@ -204,37 +204,13 @@ int main(int argc, char** argv) {
                            {"max_answer", po.max_answer_tokens}});
     if (auto rc = cli.plan_gate(model_shape_of(cfg, head_kind::span), fo.max_seq, replicas.group().size(), rank0))
       return *rc;
-    return cli.with_encoder_sparsity(rank0, [&]<class S>(const sparse_plan& plan) -> int {
-      bert_qa<float, S> model(cfg, plan);
-      model.init(cli.job.seed);
-      cli.start_pruned<bert_qa<>>(model, rank0, cfg);
-      json summary;
-      std::optional<io::run_lock> lock;  // --predict-only writes --out too: one job per directory
-      if (predict_only) {  // the model as it is: its span head must be in the file
-        if (rank0) lock.emplace(cli.job.out);
-        const auto from = io::resolve_checkpoint(cli.job.init_from);
-        const auto loaded = io::load_pretrained(from, model, io::hf_bert_map());
-        SPARSELM_CHECK(loaded.absent_groups.empty(), "bert_squad: --predict-only: ", from.string(),
-                       " has no trained span head (", loaded.summary(), "); fine-tune it first");
-        if (rank0) std::fprintf(stderr, "bert_squad: scoring %s (%s)\n", from.string().c_str(), loaded.summary().c_str());
-        summary = {{"steps", 0}, {"init_from", from.string()}};
-      } else {
-        auto t = cli.make_trainer(model);
-        t.set_replicas(replicas.group());
-        summary = cli.run(model, t, task);
-        if (summary.value("interrupted", false)) return 130;
-      }
-      if (!rank0) return 0;  // rank 0 predicts, scores and writes
-      std::fprintf(stderr, "%s\n", summary.dump().c_str());
-      if (predict_path.empty()) {
-        std::printf("%s\n", nlohmann::json{{"train", summary}}.dump().c_str());
-        return 0;
-      }
-
-      // Answer every question of --predict and score the answers.
+    // Answers every question of --predict with `model` and scores the answers (rank 0 writes;
+    // the other ranks of a tensor-parallel group compute the predictions with it).
+    auto predict_and_score = [&](auto& model, const json& summary, const step_context& ctx) -> int {
       const data::squad_dataset dev = data::read_squad(predict_path);
-      for (const std::string& m : dev.skipped.messages)
-        std::fprintf(stderr, "%s: skipped: %s\n", predict_path.string().c_str(), m.c_str());
+      if (rank0)
+        for (const std::string& m : dev.skipped.messages)
+          std::fprintf(stderr, "%s: skipped: %s\n", predict_path.string().c_str(), m.c_str());
       const auto dev_examples = data::squad_examples(dev);
       const auto dev_features = data::squad_features(dev_examples, wp, fo, /*training=*/false);
       span_task ev{&dev_features, fo.max_seq, {}};
@@ -245,7 +221,7 @@ int main(int argc, char** argv) {
       for (std::size_t at = 0; at < dev_features.size(); at += B) {
         pick.clear();
         for (std::size_t i = at; i < std::min(at + B, dev_features.size()); ++i) pick.push_back(i);
-        model.predict(ev.unlabelled(pick), matrix_view<float>{out.data(), pick.size() * T, 2});
+        model.predict(ev.unlabelled(pick), matrix_view<float>{out.data(), pick.size() * T, 2}, ctx);
         for (std::size_t i = 0; i < pick.size(); ++i) {
           auto& s = starts[pick[i]];
           auto& e = ends[pick[i]];
@@ -257,6 +233,7 @@ int main(int argc, char** argv) {
           }
         }
       }
+      if (!rank0) return 0;
       const auto preds = data::squad_best_answers(wp, dev_examples, dev_features, starts, ends, po);
       nlohmann::json pj = nlohmann::json::object();
       for (const auto& [id, text] : preds) pj[id] = text;
@@ -271,6 +248,42 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s: exact match %.2f, F1 %.2f over %zu questions (%s/predictions.json)\n",
                    predict_path.string().c_str(), tot.exact_match, tot.f1, tot.questions, cli.job.out.string().c_str());
       return 0;
+    };
+    SPARSELM_CHECK(!predict_only || cli.tensor_parallel() == 1, "bert_squad: --predict-only scores the model in ",
+                   "one process; trainer.tensor_parallel (--tensor-parallel) ", cli.tensor_parallel(),
+                   " splits a model for training");
+    const parallel::tensor_split split = cli.split(replicas.group());  // before any work
+    return cli.with_encoder_sparsity(rank0, [&]<class S>(const sparse_plan& plan) -> int {
+      bert_qa<float, S> model(cfg, plan, split);
+      model.init(cli.job.seed);
+      cli.start_split(model);
+      cli.start_pruned<bert_qa<>>(model, rank0, cfg);
+      // After training (or without it): rank 0 predicts, scores and writes; under tensor parallelism
+      // every rank of its group computes the predictions with it (ctx: the trainer's group sum).
+      auto finish = [&](const json& summary, const step_context& ctx) -> int {
+        if (!rank0 && !split.active()) return 0;
+        if (rank0) std::fprintf(stderr, "%s\n", summary.dump().c_str());
+        if (predict_path.empty()) {
+          if (rank0) std::printf("%s\n", nlohmann::json{{"train", summary}}.dump().c_str());
+          return 0;
+        }
+        return predict_and_score(model, summary, ctx);
+      };
+      std::optional<io::run_lock> lock;  // --predict-only writes --out too: one job per directory
+      if (predict_only) {  // the model as it is: its span head must be in the file
+        if (rank0) lock.emplace(cli.job.out);
+        const auto from = io::resolve_checkpoint(cli.job.init_from);
+        const auto loaded = io::load_pretrained(from, model, io::hf_bert_map());
+        SPARSELM_CHECK(loaded.absent_groups.empty(), "bert_squad: --predict-only: ", from.string(),
+                       " has no trained span head (", loaded.summary(), "); fine-tune it first");
+        if (rank0) std::fprintf(stderr, "bert_squad: scoring %s (%s)\n", from.string().c_str(), loaded.summary().c_str());
+        return finish({{"steps", 0}, {"init_from", from.string()}}, {});
+      }
+      auto t = cli.make_trainer(model);
+      t.set_replicas(replicas.group());
+      const json summary = cli.run(model, t, task);
+      if (summary.value("interrupted", false)) return 130;
+      return finish(summary, t.inference_context());
     });
   });
   return replicas.finish(status);

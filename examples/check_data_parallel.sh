@@ -76,20 +76,8 @@ bert_args=(--model "$src/configs/bert-tiny.json" --train "$work/bert.bex" --vali
 "${mpi[@]}" "$bert" "${bert_args[@]}" --batch-size 4 --shard-optimizer --out "$work/bert-2s" > /dev/null \
   2> "$work/bert-2s.err" || { cat "$work/bert-2s.err" >&2; exit 1; }
 # fine-tuning: 80 sentences of each source of the bundled text, labelled by it
-/usr/bin/python3 - "$src/data/corpus/valid" "$work" <<'PY'
-import json, os, re, sys
-src, work = sys.argv[1], sys.argv[2]
-def lines(path):
-    text = " ".join(open(path, encoding="utf-8").read().split())
-    return [t for t in re.split(r"(?<=[.!?]) ", text) if 40 <= len(t) <= 300]
-moby = lines(os.path.join(src, "moby_dick.txt"))[:80]
-sotu = [t for f in sorted(os.listdir(os.path.join(src, "sotu"))) for t in lines(os.path.join(src, "sotu", f))][:80]
-rows = [(t, "moby") for t in moby] + [(t, "sotu") for t in sotu]
-rows = rows[::2] + rows[1::2]
-with open(os.path.join(work, "cls-train.jsonl"), "w") as tr, open(os.path.join(work, "cls-test.jsonl"), "w") as te:
-    for i, (t, l) in enumerate(rows):
-        (te if i % 5 == 0 else tr).write(json.dumps({"text": t, "label": l}) + "\n")
-PY
+/usr/bin/python3 "$(dirname "$0")/make_classify_set.py" "$src/data/corpus/valid" "$work/cls-train.jsonl" \
+  "$work/cls-test.jsonl" 80 5
 cls_args=(--model "$src/configs/bert-tiny.json" --train "$work/cls-train.jsonl" --test "$work/cls-test.jsonl"
           --max-seq 64 --steps 8 --lr 2e-4 --log-every 1 --checkpoint-every 4 --dropout 0 --threads 1)
 "$classify" "${cls_args[@]}" --batch-size 8 --out "$work/cls-1" > /dev/null 2> "$work/cls-1.err" ||

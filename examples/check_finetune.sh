@@ -28,25 +28,9 @@ mkdir -p "$work"
   --eval-every 0 --threads 2 > /dev/null 2> "$work/pre.log"
 
 # A two-class set from the bundled validation text: 120 sentences of each source, labelled by it.
-/usr/bin/python3 - "$src/data/corpus/valid" "$work" <<'PY'
-import json, os, re, sys
-src, work = sys.argv[1], sys.argv[2]
-def lines(path):  # sentences of 40 to 300 characters
-    text = " ".join(open(path, encoding="utf-8").read().split())
-    return [t for t in re.split(r"(?<=[.!?]) ", text) if 40 <= len(t) <= 300]
-moby = lines(os.path.join(src, "moby_dick.txt"))[:120]
-sotu = []
-for f in sorted(os.listdir(os.path.join(src, "sotu"))):
-    sotu += lines(os.path.join(src, "sotu", f))
-sotu = sotu[:120]
-rows = [(t, "moby") for t in moby] + [(t, "sotu") for t in sotu]
-rows = rows[::2] + rows[1::2]  # interleave, deterministic
-with open(os.path.join(work, "train.jsonl"), "w") as tr, open(os.path.join(work, "test.jsonl"), "w") as te:
-    for i, (t, l) in enumerate(rows):
-        (te if i % 5 == 0 else tr).write(json.dumps({"text": t, "label": l}) + "\n")
-with open(os.path.join(work, "bad.jsonl"), "w") as b:
-    b.write(json.dumps({"text": "x", "label": "poetry"}) + "\n")
-PY
+/usr/bin/python3 "$(dirname "$0")/make_classify_set.py" "$src/data/corpus/valid" "$work/train.jsonl" "$work/test.jsonl" \
+  120 5
+printf '%s\n' '{"text": "x", "label": "poetry"}' > "$work/bad.jsonl"
 
 cls=(--train "$work/train.jsonl" --test "$work/test.jsonl" --init-from "$work/pre" --max-seq 64 --batch-size 8
      --lr 2e-4 --log-every 1 --threads 2)

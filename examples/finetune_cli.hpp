@@ -5,7 +5,9 @@
 // warm-up), a run in epochs — the model config (examples/bert_model_cli.hpp), the encoder's
 // sparsity, and the run directory and checkpoints (train/finetune_job.hpp). Under mpirun
 // (examples/replicas.hpp) the trainer is data parallel: --batch-size examples per rank, the global
-// batch P times that.
+// batch P times that; with --tensor-parallel T a dense encoder's blocks split over groups of T
+// ranks (the global batch P / T times --batch-size), and every rank of a group joins the
+// evaluation after training (trainer::inference_context).
 //
 // The encoder's sparsity: a block-sparse --init-from checkpoint gives a block-sparse encoder of its
 // block size with its patterns; a dense one with --block-size B (sparsity.block_size) is
@@ -29,12 +31,14 @@
 #include "sparselm/io/checkpoint.hpp"
 #include "sparselm/io/pretrained.hpp"
 #include "sparselm/models/bert.hpp"
+#include "sparselm/models/tensor_shards.hpp"
 #include "sparselm/optim/schedules.hpp"
 #include "sparselm/sparse/magnitude.hpp"
 #include "sparselm/train/dynamic_sparsity.hpp"
 #include "sparselm/train/finetune_job.hpp"
 #include "sparselm/train/registry.hpp"
 #include "sparselm/train/run_settings.hpp"
+#include "sparselm/train/tensor_grid.hpp"
 #include "sparselm/train/trainer.hpp"
 
 namespace examples {
@@ -85,7 +89,7 @@ class finetune_cli {
   // Steps (from epochs when given), accumulation (from a global batch) and schedule of a run over
   // train_examples examples on `ranks` data-parallel processes.
   void resolve(std::size_t train_examples, std::size_t ranks = 1) {
-    settings.resolve(ranks, train_examples);
+    settings.resolve(std::max<std::size_t>(1, ranks / tensor_parallel()), train_examples);
     job.steps = settings.loop.steps;
     job.config = settings.to_json();
   }
@@ -101,6 +105,26 @@ class finetune_cli {
       }
     if (job.init_from.empty()) return {};
     return sparselm::io::read_checkpoint_sparsity(sparselm::io::resolve_checkpoint(job.init_from));
+  }
+
+  // Tensor parallelism (trainer.tensor_parallel, --tensor-parallel): the encoder's blocks split over
+  // groups of that many ranks (the head whole on each), data parallel over the groups.
+  std::size_t tensor_parallel() const { return std::max<std::size_t>(1, settings.trainer.tensor_parallel); }
+  // This rank's part of its group; refuses a group size that does not divide the ranks (before any work).
+  sparselm::parallel::tensor_split split(const sparselm::parallel::replica_group& world) const {
+    return sparselm::tensor_grid::split_of(world, tensor_parallel());
+  }
+  // A fresh dense group starts from the weights one process initialises with the run's seed (then
+  // --init-from, if given, replaces the encoder's, train/bert_job.hpp, load_init_weights). whole: the
+  // same model built unsplit.
+  template <class Model>
+  void start_split(Model& model) const {
+    if constexpr (!Model::sparsity::is_sparse)
+      if (model.tensor_split().active()) {
+        Model whole = sparselm::unsplit_model(model, {});
+        whole.init(job.seed);
+        sparselm::take_slices(whole, whole.params(), model, model.params());
+      }
   }
 
   // --dry-run: the plan of fine-tuning model m (model_shape_of a bert_config and head) on sequences
@@ -135,6 +159,10 @@ class finetune_cli {
     SPARSELM_CHECK(!want.block_given || sp.block == 0 || want.block_size == sp.block, job.program, ": ", ctx,
                    ": field 'sparsity.block_size' ", want.block_size, " contradicts ", sp.file.string(),
                    ", which is block-sparse already (blocks of ", sp.block, "); it fine-tunes block-sparse as it is");
+    SPARSELM_CHECK(tensor_parallel() == 1 || (!pruning && sp.block == 0), job.program, ": ", ctx,
+                   ": trainer.tensor_parallel (--tensor-parallel) ", tensor_parallel(),
+                   ": fine-tuning splits a dense encoder over ranks; a block-sparse one (",
+                   pruning ? "pruned with --block-size" : sp.file.string(), ") does not split yet");
     SPARSELM_CHECK(!want.update || pruning || sp.block != 0, job.program,
                    ": --update-period needs a block-sparse encoder: a block-sparse --init-from checkpoint "
                    "(bert_pretrain --block-size B) or --block-size B to prune a dense one (sparsity.update)",

@@ -14,6 +14,7 @@
 //   bert_classifier<> m(cfg, 2);  m.init(seed);  io::load_model(...)  // encoder from pre-training
 //   auto st = m.evaluate(bert_classify_batch{ids, types, lengths, labels, B, T});  // st.accuracy()
 //   m.predict(batch, logits);                                                     // (B,K)
+//   bert_classifier<> slice(cfg, 2, {}, tp);  slice.predict(batch, logits, t.inference_context());  // split
 //
 // HF clamps span labels outside the sequence to "ignored"; here they are errors naming the
 // sequence, and a label below 0 means no loss for that sequence.
@@ -261,14 +262,24 @@ class bert_classifier : public bert_encoder_model<T, Sparsity, bert_classificati
   using base = bert_encoder_model<T, Sparsity, bert_classification_head<T>, bert_classify_batch>;
 
  public:
-  bert_classifier(const bert_config& cfg, std::size_t num_labels, const sparse_plan& plan = {})
-      : base(cfg, plan, [&](arena_layout& layout, const bert_embedding&) {
-          return bert_classification_head<T>(
-              layout, {.channels = cfg.hidden_size, .labels = num_labels, .dropout = cfg.hidden_dropout_prob});
-        }) {}
+  // tp: this rank's part of a tensor-parallel group (the encoder's blocks split; the head whole).
+  bert_classifier(const bert_config& cfg, std::size_t num_labels, const sparse_plan& plan = {},
+                  parallel::tensor_split tp = {})
+      : base(
+            cfg, plan,
+            [&](arena_layout& layout, const bert_embedding&) {
+              return bert_classification_head<T>(
+                  layout, {.channels = cfg.hidden_size, .labels = num_labels, .dropout = cfg.hidden_dropout_prob});
+            },
+            tp) {}
   std::size_t num_labels() const noexcept { return this->head().labels(); }
-  // Class logits (B, num_labels).
-  void predict(const bert_classify_batch& b, matrix_view<float> out) { this->logits(b, out); }
+  // The same model unsplit, built with `plan` (a tensor-parallel group's whole model:
+  // models/tensor_shards.hpp, unsplit_model).
+  bert_classifier unsplit(const sparse_plan& plan) const { return bert_classifier(this->config(), num_labels(), plan); }
+  // Class logits (B, num_labels). ctx: a split model's group sum (trainer::inference_context()).
+  void predict(const bert_classify_batch& b, matrix_view<float> out, step_context ctx = {}) {
+    this->logits(b, out, ctx);
+  }
 };
 
 // Extractive question answering (SQuAD): start and end logits per position.
@@ -277,12 +288,15 @@ class bert_qa : public bert_encoder_model<T, Sparsity, bert_span_head<T>, bert_s
   using base = bert_encoder_model<T, Sparsity, bert_span_head<T>, bert_span_batch>;
 
  public:
-  explicit bert_qa(const bert_config& cfg, const sparse_plan& plan = {})
-      : base(cfg, plan, [&](arena_layout& layout, const bert_embedding&) {
-          return bert_span_head<T>(layout, cfg.hidden_size);
-        }) {}
-  // Start and end logits (B·T, 2) of every position.
-  void predict(const bert_span_batch& b, matrix_view<float> out) { this->logits(b, out); }
+  // tp: this rank's part of a tensor-parallel group (the encoder's blocks split; the head whole).
+  explicit bert_qa(const bert_config& cfg, const sparse_plan& plan = {}, parallel::tensor_split tp = {})
+      : base(
+            cfg, plan,
+            [&](arena_layout& layout, const bert_embedding&) { return bert_span_head<T>(layout, cfg.hidden_size); },
+            tp) {}
+  // Start and end logits (B·T, 2) of every position. ctx: a split model's group sum
+  // (trainer::inference_context()).
+  void predict(const bert_span_batch& b, matrix_view<float> out, step_context ctx = {}) { this->logits(b, out, ctx); }
 };
 
 }  // namespace sparselm

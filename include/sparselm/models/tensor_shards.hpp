@@ -19,6 +19,7 @@
 // Used by tensor-parallel checkpoints (train/tensor_checkpoint.hpp) and the tests that compare a
 // group against one process.
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -183,6 +184,22 @@ sparse_plan whole_plan(const Model& slice, std::size_t P) {
     return it->second;
   };
   return p;
+}
+
+// The whole (unsplit) model a slice belongs to, built with `plan` (whole_plan(slice, P) for
+// block-sparse weights): Model(config, plan), or the slice's own unsplit(plan) for a model whose
+// constructor takes more than its config (a fine-tuning head's label count, models/bert_finetune.hpp).
+template <class Model>
+concept has_unsplit_twin = requires(const Model& m, const sparse_plan& p) {
+  { m.unsplit(p) } -> std::same_as<Model>;
+} || requires(const Model& m, const sparse_plan& p) { Model(m.config(), p); };
+
+template <has_unsplit_twin Model>
+Model unsplit_model(const Model& slice, const sparse_plan& plan) {
+  if constexpr (requires { slice.unsplit(plan); })
+    return slice.unsplit(plan);
+  else
+    return Model(slice.config(), plan);
 }
 
 // Which tensors of a model (by layout index) are a rank's slices rather than replicated: the

@@ -74,9 +74,9 @@ void load_init_weights(Model& model, const std::filesystem::path& from_dir, bool
   const auto from = io::resolve_checkpoint(from_dir);
   io::hf_load_report r;
   bool split = false;
-  if constexpr (requires { model.tensor_split(); Model(model.config(), whole_plan(model, 1)); }) {
+  if constexpr (requires { model.tensor_split(); } && has_unsplit_twin<Model>) {
     if (model.tensor_split().active()) {
-      Model whole(model.config(), whole_plan(model, model.tensor_split().size));
+      Model whole = unsplit_model(model, whole_plan(model, model.tensor_split().size));
       whole.init(seed);
       r = io::load_pretrained(from, whole, io::hf_bert_map());
       take_slices(whole, whole.params(), model, model.params());

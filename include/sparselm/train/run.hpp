@@ -114,7 +114,7 @@ nlohmann::json run_training(Model& model, Trainer& t, Task& task, const run_opti
   if constexpr (requires { t.tensor_ranks().active(); } && !tensor_checkpointable<Trainer>)
     SPARSELM_CHECK(!t.tensor_ranks().active() || (!o.resume && !o.loop.checkpoints), prog,
                    ": this model splits over a tensor-parallel group but cannot be checkpointed whole (its type is "
-                   "not built from (config, sparse_plan), train/tensor_checkpoint.hpp); run with checkpoints=false");
+                   "not built unsplit, models/tensor_shards.hpp, has_unsplit_twin); run with checkpoints=false");
   if (o.resume) {
     auto latest = cd.latest();
     SPARSELM_CHECK(latest.has_value(), prog, ": --resume: no checkpoint in '", cd.root().string(), "'");

@@ -56,7 +56,7 @@ class whole_training_state {
   using slot_type = typename Optimizer::slot_type;
 
   whole_training_state(const Model& slice, const Optimizer& opt, optim::loss_scaler& scaler, std::size_t P)
-      : model_(slice.config(), whole_plan(slice, P)), opt_(opt.config()), scaler_(scaler) {
+      : model_(unsplit_model(slice, whole_plan(slice, P))), opt_(opt.config()), scaler_(scaler) {
     opt_.attach(model_.layout());
   }
 
@@ -89,13 +89,12 @@ class whole_training_state {
 };
 
 // A trainer whose split model can be checkpointed whole: its model type splits over ranks and
-// builds unsplit from (config, plan); its optimiser is built from its config.
+// builds unsplit (models/tensor_shards.hpp, has_unsplit_twin); its optimiser is built from its config.
 template <class Trainer>
 concept tensor_checkpointable = requires(Trainer& t) {
   t.tensor_ranks().active();
   t.model().tensor_split();
-  requires std::is_constructible_v<std::remove_cvref_t<decltype(t.model())>, decltype(t.model().config()),
-                                   const sparse_plan&>;
+  requires has_unsplit_twin<std::remove_cvref_t<decltype(t.model())>>;
   requires std::is_constructible_v<std::remove_cvref_t<decltype(t.optimizer())>, decltype(t.optimizer().config())>;
 };
 

@@ -330,6 +330,16 @@ class trainer {
     link_.flush();
     sum_over_replicas(*stage_group(), st);
   }
+  // The context of an inference pass through the trainer's model outside train_step and evaluate
+  // (a fine-tuned model's predictions: model.predict(batch, out, t.inference_context())): fp32, no
+  // dropout, and under tensor parallelism the group's sum, so every rank of the group must run the
+  // same passes. A pipeline over ranks has no such pass (evaluate instead).
+  step_context inference_context() {
+    SPARSELM_CHECK(!stage_group(), "trainer: inference_context: not on a pipeline over ranks");
+    step_context c;
+    if (tgrid_.active()) c.tensor_sum = &tsum_;
+    return c;
+  }
 
   // The loss scaler (its state is checkpointed with the training state).
   optim::loss_scaler& scaler() noexcept { return scaler_; }
