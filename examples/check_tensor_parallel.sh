@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ctest examples.tensor_parallel: gpt_train with --tensor-parallel under mpirun.
-#   check_tensor_parallel.sh GPT_TRAIN SPARSE_LM ENCODE_DATASET SOURCE_DIR WORK_DIR
+#   check_tensor_parallel.sh GPT_TRAIN ENCODE_DATASET SOURCE_DIR WORK_DIR
 #
 # 1. Dense GPT: 2 ranks splitting the model (--tensor-parallel 2, 4 rows) against 1 process x 4
 #    rows; a dense group starts from the slices of the weights one process initialises with the
@@ -24,14 +24,14 @@
 #    checkpoint logs the uninterrupted run's losses and explored fractions (1e-7: the explored maps
 #    are assembled for the save and sliced again on resume); one process continues it.
 # 6. Refusals, each before any step and naming the option: a rank count the group does not divide,
-#    pipeline stages, --shard-optimizer, and sparse_lm (a program that does not split its model).
+#    pipeline stages and --shard-optimizer. (S1's sparse_lm: examples/check_tensor_parallel_s1.sh.)
 # 7. The plan of a split run (below).
 #
 # Tolerance: the group sums partial products in another order than one process's GEMMs (and the
 # replicas their rows' gradients): float rounding, ~1e-7 relative per step, grown by Adam's division
 # by sqrt(v) where v is tiny. Losses must agree to 1e-4 (relative), as examples.data_parallel asks.
 set -euo pipefail
-gpt=$1 s1=$2 encode=$3 src=$4 work=$5
+gpt=$1 encode=$2 src=$3 work=$4
 rm -rf "$work" && mkdir -p "$work"
 "$encode" --mode gpt -i "$src/data/corpus/valid" -o "$work/data.tok" --vocab "$src/data/gpt2" > /dev/null
 
@@ -126,8 +126,6 @@ refused pipeline "pipeline stages" "${mpi2[@]}" "$gpt" "${args[@]}" --batch-size
   --tensor-parallel 2 --pipeline-stages 2 --out "$work/pipeline"
 refused shard "shard_optimizer" "${mpi2[@]}" "$gpt" "${args[@]}" --batch-size 2 --tensor-parallel 2 \
   --shard-optimizer --out "$work/shard"
-refused s1 "tensor_parallel (--tensor-parallel) 2" "$s1" --config "$src/configs/s1-tiny-train.json" \
-  --train "$work/data.tok" --vocab 50257 --steps 2 --tensor-parallel 2 --out "$work/s1"
 # a one-process block-sparse checkpoint: its blocks need not split evenly over the group's slices
 "$gpt" "${args[@]}" --batch-size 4 --block-size 16 --sparsity 0.5 "${ck[@]}" --out "$work/sparse-one-half" \
   > /dev/null 2> "$work/sparse-one-half.err" || { cat "$work/sparse-one-half.err" >&2; exit 1; }
@@ -146,14 +144,6 @@ grep -q "take_slices: 'h\..*blocks in slice" "$work/uneven.err" ||
 #    difference is half of the blocks' split projections (weights and column-split biases):
 #    L (12 C^2 + 7 C) / 2 for GPT; a grid of 4 ranks plans 2 data replicas; a memory budget under
 #    the group is checked against the split plan.
-plan() {  # plan NAME NP FLAGS...: the dry run's JSON line in $work/NAME.plan
-  local name=$1 np=$2
-  shift 2
-  local cmd=("$gpt")
-  [ "$np" -gt 1 ] && cmd=(mpirun -np "$np" "${mpi_opts[@]}" "$gpt")
-  "${cmd[@]}" "${args[@]}" --dry-run "$@" > "$work/$name.plan" 2> "$work/$name.plan.err" ||
-    { cat "$work/$name.plan.err" >&2; echo "FAIL: the plan $name did not run" >&2; exit 1; }
-}
 plan one 1 --batch-size 4
 plan tp2 2 --batch-size 4 --tensor-parallel 2
 plan grid 4 --batch-size 2 --tensor-parallel 2

@@ -22,10 +22,12 @@
 #include "sparselm/core/program.hpp"
 #include "sparselm/core/threads.hpp"
 #include "sparselm/models/sparse_lm.hpp"
+#include "sparselm/models/tensor_shards.hpp"
 #include "sparselm/train/dynamic_sparsity.hpp"
 #include "sparselm/train/lm_job.hpp"
 #include "sparselm/train/registry.hpp"
 #include "sparselm/train/run_config.hpp"
+#include "sparselm/train/tensor_grid.hpp"
 
 using namespace sparselm;
 
@@ -90,18 +92,35 @@ int dispatch(const run_inputs& in, parallel::replica_group& replicas) {
     };
     using trainer_t = trainer<Model, policies>;
     const auto& rc = in.run;
-    Model model(in.model, block_pooling_of(update ? update->pooling : sparse::grad_pooling::avg));
+    const kernels::block_pooling pooling = block_pooling_of(update ? update->pooling : sparse::grad_pooling::avg);
+    // Tensor parallelism: this rank's slice of every block (train/tensor_grid.hpp).
+    const parallel::tensor_split split = tensor_grid::split_of(replicas, rc.trainer.tensor_parallel);
+    Model model(in.model, pooling, split);
     model.init(rc.seed);
+    if constexpr (!Sparsity::is_sparse) {
+      if (split.active()) {  // a dense group starts from the weights one process initialises
+        Model whole(in.model, pooling);
+        whole.init(rc.seed);
+        take_slices(whole, whole.params(), model, model.params());
+      }
+    }
     if (!rc.settings.init_from.empty() && !in.job.resume) {  // --init-from: our checkpoint of this model
       const auto from = io::resolve_checkpoint(rc.settings.init_from);
-      io::load_model(from, model);
-      std::fprintf(stderr, "sparse_lm: model weights from %s\n", from.string().c_str());
+      if (split.active()) {  // the whole model's weights, then this rank's slices of them
+        Model whole = unsplit_model(model, whole_plan(model, split.size));
+        io::load_model(from, whole);
+        take_slices(whole, whole.params(), model, model.params());
+      } else {
+        io::load_model(from, model);
+      }
+      if (replicas.rank() == 0) std::fprintf(stderr, "sparse_lm: model weights from %s\n", from.string().c_str());
     }
     trainer_t t(model, rc.trainer, registry::any_optimizer(rc.optimizer), optim::make_schedule(rc.schedule_json()));
     t.set_replicas(replicas);
     std::optional<dynamic_sparsity<Model, trainer_t>> ds;
     if constexpr (Sparsity::is_sparse)
-      if (update) ds.emplace(model, t, *update, rc.seed + 7);
+      if (update)  // a split model's slices draw their own regrowth, its whole weights the group's
+        ds.emplace(model, t, *update, parallel::shard_seed(rc.seed + 7, split), rc.seed + 7);
     lm_job job(rc, in.resolved, "sparse_lm");
     const auto summary = job.run(model, t, in.job, ds ? &*ds : nullptr);
     return summary.value("interrupted", false) ? 130 : 0;
@@ -156,6 +175,8 @@ int main(int argc, char** argv) {
     pi.block = in.model.block_size;  // the model's config decides its sparsity
     pi.sparsity = in.model.sparsity;
     pi.allocation = sparse::parse_allocation(in.model.allocation);
+    if (const std::size_t tp = in.run.trainer.tensor_parallel; tp > 1)
+      tensor_grid::split_of(replicas.group(), tp);  // the ranks a multiple of the group, before any work
     if (auto rc = cli.plan_gate(model_shape_of(in.model), pi, replicas.group().rank() == 0)) return *rc;
     return dispatch(in, replicas.group());
   });

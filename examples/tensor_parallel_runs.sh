@@ -4,6 +4,7 @@
 #   prog=PROGRAM work=DIR args=(FLAGS...)      the program, the runs' directory, every run's flags
 #   run NAME NP FLAGS...                        NP ranks (1: no mpirun), --out $work/NAME
 #   resume NAME FROM NP FLAGS...                a copy of run FROM continued (--resume)
+#   plan NAME NP FLAGS...                       the --dry-run plan's JSON in $work/NAME.plan
 #   compare_runs <<'PY' ... PY                  Python with lines(run), same_losses(a, b, tol),
 #                                               updates(run) and fails (a list; non-empty fails)
 mpi_opts=(--oversubscribe --bind-to none)
@@ -23,6 +24,14 @@ resume() {
   shift 2
   cp -r "$work/$from" "$work/$name"
   run "$name" "$@" --resume
+}
+plan() {  # plan NAME NP FLAGS...: the dry run's JSON line in $work/NAME.plan
+  local name=$1 np=$2
+  shift 2
+  local cmd=("$prog")
+  [ "$np" -gt 1 ] && cmd=(mpirun -np "$np" "${mpi_opts[@]}" "$prog")
+  "${cmd[@]}" "${args[@]}" --dry-run "$@" > "$work/$name.plan" 2> "$work/$name.plan.err" ||
+    { cat "$work/$name.plan.err" >&2; echo "FAIL: the plan $name did not run" >&2; exit 1; }
 }
 compare_runs() {
   local body

@@ -44,11 +44,11 @@ struct training_cli::impl {
 
   std::string context() const { return config_path.empty() ? std::string("run config") : config_path; }
 
-  // Tensor parallelism (trainer.tensor_parallel) splits GPT's and BERT's blocks, in gpt_train,
-  // bert_pretrain and the fine-tuning programs: the others refuse a group of more than one rank
-  // here, before any work, naming the option.
+  // Tensor parallelism (trainer.tensor_parallel) splits GPT's, S1's and BERT's blocks, in every
+  // training program; a program without it refuses a group of more than one rank here, before any
+  // work, naming the option.
   void refuse_tensor_parallel(const nlohmann::json& j) const {
-    if (program == "gpt_train" || program == "bert_pretrain" || program == "bert_classify" ||
+    if (program == "gpt_train" || program == "sparse_lm" || program == "bert_pretrain" || program == "bert_classify" ||
         program == "bert_squad")
       return;
     const nlohmann::json* t = sparselm::find_key(j, "trainer.tensor_parallel");
@@ -56,7 +56,7 @@ struct training_cli::impl {
     throw sparselm::error(sparselm::detail::concat(
         context(), ": trainer.tensor_parallel (--tensor-parallel) ", t->get<std::size_t>(), ": ", program,
         " does not split its model over ranks yet; tensor parallelism is implemented in gpt_train (GPT models), "
-        "bert_pretrain, bert_classify and bert_squad"));
+        "sparse_lm, bert_pretrain, bert_classify and bert_squad"));
   }
 
   // The one output rule (io/output_rule.hpp): the run directory is not, does not contain, does

@@ -383,4 +383,28 @@ TEST_CASE("update driver is all-or-nothing and names the weight") {
   CHECK_THROWS_WITH_AS(up.update(10, twice), Contains("a: weight listed twice"), error);
 }
 
+TEST_CASE("tensor parallelism: a replicated weight regrows from the group's stream, a slice from its rank's") {
+  // Two ranks' updaters: their own streams differ (parallel::shard_seed), the group's is shared.
+  // Random regrowth over a 1x64 grid with 8 active blocks, half pruned at step 1: the weight every
+  // rank holds whole (replicated) makes the same update on both, a slice (not replicated) draws its
+  // own -- so without the group's stream the replicated patterns would part.
+  auto run = [](std::uint64_t own, bool replicated, bool group) {
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> blocks;
+    for (std::uint32_t j = 0; j < 8; ++j) blocks.push_back({0, j});
+    block_pattern p = make_pattern(1, 1, 64, blocks);
+    std::vector<float> v(8);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = float(i + 1);
+    pattern_updater up(config(0.5, 1000, 1), counter_rng(own));
+    if (group) up.set_group_rng(counter_rng(7));
+    sparse_weight w{"w", &p, v, 0};
+    w.replicated = replicated;
+    up.update(1, std::span<const sparse_weight>(&w, 1));
+    return p.col;
+  };
+  CHECK(run(1, true, true) == run(2, true, true));     // replicated: the group's stream on both ranks
+  CHECK(run(1, false, true) != run(2, false, true));   // a slice: each rank its own
+  CHECK(run(1, true, false) != run(2, true, false));   // no group stream: the ranks' own (they part)
+  CHECK(run(1, true, true) != run(1, false, true));    // the group's stream is not the rank's own
+}
+
 }  // namespace SPARSELM_UNITY_ID

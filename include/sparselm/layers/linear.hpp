@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "sparselm/core/arena.hpp"
@@ -113,6 +114,13 @@ class linear_split {
   void set_split(const parallel::weight_split& s) noexcept { split_ = s; }
   // True when forward leaves the bias to the caller (row-split over more than one rank).
   bool bias_deferred() const noexcept { return split_.kind == parallel::split_kind::rows && split_.of.active(); }
+  // The whole weight's (in, out) of a slice of (in, out): a row split's rows and a column split's
+  // columns over the group (initialisation scales that depend on the fans).
+  std::pair<std::size_t, std::size_t> whole_fans(std::size_t in, std::size_t out) const noexcept {
+    if (!split_.active()) return {in, out};
+    const std::size_t P = split_.of.size;
+    return split_.kind == parallel::split_kind::rows ? std::pair{in * P, out} : std::pair{in, out * P};
+  }
 
  protected:
   parallel::weight_split split_{};

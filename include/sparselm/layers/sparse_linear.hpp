@@ -121,10 +121,12 @@ class linear<T, block_sparse<B>> : public detail::linear_split {
     rng.fill_normal(params[w_.index], w_.index, 0.0f, std / float(std::sqrt(density())));
     if (has_bias_) std::fill(params[b_.index].begin(), params[b_.index].end(), 0.0f);
   }
-  // Random pattern and density-scaled Glorot-uniform values (the S1 sparse LM).
+  // Random pattern and density-scaled Glorot-uniform values (the S1 sparse LM); a tensor-parallel
+  // slice draws its values at the whole weight's scale (whole_fans).
   void init_glorot(arena<float>& params, const counter_rng& rng) const {
     state_->pattern = sparse::random_pattern(w_.name, in_, out_, block_, nnz_, rng, mix_stream(w_.index, 0x7061));
-    sparse::init_values(w_.name, state_->pattern, params[w_.index], rng, w_.index);
+    const auto [fan_in, fan_out] = whole_fans(in_, out_);
+    sparse::init_values(w_.name, state_->pattern, params[w_.index], rng, w_.index, fan_in, fan_out);
     if (has_bias_) std::fill(params[b_.index].begin(), params[b_.index].end(), 0.0f);
   }
 

@@ -50,6 +50,7 @@
 #include "sparselm/core/json.hpp"
 #include "sparselm/models/lm_loss.hpp"
 #include "sparselm/models/transformer.hpp"
+#include "sparselm/parallel/tensor_parallel.hpp"
 #include "sparselm/sparse/init.hpp"
 #include "sparselm/sparse/sparsity.hpp"
 #include "sparselm/sparse/update.hpp"
@@ -185,8 +186,31 @@ class sparse_lm : public transformer<factorised_embedding<T, Sparsity, Act>, pre
   static constexpr kernels::gelu_kind activation = Act;
 
   // pooling: how RigL scores pool the dense gradient per block (only used with regrow "rigl").
-  explicit sparse_lm(const sparse_lm_config& cfg, kernels::block_pooling pooling = kernels::block_pooling::avg)
-      : cfg_(cfg) {
+  // tp: this rank's part of a tensor-parallel group (parallel/tensor_parallel.hpp): every block's
+  // heads and hidden units are split over it (a block-sparse slice allocates and draws its own
+  // blocks); the embedding with its up-projection, the norms and the head are whole on every rank.
+  explicit sparse_lm(const sparse_lm_config& cfg, kernels::block_pooling pooling = kernels::block_pooling::avg,
+                     parallel::tensor_split tp = {})
+      : cfg_(cfg), tp_(tp) {
+    sparse_plan plan;
+    plan.sparsity = cfg.sparsity;
+    plan.pooling = pooling;
+    plan.block = cfg.block_size;
+    construct(plan, true);
+  }
+  // The model with the block counts of `plan` as given (no allocation of its own): the whole model
+  // of a tensor-parallel group (models/tensor_shards.hpp, whole_plan).
+  sparse_lm(const sparse_lm_config& cfg, const sparse_plan& plan, parallel::tensor_split tp = {})
+      : cfg_(cfg), tp_(tp) {
+    construct(plan, false);
+  }
+
+  const sparse_lm_config& config() const noexcept { return cfg_; }
+  const parallel::tensor_split& tensor_split() const noexcept { return tp_; }
+
+ private:
+  void construct(const sparse_plan& plan, bool allocate) {
+    const sparse_lm_config& cfg = cfg_;
     cfg.validate("sparse_lm");
     constexpr const char* act = Act == kernels::gelu_kind::tanh ? "gelu_new" : "gelu";
     SPARSELM_CHECK(cfg.activation == act, "sparse_lm: config asks for activation '", cfg.activation,
@@ -203,10 +227,8 @@ class sparse_lm : public transformer<factorised_embedding<T, Sparsity, Act>, pre
     if (cfg.block_sparse_attention && cfg.block_sparse_attention->density < 1.0)
       attn_pattern_ = std::make_shared<const kernels::block_causal_pattern>(*cfg.block_sparse_attention,
                                                                            cfg.sequence_length);
-    this->plan_.sparsity = cfg.sparsity;
-    this->plan_.pooling = pooling;
-    this->plan_.block = cfg.block_size;
-    if (Sparsity::is_sparse)
+    this->plan_ = plan;
+    if (Sparsity::is_sparse && allocate)
       this->plan_ = allocate_plan(this->plan_, cfg.block_size, sparse::parse_allocation(cfg.allocation),
                                   [&](const sparse_plan& p) {
                                     arena_layout scratch_layout;
@@ -218,7 +240,7 @@ class sparse_lm : public transformer<factorised_embedding<T, Sparsity, Act>, pre
     this->set_limits("sparse_lm", cfg.vocab_size, cfg.sequence_length, "sequence_length");
   }
 
-  const sparse_lm_config& config() const noexcept { return cfg_; }
+ public:
 
   // Every projection (block-sparse unless dense), in model order: embedding up, then per block fused
   // QKV, attention output, FFN in, FFN out, then the head's down-projection.
@@ -233,8 +255,11 @@ class sparse_lm : public transformer<factorised_embedding<T, Sparsity, Act>, pre
   // Deterministic in the seed: the table ~ N(0, 2/(V+E)) (Glorot normal), projections Glorot
   // uniform U(−a, a), a = sqrt(6/((in+out)·density)) on a uniformly random block pattern, biases 0,
   // layer norms gamma = layer_norm_gamma, beta 0, logit bias log(1/V).
+  // Under tensor parallelism a rank's slices draw from parallel::shard_seed(seed, rank), at the
+  // whole weights' scale.
   void init(std::uint64_t seed) {
     counter_rng rng(seed);
+    const counter_rng shard_rng(parallel::shard_seed(seed, tp_));
     auto& p = this->params();
     const auto& lut = this->embedding().lut();
     rng.fill_normal(p[lut.index], lut.index, 0.0f,
@@ -242,7 +267,7 @@ class sparse_lm : public transformer<factorised_embedding<T, Sparsity, Act>, pre
     visit_tree(*this, [&](const auto& n) {
       using N = std::decay_t<decltype(n)>;
       if constexpr (std::is_same_v<N, layer_norm>) n.init(p);
-      if constexpr (std::is_same_v<N, linear_type>) init_projection(n, rng);
+      if constexpr (std::is_same_v<N, linear_type>) init_projection(n, n.split().active() ? shard_rng : rng);
     });
     if (const auto& bias = this->head().bias())
       std::fill(p[bias->index].begin(), p[bias->index].end(), float(std::log(1.0 / double(cfg_.vocab_size))));
@@ -275,7 +300,8 @@ class sparse_lm : public transformer<factorised_embedding<T, Sparsity, Act>, pre
                                      .qkv_bias = c.attention_bias,
                                      .proj_bias = c.attention_bias,
                                      .plan = &plan,
-                                     .attn_pattern = attn_pattern_});
+                                     .attn_pattern = attn_pattern_,
+                                     .tensor = tp_});
     typename base::head_type head(layout, emb.lut(),
                                   {.channels = c.hidden_length,
                                    .vocab = c.vocab_size,
@@ -294,13 +320,15 @@ class sparse_lm : public transformer<factorised_embedding<T, Sparsity, Act>, pre
     } else {
       auto w = p[l.weight().index];
       rng.fill_uniform(w, l.weight().index);
-      const float a = float(std::sqrt(6.0 / double(l.in() + l.out())));
+      const auto [fan_in, fan_out] = l.whole_fans(l.in(), l.out());
+      const float a = float(std::sqrt(6.0 / double(fan_in + fan_out)));
       for (auto& v : w) v = a * (2.0f * v - 1.0f);
       if (l.has_bias()) std::fill(p[l.bias().index].begin(), p[l.bias().index].end(), 0.0f);
     }
   }
 
   sparse_lm_config cfg_;
+  parallel::tensor_split tp_;
   std::shared_ptr<const kernels::block_causal_pattern> attn_pattern_;  // null: dense attention
 };
 

@@ -156,6 +156,17 @@ void for_split_sparse(const Model& m, F&& f) {
         if (n.split().active()) f(n);
   });
 }
+// The block-sparse layers a split model holds whole on every rank (S1's embedding up-projection
+// and head down-projection), in visiting order: f(layer). Their patterns are the same on every rank.
+template <class Model, class F>
+void for_replicated_sparse(const Model& m, F&& f) {
+  visit_tree(m, [&](const auto& n) {
+    using N = std::decay_t<decltype(n)>;
+    if constexpr (is_linear_v<N>)
+      if constexpr (N::sparsity::is_sparse)
+        if (!n.split().active()) f(n);
+  });
+}
 }  // namespace detail
 
 // The block patterns of a model's split block-sparse weights, in visiting order (what a rank sends
@@ -246,6 +257,8 @@ void assemble_slices(const Model& s0, std::span<const std::vector<const sparse::
       if (!s.split().active()) {
         SPARSELM_CHECK(s.split().kind == parallel::split_kind::none || P == 1, "assemble_shards: '", n.weight().name,
                        "' is split over a group of ", s.split().of.size, ", not ", P);
+        if constexpr (N::sparsity::is_sparse)  // replicated: rank 0's values (above) and pattern
+          if (set_patterns) n.state().pattern = s.state().pattern;
         return;
       }
       std::vector<const sparse::block_pattern*> mine;
@@ -305,7 +318,15 @@ void take_slices(const Model& whole, const arena<T>& from, const Model& slice, a
     if constexpr (is_linear_v<N>) {
       const N& w = *static_cast<const N*>(wl.at(k++));
       const auto sp = n.split();
-      if (!sp.active()) return;
+      if (!sp.active()) {
+        if constexpr (N::sparsity::is_sparse)  // replicated: the whole values (above) and pattern
+          if (set_patterns) {
+            SPARSELM_CHECK(w.nnz_blocks() == n.nnz_blocks(), "take_slices: '", n.weight().name, "' has ",
+                           w.nnz_blocks(), " blocks in the whole model, ", n.nnz_blocks(), " in the slice");
+            n.state().pattern = w.state().pattern;
+          }
+        return;
+      }
       const bool cols = sp.kind == parallel::split_kind::columns;
       const std::size_t P = sp.of.size, r = sp.of.rank, in_s = n.in(), out_s = n.out();
       const std::string& name = n.weight().name;

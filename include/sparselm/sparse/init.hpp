@@ -219,13 +219,16 @@ inline double init_bound(std::size_t fan_in, std::size_t fan_out, double density
 // values[s·B² + r·B + c] = a·(2u − 1), u = rng.uniform(stream, dense element index of that value),
 // with fan_in = in, fan_out = out and the pattern's actual density. Values lie in [−a, a). Keyed by
 // the dense element index, so a value depends on where its block sits, not on slot order.
+// fan_in, fan_out (non-zero): the whole weight's, for a pattern that is one rank's slice of it
+// (tensor parallelism: the slice's values are drawn at the whole weight's scale).
 inline void init_values(const std::string& name, const block_pattern& p, std::span<float> values,
-                        const counter_rng& rng, std::uint64_t stream) {
+                        const counter_rng& rng, std::uint64_t stream, std::size_t fan_in = 0,
+                        std::size_t fan_out = 0) {
   const std::size_t B = p.block, bb = B * B;
   SPARSELM_CHECK(p.nnz() > 0, name, ": pattern has no blocks");
   SPARSELM_CHECK(values.size() == p.nnz() * bb, name, ": ", values.size(), " values for ", p.nnz(), " blocks of ",
                  B, "x", B);
-  const float a = float(init_bound(p.in(), p.out(), p.density()));
+  const float a = float(init_bound(fan_in ? fan_in : p.in(), fan_out ? fan_out : p.out(), p.density()));
   const std::size_t out = p.out();
   parallel_for(
       0, p.nnz(),

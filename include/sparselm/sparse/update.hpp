@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -83,6 +84,10 @@ struct sparse_weight {
   std::size_t tensor = 0;                // arena index: regrow stream and reset_slots target
   std::span<float> pooled_grad{};        // (rows_b, cols_b) block scores; rigl only
   bool pooled_by_max = false;            // the scores are maxima (summed scores otherwise)
+  // Held whole by every rank of a tensor-parallel group whose other weights are split: its random
+  // regrowth draws from the group's common stream (pattern_updater::set_group_rng), so every rank
+  // makes the same update.
+  bool replicated = false;
 };
 
 struct weight_update_stats {
@@ -142,6 +147,9 @@ class pattern_updater {
   // patterns loaded or pruned after the updater was built count); call it only to restore state.
   void track(const std::string& name, const block_pattern& p) { explored_[name] = explored_map(p); }
   // Forgets a weight's explored map: the next update starts it again from the pattern it sees.
+  // The stream of the weights marked replicated (sparse_weight::replicated): the same on every rank
+  // of a tensor-parallel group, while rng (the constructor's) is each rank's own.
+  void set_group_rng(counter_rng rng) { group_rng_ = rng; }
   void untrack(const std::string& name) { explored_.erase(name); }
   void restore_explored(const std::string& name, explored_map m) { explored_[name] = std::move(m); }
   const explored_map* explored(const std::string& name) const {
@@ -173,8 +181,9 @@ class pattern_updater {
                        ": explored map has ", e->second.blocks(), " blocks, the pattern's grid ",
                        w.pattern->rows_b * w.pattern->cols_b);
       std::size_t k = cfg_.schedule.prune_count(w.pattern->nnz(), t);
-      plans.push_back(plan_prune_regrow(w.name, *w.pattern, w.values, k, cfg_.options(), rng_,
-                                        regrow_stream(w.tensor, t), w.pooled_grad));
+      plans.push_back(plan_prune_regrow(w.name, *w.pattern, w.values, k, cfg_.options(),
+                                        w.replicated && group_rng_ ? *group_rng_ : rng_, regrow_stream(w.tensor, t),
+                                        w.pooled_grad));
     }
 
     st.updated = true;
@@ -213,6 +222,7 @@ class pattern_updater {
  private:
   update_config cfg_;
   counter_rng rng_;
+  std::optional<counter_rng> group_rng_;
   std::map<std::string, explored_map> explored_;
 };
 

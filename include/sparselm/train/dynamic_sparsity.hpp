@@ -14,16 +14,22 @@
 // and regrows its share (prune_count of the slice's blocks), scored by its part of the dense
 // gradient, so every rank keeps its number of blocks; the data replicas of a slice make the same
 // update (summed scores, the same seed: the programs seed the updater with parallel::shard_seed).
-// The statistics logged are the group's totals.
+// The statistics logged are the group's totals. A block-sparse weight every rank holds whole (S1's
+// embedding and head projections) makes the same update on every rank (the group's stream,
+// group_seed) and counts once in the totals.
 
 #include <cstdint>
+#include <optional>
+#include <set>
 #include <span>
 #include <string>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
 #include "sparselm/core/rng.hpp"
 #include "sparselm/kernels/bsr.hpp"
+#include "sparselm/layers/visit.hpp"
 #include "sparselm/sparse/pattern_io.hpp"
 #include "sparselm/sparse/update.hpp"
 
@@ -41,9 +47,22 @@ inline kernels::block_pooling block_pooling_of(sparse::grad_pooling p) {
 template <class Model, class Trainer>
 class dynamic_sparsity {
  public:
-  dynamic_sparsity(Model& model, Trainer& trainer, sparse::update_config cfg, std::uint64_t seed)
+  // seed: this rank's (parallel::shard_seed under tensor parallelism); group_seed: the stream of the
+  // block-sparse weights every rank of the group holds whole (S1's embedding and head projections),
+  // the same on every rank (absent: seed).
+  dynamic_sparsity(Model& model, Trainer& trainer, sparse::update_config cfg, std::uint64_t seed,
+                   std::optional<std::uint64_t> group_seed = std::nullopt)
       : model_(model), trainer_(trainer), up_(std::move(cfg), counter_rng(seed)) {
     up_.config().schedule.validate();
+    if (group_seed) up_.set_group_rng(counter_rng(*group_seed));
+    if constexpr (requires { model.tensor_split(); })
+      if (model.tensor_split().active())
+        visit_tree(model, [&](const auto& n) {
+          using N = std::decay_t<decltype(n)>;
+          if constexpr (is_linear_v<N>)
+            if constexpr (N::sparsity::is_sparse)
+              if (!n.split().active()) replicated_.insert(n.weight().name);
+        });
     trainer_.set_hooks({[this](std::size_t step) { return up_.needs_dense_gradient(step); },
                         [this](std::size_t step) { after_update(step); }});
   }
@@ -68,6 +87,7 @@ class dynamic_sparsity {
   void after_update(std::size_t step) {
     if (!up_.is_update_step(step)) return;
     auto weights = model_.sparse_weights();
+    for (auto& w : weights) w.replicated = replicated_.count(w.name) > 0;
     auto st = up_.update(step, weights, [this](std::size_t tensor, std::size_t offset, std::size_t count) {
       trainer_.optimizer().reset_slots(tensor, offset, count);
     });
@@ -76,6 +96,12 @@ class dynamic_sparsity {
       if (trainer_.tensor_ranks().active()) {  // the group's totals: each rank updated its slices
         double c[5] = {double(st.nnz), double(st.blocks), double(st.pruned), double(st.regrown),
                        double(st.explored_blocks)};
+        if (trainer_.tensor_ranks().tensor().rank() != 0)  // a weight every rank holds whole counts once
+          for (const auto& ws : st.weights)
+            if (replicated_.count(ws.name)) {
+              c[0] -= double(ws.nnz), c[1] -= double(ws.blocks), c[2] -= double(ws.pruned);
+              c[3] -= double(ws.regrown), c[4] -= double(ws.explored_blocks);
+            }
         trainer_.tensor_ranks().tensor().all_reduce(std::span<double>(c));
         st.nnz = std::size_t(c[0]), st.blocks = std::size_t(c[1]), st.pruned = std::size_t(c[2]);
         st.regrown = std::size_t(c[3]), st.explored_blocks = std::size_t(c[4]);
@@ -95,6 +121,7 @@ class dynamic_sparsity {
   Model& model_;
   Trainer& trainer_;
   sparse::pattern_updater up_;
+  std::set<std::string> replicated_;  // block-sparse weights whole on every rank of a split model
   std::size_t updates_ = 0;
   bool per_weight_ = false;
   nlohmann::json pending_;

@@ -173,8 +173,8 @@ inline model_shape model_shape_of(const bert_config& c, head_kind head, std::siz
 // error names the heads or hidden units n does not divide, or a model with no split blocks.
 inline model_shape tensor_parallel_share(model_shape m, std::size_t n) {
   if (n <= 1) return m;
-  SPARSELM_CHECK(!m.llama_parts && m.embed_width == 0, "tensor parallelism: the plan splits GPT and BERT blocks; ",
-                 m.family, " does not split over ranks");
+  SPARSELM_CHECK(!m.llama_parts, "tensor parallelism: the plan splits GPT, S1 and BERT blocks; ", m.family,
+                 " does not split over ranks");
   SPARSELM_CHECK(m.heads % n == 0, "tensor parallelism: ", m.heads, " attention heads do not split over ", n, " ranks");
   SPARSELM_CHECK(m.ff % n == 0, "tensor parallelism: ", m.ff, " hidden units do not split over ", n, " ranks");
   m.heads /= n;

@@ -258,6 +258,9 @@ std::unique_ptr<whole_state_of<Trainer>> gather_tensor_parallel_state(Trainer& t
         if (tracked)
           wu.restore_explored(n.weight().name, sparse::explored_from_i32(n.weight().name, W_rows, W_cols, grid));
       });
+      detail::for_replicated_sparse(model, [&](const auto& n) {  // whole on every rank: rank 0's map
+        if (const auto* e = up->explored(n.weight().name)) wu.restore_explored(n.weight().name, *e);
+      });
     }
   }
   return w;
@@ -304,6 +307,11 @@ nlohmann::json load_tensor_parallel_checkpoint(const std::filesystem::path& dir,
           grid[i * cols + j] = e->ever.at(wi * W_cols + wj);
         }
       up->restore_explored(name, sparse::explored_from_i32(name, rows, cols, grid));
+    });
+    detail::for_replicated_sparse(model, [&](const auto& n) {  // whole on every rank: the whole map
+      const std::string& name = n.weight().name;
+      if (const auto* e = w.updater()->explored(name)) up->restore_explored(name, *e);
+      else up->untrack(name);
     });
   }
   return run;

@@ -419,7 +419,7 @@ class trainer {
     if constexpr (!distributed) {
       fail(what, "needs the data_parallel::mpi policy (the groups are MPI ranks)");
     } else if constexpr (!requires { model_.tensor_split(); }) {
-      fail(what, "the model does not split over ranks (tensor parallelism splits GPT and BERT models)");
+      fail(what, "the model does not split over ranks (tensor parallelism splits GPT, S1 and BERT models)");
     } else {
       SPARSELM_CHECK(model_.tensor_split().size == o_.tensor_parallel, what, "the model was built split over ",
                      model_.tensor_split().size, " ranks");
