@@ -158,6 +158,7 @@ int main(int argc, char** argv) {
         classify_options(), {{"epochs", 3.0}, {"out", "runs/classify"}});
     if (auto status = cli.parse(argc, argv)) return *status;
     cli.read({"held_out", "vocab", "max_seq", "max_train", "max_test"});
+    const parallel::tensor_split split = cli.split(replicas.group());  // before reading any data
     const std::string ctx = cli.settings.context;
     json keys = cli.settings.task;
     keys.erase("model");
@@ -220,7 +221,6 @@ int main(int argc, char** argv) {
     if (auto rc = cli.plan_gate(model_shape_of(cfg, head_kind::classification, 0, set.label_names.size()), max_seq,
                                 replicas.group().size(), rank0))
       return *rc;
-    const parallel::tensor_split split = cli.split(replicas.group());  // before any work
     return cli.with_encoder_sparsity(rank0, [&]<class S>(const sparse_plan& plan) -> int {
       bert_classifier<float, S> model(cfg, set.label_names.size(), plan, split);
       model.init(cli.job.seed);

@@ -145,6 +145,10 @@ int main(int argc, char** argv) {
     const std::filesystem::path train_path = d.get("train", std::string()), predict_path = d.get("predict", std::string());
     d.finish();
     const bool predict_only = r.get("predict_only", false);
+    SPARSELM_CHECK(!predict_only || cli.tensor_parallel() == 1, "bert_squad: --predict-only scores the model in ",
+                   "one process; trainer.tensor_parallel (--tensor-parallel) ", cli.tensor_parallel(),
+                   " splits a model for training");
+    const parallel::tensor_split split = cli.split(replicas.group());  // before reading any data
     const std::filesystem::path vocab =
         r.get("vocab", (std::filesystem::path(SPARSELM_SOURCE_DIR) / "data/bert/vocab.txt").string());
     data::squad_feature_options fo;
@@ -249,10 +253,6 @@ int main(int argc, char** argv) {
                    predict_path.string().c_str(), tot.exact_match, tot.f1, tot.questions, cli.job.out.string().c_str());
       return 0;
     };
-    SPARSELM_CHECK(!predict_only || cli.tensor_parallel() == 1, "bert_squad: --predict-only scores the model in ",
-                   "one process; trainer.tensor_parallel (--tensor-parallel) ", cli.tensor_parallel(),
-                   " splits a model for training");
-    const parallel::tensor_split split = cli.split(replicas.group());  // before any work
     return cli.with_encoder_sparsity(rank0, [&]<class S>(const sparse_plan& plan) -> int {
       bert_qa<float, S> model(cfg, plan, split);
       model.init(cli.job.seed);

@@ -30,7 +30,7 @@
 
 #include "sparselm/train/model_shape.hpp"
 #include "sparselm/train/option_schema.hpp"
-#include "sparselm/train/plan.hpp"
+#include "sparselm/train/plan_inputs.hpp"
 
 namespace examples {
 
@@ -64,7 +64,7 @@ class training_cli {
 
   bool resume = false, overwrite = false, verify = true, dry_run = false;
 
-  // The plan of a run of model m under `in` (train/plan.hpp). --dry-run: printed by the first
+  // The plan of a run of model m under `in` (train/plan.hpp, train/plan_report.hpp). --dry-run: printed by the first
   // process, and the exit status (0) returned. Otherwise the run's memory budget is checked against
   // it (an error naming what the run needs when it does not fit) and nothing returned: the run goes on.
   std::optional<int> plan_gate(const sparselm::model_shape& m, const sparselm::plan_inputs& in, bool first_process) const;

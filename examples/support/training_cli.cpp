@@ -14,6 +14,7 @@
 #include "../cli.hpp"
 #include "sparselm/core/error.hpp"
 #include "sparselm/io/output_rule.hpp"
+#include "sparselm/train/plan_report.hpp"
 #include "sparselm/train/run_config.hpp"
 #include "sparselm/train/run_settings.hpp"
 

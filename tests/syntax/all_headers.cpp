@@ -13,6 +13,7 @@
 #include "sparselm/train/bert_job.hpp"
 #include "sparselm/train/finetune_job.hpp"
 #include "sparselm/train/lm_job.hpp"
+#include "sparselm/train/plan_report.hpp"
 #include "sparselm/train/trainer.hpp"
 
 int main() { return 0; }

@@ -208,40 +208,6 @@ class sparse_lm : public transformer<factorised_embedding<T, Sparsity, Act>, pre
   const sparse_lm_config& config() const noexcept { return cfg_; }
   const parallel::tensor_split& tensor_split() const noexcept { return tp_; }
 
- private:
-  void construct(const sparse_plan& plan, bool allocate) {
-    const sparse_lm_config& cfg = cfg_;
-    cfg.validate("sparse_lm");
-    constexpr const char* act = Act == kernels::gelu_kind::tanh ? "gelu_new" : "gelu";
-    SPARSELM_CHECK(cfg.activation == act, "sparse_lm: config asks for activation '", cfg.activation,
-                   "' but the model type was compiled for '", act, "'");
-    if constexpr (Sparsity::is_sparse && Sparsity::block == runtime_block)
-      SPARSELM_CHECK(is_block_size(cfg.block_size), "sparse_lm: config has block_size ", cfg.block_size,
-                     " but the model type is block-sparse (block size one of 1, 4, 8, 16)");
-    else
-      SPARSELM_CHECK(cfg.block_size == Sparsity::block, "sparse_lm: config has block_size ", cfg.block_size,
-                     " but the model type was compiled for ",
-                     Sparsity::is_sparse ? "block size " + std::to_string(Sparsity::block) : std::string("dense (0)"));
-    // density 1 keeps every block: ordinary causal attention, run by the dense kernel (its 64-row
-    // query tiles are faster than 16-row blocks; the results agree to rounding).
-    if (cfg.block_sparse_attention && cfg.block_sparse_attention->density < 1.0)
-      attn_pattern_ = std::make_shared<const kernels::block_causal_pattern>(*cfg.block_sparse_attention,
-                                                                           cfg.sequence_length);
-    this->plan_ = plan;
-    if (Sparsity::is_sparse && allocate)
-      this->plan_ = allocate_plan(this->plan_, cfg.block_size, sparse::parse_allocation(cfg.allocation),
-                                  [&](const sparse_plan& p) {
-                                    arena_layout scratch_layout;
-                                    build(scratch_layout, p);
-                                  });
-    auto layout = std::make_shared<arena_layout>();
-    auto [emb, blocks, head] = build(*layout, this->plan_);
-    this->assemble(std::move(layout), std::move(emb), std::move(blocks), std::move(head));
-    this->set_limits("sparse_lm", cfg.vocab_size, cfg.sequence_length, "sequence_length");
-  }
-
- public:
-
   // Every projection (block-sparse unless dense), in model order: embedding up, then per block fused
   // QKV, attention output, FFN in, FFN out, then the head's down-projection.
   std::vector<const linear_type*> projections() const {
@@ -274,6 +240,37 @@ class sparse_lm : public transformer<factorised_embedding<T, Sparsity, Act>, pre
   }
 
  private:
+  void construct(const sparse_plan& plan, bool allocate) {
+    const sparse_lm_config& cfg = cfg_;
+    cfg.validate("sparse_lm");
+    constexpr const char* act = Act == kernels::gelu_kind::tanh ? "gelu_new" : "gelu";
+    SPARSELM_CHECK(cfg.activation == act, "sparse_lm: config asks for activation '", cfg.activation,
+                   "' but the model type was compiled for '", act, "'");
+    if constexpr (Sparsity::is_sparse && Sparsity::block == runtime_block)
+      SPARSELM_CHECK(is_block_size(cfg.block_size), "sparse_lm: config has block_size ", cfg.block_size,
+                     " but the model type is block-sparse (block size one of 1, 4, 8, 16)");
+    else
+      SPARSELM_CHECK(cfg.block_size == Sparsity::block, "sparse_lm: config has block_size ", cfg.block_size,
+                     " but the model type was compiled for ",
+                     Sparsity::is_sparse ? "block size " + std::to_string(Sparsity::block) : std::string("dense (0)"));
+    // density 1 keeps every block: ordinary causal attention, run by the dense kernel (its 64-row
+    // query tiles are faster than 16-row blocks; the results agree to rounding).
+    if (cfg.block_sparse_attention && cfg.block_sparse_attention->density < 1.0)
+      attn_pattern_ = std::make_shared<const kernels::block_causal_pattern>(*cfg.block_sparse_attention,
+                                                                           cfg.sequence_length);
+    this->plan_ = plan;
+    if (Sparsity::is_sparse && allocate)
+      this->plan_ = allocate_plan(this->plan_, cfg.block_size, sparse::parse_allocation(cfg.allocation),
+                                  [&](const sparse_plan& p) {
+                                    arena_layout scratch_layout;
+                                    build(scratch_layout, p);
+                                  });
+    auto layout = std::make_shared<arena_layout>();
+    auto [emb, blocks, head] = build(*layout, this->plan_);
+    this->assemble(std::move(layout), std::move(emb), std::move(blocks), std::move(head));
+    this->set_limits("sparse_lm", cfg.vocab_size, cfg.sequence_length, "sequence_length");
+  }
+
   // The parts on a layout, in registration order: embedding, blocks, head.
   std::tuple<typename base::embedding_type, std::vector<typename base::block_type>, typename base::head_type> build(
       arena_layout& layout, const sparse_plan& plan) const {

@@ -146,25 +146,16 @@ std::vector<const void*> linear_layers(const Model& m) {
   });
   return r;
 }
-// The split block-sparse layers of a model, in visiting order: f(layer).
+// A model's block-sparse layers, in visiting order: f(layer) for those split over the ranks
+// (`split` true) or for those every rank holds whole (S1's embedding up-projection and head
+// down-projection, whose patterns are the same on every rank).
 template <class Model, class F>
-void for_split_sparse(const Model& m, F&& f) {
+void for_sparse_layers(const Model& m, bool split, F&& f) {
   visit_tree(m, [&](const auto& n) {
     using N = std::decay_t<decltype(n)>;
     if constexpr (is_linear_v<N>)
       if constexpr (N::sparsity::is_sparse)
-        if (n.split().active()) f(n);
-  });
-}
-// The block-sparse layers a split model holds whole on every rank (S1's embedding up-projection
-// and head down-projection), in visiting order: f(layer). Their patterns are the same on every rank.
-template <class Model, class F>
-void for_replicated_sparse(const Model& m, F&& f) {
-  visit_tree(m, [&](const auto& n) {
-    using N = std::decay_t<decltype(n)>;
-    if constexpr (is_linear_v<N>)
-      if constexpr (N::sparsity::is_sparse)
-        if (!n.split().active()) f(n);
+        if (n.split().active() == split) f(n);
   });
 }
 }  // namespace detail
@@ -174,7 +165,7 @@ void for_replicated_sparse(const Model& m, F&& f) {
 template <class Model>
 std::vector<const sparse::block_pattern*> split_patterns(const Model& m) {
   std::vector<const sparse::block_pattern*> r;
-  detail::for_split_sparse(m, [&](const auto& n) { r.push_back(&n.state().pattern); });
+  detail::for_sparse_layers(m, true, [&](const auto& n) { r.push_back(&n.state().pattern); });
   return r;
 }
 
@@ -215,7 +206,8 @@ Model unsplit_model(const Model& slice, const sparse_plan& plan) {
 
 // Which tensors of a model (by layout index) are a rank's slices rather than replicated: the
 // column-split layers' weights and biases and the row-split layers' weights. A gradient norm over a
-// tensor-parallel group sums the slices' squares over the group and counts the rest once.
+// tensor-parallel group sums the slices' squares over the group and counts the rest once; the rest
+// must stay the same on every rank of the group (train/tensor_group_checks.hpp checks it).
 template <class Model>
 std::vector<bool> sliced_tensors(const Model& m, std::size_t tensors) {
   std::vector<bool> r(tensors, false);

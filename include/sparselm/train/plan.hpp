@@ -6,7 +6,7 @@
 //   model_shape m = model_shape_of(gpt_cfg);       // or sparse_lm, bert, llama configs (train/model_shape.hpp)
 //   run_plan p = make_run_plan(m, plan_inputs_of(settings, seq_len, processes));
 //   p.measure_rates();                                            // the host's GEMM (and BSR) rate
-//   std::fputs(p.describe().c_str(), stderr);  std::puts(p.to_json().dump().c_str());
+//   std::fputs(describe_plan(p).c_str(), stderr);                 // train/plan_report.hpp: the report
 //
 // What is counted (docs/planning.md):
 //   weights, gradients     4 bytes per stored parameter each (block-sparse: active blocks only)
@@ -27,76 +27,20 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "sparselm/core/dtype.hpp"
-#include "sparselm/core/json.hpp"
+#include "sparselm/core/error.hpp"
 #include "sparselm/core/memory_usage.hpp"
-#include "sparselm/core/threads.hpp"
 #include "sparselm/kernels/bsr_bf16.hpp"
 #include "sparselm/policies/pipeline.hpp"
 #include "sparselm/sparse/init.hpp"
 #include "sparselm/train/model_shape.hpp"
+#include "sparselm/train/plan_inputs.hpp"
 #include "sparselm/train/plan_rates.hpp"
-#include "sparselm/train/run_settings.hpp"
 
 namespace sparselm {
-
-// --- the run ---------------------------------------------------------------------------------------
-
-struct plan_inputs {
-  std::size_t batch = 1, seq = 1, accumulation = 1;  // rows per micro-batch, sequence, micro-batches per step
-  std::size_t processes = 1, threads = 1;
-  dtype compute = dtype::f32;
-  bool bf16_activations = true;
-  bool recompute_blocks = false;
-  pipeline::plan pipeline{};
-  bool shard_optimizer = false;
-  std::size_t tensor_parallel = 1;   // ranks splitting every block (trainer.tensor_parallel)
-  bool checkpoints = true;           // the run writes checkpoints (a split run gathers them on rank 0)
-  bool offload = false;              // weights, gradients and slots in files (trainer.offload)
-  double memory_budget = 0;          // GiB per process (0: none)
-  std::string optimizer = "adamw";
-  std::size_t optimizer_slots = 2;   // slot arenas (SGD: 1 with momentum, else 0)
-  std::size_t slot_bytes = 4;        // float 4, bf16 / half 2
-  std::size_t block = 0;             // block-sparse projections: B (0 dense)
-  double sparsity = 0.0;
-  sparse::allocation allocation = sparse::allocation::uniform;
-  bool rigl = false;                 // pattern updates that pool the dense gradient
-  std::size_t update_period = 0;     // steps between pattern updates (0: static patterns)
-  bool evaluation = true;            // the run evaluates (in fp32) on the model's buffers
-};
-
-// The inputs of a plan from resolved run settings; seq: the sequence length of the training batches.
-inline plan_inputs plan_inputs_of(const run_settings& s, std::size_t seq, std::size_t processes) {
-  plan_inputs in;
-  in.batch = s.batch_size;
-  in.seq = seq;
-  in.accumulation = s.trainer.accumulation.steps;
-  in.processes = std::max<std::size_t>(1, processes);
-  in.threads = std::size_t(std::max(1, num_threads()));
-  in.compute = s.trainer.precision.value_or(dtype::f32);
-  in.bf16_activations = s.trainer.bf16_activations;
-  in.recompute_blocks = s.trainer.recompute == "blocks";
-  in.pipeline = s.trainer.pipeline;
-  in.shard_optimizer = s.trainer.shard_optimizer;
-  in.tensor_parallel = std::max<std::size_t>(1, s.trainer.tensor_parallel);
-  in.checkpoints = s.loop.checkpoints;
-  in.offload = !s.trainer.offload.empty();
-  in.memory_budget = s.memory_budget;
-  in.optimizer = s.optimizer.value("type", "adamw");
-  in.optimizer_slots = in.optimizer == "sgd" ? (s.optimizer.value("momentum", 0.9) > 0 ? 1 : 0) : 2;
-  const std::string slots = s.optimizer.value("slots", "float");
-  in.slot_bytes = slots == "float" ? 4 : 2;
-  in.block = s.sparsity.block_size;
-  in.sparsity = s.sparsity.sparsity;
-  in.allocation = s.sparsity.allocation;
-  in.rigl = s.sparsity.update && s.sparsity.update->regrow == sparse::regrow_method::rigl;
-  if (s.sparsity.update) in.update_period = s.sparsity.update->schedule.update_period;
-  return in;
-}
 
 // --- the plan --------------------------------------------------------------------------------------
 
@@ -155,107 +99,6 @@ struct run_plan {
     }
     if (in.block > 0 && sparse_flops > 0) sparse_rate = plan_rates::block_sparse(in.compute, in.block, in.sparsity, m, k, n, seconds);
   }
-
-  json to_json() const {
-    auto gib = [](double b) { return b / double(1 << 30); };
-    json j = {{"dry_run", true},
-              {"family", model.family},
-              {"kv_heads", model.kv_heads ? model.kv_heads : model.heads},
-              {"parameters", parameters},
-              {"stored_parameters", stored_parameters},
-              {"memory_bytes",
-               {{"weights", weights}, {"gradients", gradients}, {"optimizer", optimizer},
-                {"optimizer_offloaded", offloaded}, {"weights_offloaded", weights_on_disk},
-                {"gradients_offloaded", gradients_on_disk}, {"patterns", patterns}, {"activations", activations}, {"scratch", scratch}, {"workspace", workspace},
-                {"checkpoint_gather", checkpoint_gather}, {"total", total_bytes()}}},
-              {"memory_gib_total", gib(total_bytes())},
-              {"disk_bytes_offloaded", offloaded + weights_on_disk + gradients_on_disk},
-              {"activations_per_micro_batch_bytes", activations_per_slot},
-              {"micro_batches_in_flight", slots_in_flight},
-              {"block_caches_per_micro_batch", caches_per_slot},
-              {"flops_per_step", {{"dense", dense_flops}, {"block_sparse", sparse_flops},
-                                  {"attention", attention_flops}, {"total", flops()}}},
-              {"rates_flops_per_s", {{"dense", dense_rate}, {"lm_head", head_rate}, {"block_sparse", sparse_rate}}},
-              {"predicted_step_seconds", predicted_seconds()},
-              {"run", {{"batch_size", in.batch}, {"seq_len", in.seq}, {"accumulation", in.accumulation},
-                       {"processes", in.processes}, {"data_replicas", data_replicas}, {"threads", in.threads},
-                       {"precision", std::string(precision::name(in.compute))}, {"recompute", in.recompute_blocks ? "blocks" : "none"},
-                       {"pipeline_stages", in.pipeline.stages},
-                       {"pipeline_placement", in.pipeline.where == pipeline::placement::ranks ? "ranks" : "threads"},
-                       {"shard_optimizer", in.shard_optimizer}, {"tensor_parallel", in.tensor_parallel},
-                       {"offload", in.offload}, {"optimizer", in.optimizer},
-                       {"slot_bytes", in.slot_bytes}, {"block_size", in.block},
-                       {"sparsity", in.block ? in.sparsity : 0.0}}}};
-    if (in.block) j["active_blocks"] = sparse_active_blocks;
-    if (in.tensor_parallel > 1) {
-      j["whole_parameters"] = whole_parameters;
-      j["tensor_sum_bytes_per_step"] = tensor_sum_bytes;
-    }
-    return j;
-  }
-
-  std::string describe() const {
-    auto size = [](double b) {
-      char s[32];
-      if (b >= double(1ull << 30)) std::snprintf(s, sizeof s, "%.2f GiB", b / double(1ull << 30));
-      else std::snprintf(s, sizeof s, "%.1f MiB", b / double(1 << 20));
-      return std::string(s);
-    };
-    std::string o;
-    char line[256];
-    auto put = [&](const char* fmt, auto... a) {
-      std::snprintf(line, sizeof line, fmt, a...);
-      o += line;
-    };
-    const std::string kv = model.kv_heads && model.kv_heads != model.heads
-                               ? " (" + std::to_string(model.kv_heads) + " key/value)" : std::string();
-    put("plan: %s, %zu layers, width %zu, %zu heads%s, ff %zu, vocab %zu; batch %zu x seq %zu, %zu micro-batch(es) "
-        "per step, %zu process(es), %zu thread(s)\n",
-        model.family.c_str(), model.layers, model.width, model.heads, kv.c_str(), model.ff, model.vocab, in.batch,
-        in.seq, in.accumulation, in.processes, in.threads);
-    put("  parameters        %.4g (stored %.4g%s)\n", parameters, stored_parameters,
-        in.block ? (", block-sparse B = " + std::to_string(in.block)).c_str() : "");
-    if (in.tensor_parallel > 1)
-      put("  tensor parallel   %zu ranks split every block: %zu heads and ff %zu per rank, %.4g of the whole model's "
-          "%.4g parameters; %.3g MB summed over the group per step\n",
-          in.tensor_parallel, model.heads, model.ff, stored_parameters, whole_parameters, tensor_sum_bytes * 1e-6);
-    put("  precision %s, recompute %s, pipeline stages %zu (%s), optimiser %s with %zu-byte slots%s\n",
-        std::string(precision::name(in.compute)).c_str(), in.recompute_blocks ? "blocks" : "none", in.pipeline.stages,
-        in.pipeline.where == pipeline::placement::ranks ? "ranks" : "threads", in.optimizer.c_str(), in.slot_bytes,
-        in.shard_optimizer ? ", sharded" : "");
-    put("  memory per process:\n");
-    if (in.offload) {
-      put("    weights         %s in memory (embedding, head, two blocks streamed); %s on disk\n", size(weights).c_str(),
-          size(weights_on_disk).c_str());
-      put("    gradients       %s in memory (embedding, head, two blocks streamed); %s on disk\n",
-          size(gradients).c_str(), size(gradients_on_disk).c_str());
-      put("    optimiser slots %s on disk (the update streams them with the weights and gradients: %s in memory)\n", size(offloaded).c_str(),
-          size(optimizer).c_str());
-    } else {
-      put("    weights         %s\n", size(weights).c_str());
-      put("    gradients       %s\n", size(gradients).c_str());
-    }
-    if (!in.offload)
-      put("    optimiser slots %s\n", size(optimizer).c_str());
-    if (patterns > 0) put("    sparse patterns %s\n", size(patterns).c_str());
-    put("    activations     %s (%s per micro-batch in flight x %zu; %zu block cache(s) each)\n",
-        size(activations).c_str(), size(activations_per_slot).c_str(), slots_in_flight, caches_per_slot);
-    put("    scratch         %s (+ %s GEMM packing buffers)\n", size(scratch).c_str(), size(workspace).c_str());
-    if (checkpoint_gather > 0)
-      put("    checkpoints     %s (rank 0 assembles the whole model and optimiser state to save it)\n",
-          size(checkpoint_gather).c_str());
-    put("    total           %s%s\n", size(total_bytes()).c_str(), in.offload ? " (the predicted peak; offloaded parts not counted)" : "");
-    if (in.offload)
-      put("  on disk           %s in --offload DIR (unnamed files, removed with the process)\n",
-          size(offloaded + weights_on_disk + gradients_on_disk).c_str());
-    put("  FLOPs per step    %.4g (dense %.4g, block-sparse %.4g, attention %.4g)\n", flops(), dense_flops,
-        sparse_flops, attention_flops);
-    if (dense_rate > 0)
-      put("  predicted step    %.3g s (measured: dense layer %.1f GFLOP/s, LM head %.1f, block-sparse %.1f)\n",
-          predicted_seconds(), dense_rate * 1e-9, head_rate * 1e-9, sparse_rate * 1e-9);
-    return o;
-  }
-
 };
 
 // The plan of a run of model m under the inputs (no measurement: measure_rates() adds the rates).
@@ -489,18 +332,6 @@ inline void check_memory_budget(const model_shape& m, const plan_inputs& in, con
   if (!in.recompute_blocks) advice += "; --recompute blocks keeps one block's activations";
   advice += "; a smaller --batch-size with --accumulation keeps the global batch";
   fail(buf, advice);
-}
-
-// --dry-run: the plan on stderr (readable) and stdout (one JSON line, with the process's peak
-// resident memory before the rate measurement: the baseline a run adds its memory to).
-inline void print_run_plan(const model_shape& m, const plan_inputs& in, bool measure = true) {
-  run_plan p = make_run_plan(m, in);
-  const double baseline = peak_rss_bytes();
-  if (measure) p.measure_rates();
-  std::fputs(p.describe().c_str(), stderr);
-  json j = p.to_json();
-  j["baseline_rss_bytes"] = baseline;
-  std::printf("%s\n", j.dump().c_str());
 }
 
 }  // namespace sparselm

@@ -228,7 +228,7 @@ std::unique_ptr<whole_state_of<Trainer>> gather_tensor_parallel_state(Trainer& t
   }
   if (up) {  // the explored maps: per weight a tracked flag and the slice's grid, one byte a block
     std::vector<std::uint8_t> maps;
-    detail::for_split_sparse(model, [&](const auto& n) {
+    detail::for_sparse_layers(model, true, [&](const auto& n) {
       const std::size_t cells = (n.in() / n.block_size()) * (n.out() / n.block_size());
       const auto* e = up->explored(n.weight().name);
       maps.push_back(e ? 1 : 0);
@@ -240,7 +240,7 @@ std::unique_ptr<whole_state_of<Trainer>> gather_tensor_parallel_state(Trainer& t
     if (w) {
       auto& wu = w->track_updates(up->config());
       std::size_t at = 0;
-      detail::for_split_sparse(model, [&](const auto& n) {
+      detail::for_sparse_layers(model, true, [&](const auto& n) {
         const std::size_t B = n.block_size(), rows = n.in() / B, cols = n.out() / B;
         const auto [W_rows, W_cols] = detail::whole_grid(n, P);
         std::vector<std::int32_t> grid(W_rows * W_cols, 0);
@@ -258,7 +258,7 @@ std::unique_ptr<whole_state_of<Trainer>> gather_tensor_parallel_state(Trainer& t
         if (tracked)
           wu.restore_explored(n.weight().name, sparse::explored_from_i32(n.weight().name, W_rows, W_cols, grid));
       });
-      detail::for_replicated_sparse(model, [&](const auto& n) {  // whole on every rank: rank 0's map
+      detail::for_sparse_layers(model, false, [&](const auto& n) {  // whole on every rank: rank 0's map
         if (const auto* e = up->explored(n.weight().name)) wu.restore_explored(n.weight().name, *e);
       });
     }
@@ -294,7 +294,7 @@ nlohmann::json load_tensor_parallel_checkpoint(const std::filesystem::path& dir,
   t.set_step(w.step());
   if (up) {  // each weight's part of the whole explored map (none saved: the next update starts it)
     const std::size_t r = model.tensor_split().rank;
-    detail::for_split_sparse(model, [&](const auto& n) {
+    detail::for_sparse_layers(model, true, [&](const auto& n) {
       const std::string& name = n.weight().name;
       const auto* e = w.updater()->explored(name);
       if (!e) return up->untrack(name);
@@ -308,7 +308,7 @@ nlohmann::json load_tensor_parallel_checkpoint(const std::filesystem::path& dir,
         }
       up->restore_explored(name, sparse::explored_from_i32(name, rows, cols, grid));
     });
-    detail::for_replicated_sparse(model, [&](const auto& n) {  // whole on every rank: the whole map
+    detail::for_sparse_layers(model, false, [&](const auto& n) {  // whole on every rank: the whole map
       const std::string& name = n.weight().name;
       if (const auto* e = w.updater()->explored(name)) up->restore_explored(name, *e);
       else up->untrack(name);
