@@ -1,5 +1,6 @@
-// Tensor parallelism (parallel/tensor_parallel.hpp) under mpirun: GPT's blocks split over a group of
-// ranks give one process's loss and gradients. Each rank builds its slice of the model
+// Tensor parallelism (parallel/tensor_parallel.hpp) under mpirun: GPT's and S1's blocks split over a
+// group of ranks give one process's loss and gradients (S1 with its block-sparse embedding and head
+// projections whole on every rank). Each rank builds its slice of the model
 // (gpt(cfg, plan, {rank, P}), initialised from the shared seed), and, for the reference, every
 // rank's slice locally (initialisation is deterministic) assembled into the whole model
 // (models/tensor_shards.hpp). The group runs one forward and backward with the step's tensor_sum
@@ -13,7 +14,9 @@
 // group; the reference runs the whole batch. Also checked: the loss is not the whole model's when
 // the tensor sum does nothing, nor the gradients when backward leaves out its sums (so the
 // comparisons can fail), a step makes 4 sums per block, a split model without a tensor_sum is
-// an error naming it, and heads or hidden units that do not divide are errors naming them.
+// an error naming it, and heads or hidden units that do not divide are errors naming them. The
+// group's check of the tensors every rank holds whole (train/tensor_group_checks.hpp) passes on the
+// slices and names the tensor and the rank after one value (or S1's whole pattern) changed on one rank.
 // Exits 1 naming the first failure.
 #include <mpi.h>
 
@@ -29,9 +32,11 @@
 #include <vector>
 
 #include "sparselm/models/gpt.hpp"
+#include "sparselm/models/sparse_lm.hpp"
 #include "sparselm/models/tensor_shards.hpp"
 #include "sparselm/parallel/mpi.hpp"
 #include "sparselm/parallel/tensor_parallel.hpp"
+#include "sparselm/train/tensor_group_checks.hpp"
 
 namespace {
 
@@ -93,36 +98,123 @@ void expect_close(const arena<float>& got, const arena<float>& want, double tol,
                            " of its largest value (tolerance " + std::to_string(tol) + ")");
 }
 
-template <class S>
-void check_group(mpi_group& world, parallel::replica_group& tp, parallel::replica_group* dp, const char* name) {
+// train/tensor_group_checks.hpp on a group's slices: quiet while the tensors every rank holds whole
+// agree; a change of one value (or of a whole block-sparse layer's pattern) on the last rank of the
+// group fails on every rank, naming the tensor and the rank.
+template <class Model>
+void check_replicated_check(parallel::replica_group& tp, Model& mine, const std::string& what) {
+  try {
+    check_group_replicated(tp, mine, "at the start");
+  } catch (const error& e) {
+    expect(false, what + ": the slices' replicated tensors differ: " + e.what());
+  }
+  const std::size_t last = tp.size() - 1;
+  const auto sliced = sliced_tensors(mine, mine.params().layout().count());
+  const auto& L = mine.params().layout();
+  std::size_t i = 0;
+  while (i < sliced.size() && (sliced[i] || L[i].name.find("ln") == std::string::npos)) ++i;
+  if (i == sliced.size())  // S1 names its norms otherwise: the last replicated tensor
+    for (std::size_t k = 0; k < sliced.size(); ++k)
+      if (!sliced[k]) i = k;
+  expect(i < sliced.size(), what + ": no replicated tensor to change");
+  if (i == sliced.size()) return;
+  auto expect_named = [&](const std::string& culprit, const char* change) {
+    try {
+      check_group_replicated(tp, mine, "at the checkpoint of step 3");
+      expect(false, what + ": " + change + " on rank " + std::to_string(last) + " went unnoticed");
+    } catch (const error& e) {
+      const std::string m = e.what();
+      expect(m.find(culprit) != std::string::npos && m.find("rank " + std::to_string(last)) != std::string::npos &&
+                 m.find("step 3") != std::string::npos,
+             what + ": " + change + ": the message does not name " + culprit + " and the rank: " + m);
+    }
+  };
+  float& v = mine.params()[i][0];
+  const float kept = v;
+  if (tp.rank() == last) v += 1e-3f;
+  expect_named("'" + L[i].name + "'", "a changed replicated value");
+  v = kept;
+  using S = typename Model::sparsity;
+  if constexpr (S::is_sparse) {
+    bool changed = false;
+    detail::for_sparse_layers(mine, false, [&](const auto& n) {
+      if (changed) return;
+      changed = true;
+      auto& col = n.state().pattern.col;
+      const auto old = col[0];
+      if (tp.rank() == last) col[0] = old + 1;
+      expect_named("the block pattern of '" + n.weight().name + "'", "a changed replicated pattern");
+      col[0] = old;
+    });
+    expect(changed || std::is_same_v<Model, gpt<float, S>>, what + ": S1 has no replicated block-sparse layer");
+  }
+  try {
+    check_group_replicated(tp, mine, "after the changes were undone");
+  } catch (const error& e) {
+    expect(false, what + ": " + e.what());
+  }
+}
+
+// S1 (models/sparse_lm.hpp) of the same size: its block-sparse embedding up-projection and head
+// down-projection stay whole on every rank; attention biases on, so that the block's column-split
+// projections have biases (sliced) and its row-split ones too (replicated).
+sparse_lm_config tiny_s1(std::size_t block) {
+  sparse_lm_config c;
+  c.vocab_size = 61;
+  c.sequence_length = 16;
+  c.layers = 2;
+  c.hidden_length = 64;
+  c.ff_length = 128;
+  c.attention_heads = 4;
+  c.qkv_length = 16;
+  c.embedding_length = 32;
+  c.block_size = block;
+  c.sparsity = 0.5;
+  c.attention_bias = true;
+  c.projection_bias = true;
+  c.layer_norm_gamma = 1.0f;
+  c.loss.autoregression_offset = 2;  // S1's weighted repeated-token loss, scoring 6 of the 8 positions
+  return c;
+}
+
+// Model: gpt or sparse_lm, over cfg (layers blocks); the slices and the whole model are built from
+// a plan of 50 % blocks.
+template <class Model>
+void check_group(mpi_group& world, parallel::replica_group& tp, parallel::replica_group* dp, const char* name,
+                 const typename Model::config_type& cfg, std::size_t layers) {
+  using S = typename Model::sparsity;
   const std::size_t P = tp.size(), R = dp ? dp->size() : 1, replica = dp ? dp->rank() : 0;
-  const auto cfg = tiny();
   sparse_plan plan;
   plan.sparsity = 0.5;
+  if constexpr (S::is_sparse) plan.block = 16;
   // Every rank's slice, built and initialised here (each rank's initialisation is its own).
-  std::vector<std::unique_ptr<gpt<float, S>>> slices;
+  std::vector<std::unique_ptr<Model>> slices;
   for (std::size_t r = 0; r < P; ++r) {
-    slices.push_back(std::make_unique<gpt<float, S>>(cfg, plan, parallel::tensor_split{r, P}));
+    slices.push_back(std::make_unique<Model>(cfg, plan, parallel::tensor_split{r, P}));
     slices.back()->init(42);
   }
   auto& mine = *slices[tp.rank()];
-  // The whole model: as many blocks per weight as the slices together, their values and patterns.
+  // The whole model: as many blocks per split weight as the slices together (a weight every rank
+  // holds whole: the slice's own), their values and patterns.
   std::map<std::string, std::size_t> blocks;
   for (auto& s : slices)
     visit_tree(*s, [&](const auto& n) {
       if constexpr (is_linear_v<std::decay_t<decltype(n)>>) {
-        if constexpr (std::decay_t<decltype(n)>::sparsity::is_sparse) blocks[n.weight().name] += n.nnz_blocks();
+        if constexpr (std::decay_t<decltype(n)>::sparsity::is_sparse) {
+          if (n.split().active()) blocks[n.weight().name] += n.nnz_blocks();
+          else blocks[n.weight().name] = n.nnz_blocks();
+        }
       }
     });
   sparse_plan whole_plan = plan;
   whole_plan.count = [&](const std::string& w, std::size_t, std::size_t) { return blocks.at(w); };
-  gpt<float, S> whole(cfg, whole_plan);
-  std::vector<const gpt<float, S>*> shard_ptrs;
+  Model whole(cfg, whole_plan);
+  std::vector<const Model*> shard_ptrs;
   std::vector<const arena<float>*> shard_params;
   for (auto& s : slices) shard_ptrs.push_back(s.get()), shard_params.push_back(&s->params());
-  assemble_shards<gpt<float, S>>(shard_ptrs, shard_params, whole, whole.params(), true);
+  assemble_shards<Model>(shard_ptrs, shard_params, whole, whole.params(), true);
   {  // and back: the whole model's slices are the ranks' own, bit for bit, patterns and slot order included
-    gpt<float, S> back(cfg, plan, parallel::tensor_split{tp.rank(), P});
+    Model back(cfg, plan, parallel::tensor_split{tp.rank(), P});
     back.init(7);  // another pattern and other values, which take_slices must replace
     take_slices(whole, whole.params(), back, back.params());
     expect(std::memcmp(back.params().all().data(), mine.params().all().data(), mine.params().all().size_bytes()) == 0,
@@ -178,7 +270,7 @@ void check_group(mpi_group& world, parallel::replica_group& tp, parallel::replic
   // every rank the same bits, and what follows them is the same arithmetic).
   const auto& L = mine.params().layout();
   const auto sliced = sliced_tensors(mine, L.count());
-  expect(std::size_t(std::count(sliced.begin(), sliced.end(), true)) == cfg.n_layer * 6,
+  expect(std::size_t(std::count(sliced.begin(), sliced.end(), true)) == layers * 6,
          what + ": not 6 sliced tensors per block (c_attn and c_fc weight and bias, the c_proj weights)");
   for (std::size_t i = 0; i < L.count(); ++i)
     if (!sliced[i])
@@ -186,7 +278,7 @@ void check_group(mpi_group& world, parallel::replica_group& tp, parallel::replic
         expect(std::memcmp(rank_grads[r][i].data(), rank_grads[0][i].data(), L[i].size * sizeof(float)) == 0,
                what + ": replicated '" + L[i].name + "' has another gradient on rank " + std::to_string(r));
   arena<float> assembled(whole.params().layout_ptr());
-  assemble_shards<gpt<float, S>>(shard_ptrs, rank_grad_ptrs, whole, assembled, false);
+  assemble_shards<Model>(shard_ptrs, rank_grad_ptrs, whole, assembled, false);
   // Float rounding: the sums run in another order (the group's partial products, then the sum;
   // the replicas' rows, then their sum); Adam-free, so 1e-5 of a tensor's largest gradient is
   // ample for sums of ~100 terms in float (eps 6e-8).
@@ -198,7 +290,7 @@ void check_group(mpi_group& world, parallel::replica_group& tp, parallel::replic
     std::vector<float> right(g.begin(), g.end());
     std::size_t calls = 0;
     const parallel::tensor_sum_fn forward_only = [&](std::span<float> x) {
-      if (calls++ < 2 * cfg.n_layer) tp.all_reduce(x, parallel::reduce_op::sum);
+      if (calls++ < 2 * layers) tp.all_reduce(x, parallel::reduce_op::sum);
     };
     pipeline::pass_context broken;
     broken.tensor_sum = &forward_only;
@@ -209,7 +301,7 @@ void check_group(mpi_group& world, parallel::replica_group& tp, parallel::replic
     double scale = 0, diff = 0;
     for (std::size_t i = 0; i < b.size(); ++i)
       scale = std::max(scale, double(std::fabs(right[i]))), diff = std::max(diff, double(std::fabs(b[i] - right[i])));
-    expect(calls == 4 * cfg.n_layer, what + ": " + std::to_string(calls) + " tensor sums in a step, not 4 per block");
+    expect(calls == 4 * layers, what + ": " + std::to_string(calls) + " tensor sums in a step, not 4 per block");
     expect(diff > 1e-3 * scale, what + ": gradients without the backward sums are the group's (the test would be void)");
   }
   // The comparison can fail: without the sums (each rank alone) the loss is not the whole model's.
@@ -221,6 +313,7 @@ void check_group(mpi_group& world, parallel::replica_group& tp, parallel::replic
   const auto whole_own = whole.evaluate(own.batch());
   expect(std::fabs(solo_loss - whole_own.loss_sum) > 1e-3 * std::fabs(whole_own.loss_sum),
          what + ": a rank without the tensor sums computes the whole model's loss (the test would be void)");
+  check_replicated_check(tp, mine, what);
   world.barrier();
 }
 
@@ -277,8 +370,11 @@ int main(int argc, char** argv) {
         tp_group = tp.get();
       }
       try {
-        check_group<dense>(world, *tp_group, dp.get(), "dense");
-        check_group<block_sparse<16>>(world, *tp_group, dp.get(), "block-sparse 16");
+        check_group<gpt<float, dense>>(world, *tp_group, dp.get(), "dense", tiny(), 2);
+        check_group<gpt<float, block_sparse<16>>>(world, *tp_group, dp.get(), "block-sparse 16", tiny(), 2);
+        check_group<sparse_lm<float, dense>>(world, *tp_group, dp.get(), "S1 dense", tiny_s1(0), 2);
+        check_group<sparse_lm<float, block_sparse<16>>>(world, *tp_group, dp.get(), "S1 block-sparse 16", tiny_s1(16),
+                                                        2);
         check_errors(world);
       } catch (const std::exception& e) {
         expect(false, std::string("error: ") + e.what());

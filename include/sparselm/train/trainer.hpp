@@ -59,6 +59,7 @@
 #include "sparselm/train/rank_grid.hpp"
 #include "sparselm/train/replica_checks.hpp"
 #include "sparselm/train/replica_sums.hpp"
+#include "sparselm/train/tensor_group_checks.hpp"
 #include "sparselm/io/slot_stream.hpp"
 #include "sparselm/train/stage_params.hpp"
 #include "sparselm/train/tensor_grid.hpp"
@@ -291,7 +292,10 @@ class trainer {
   // and gradients (stage_local()) unless hooks (pattern updates) need every layer's.
   void sync_parameters() {
     auto& g = tgrid_.active() ? replicas() : processes();  // tensor-parallel: each slice over its replicas
-    if (g.size() == 1) return;
+    if (g.size() == 1) {
+      if (tgrid_.active()) check_replicas_agree("before the first step");  // the group's whole tensors
+      return;
+    }
     SPARSELM_CHECK(!stage_local(), "trainer: sync_parameters() again after the ranks kept only their stages");
     g.broadcast(model_.params().all());
     check_replicas_agree("after the broadcast of rank 0's parameters");
@@ -314,11 +318,13 @@ class trainer {
   // Fails, naming the ranks, unless every replica holds bit-identical parameters (a CRC-32C of the
   // arena gathered from every rank; stage-local ranks compare their own stage's parameters with
   // the stage's other replicas). `when` says at which point, for the message.
-  // Tensor-parallel: the ranks holding the same slice (the replicated tensors are the same on the
-  // ranks of a group by construction: the same initialisation, gradients and update).
+  // Tensor-parallel: the ranks holding the same slice, and within each group the tensors every
+  // rank holds whole (train/tensor_group_checks.hpp).
   void check_replicas_agree(const std::string& when) {
     auto& g = tgrid_.active() ? replicas() : processes();
     if (g.size() > 1) check_same_parameters(g, stage_.fingerprint(model_.params()), when);
+    if constexpr (requires { model_.tensor_split(); })
+      if (tgrid_.active()) check_group_replicated(tgrid_.tensor(), model_, when);
   }
 
   // Loss statistics of a batch without gradients (fp32, no dropout). On a pipeline over ranks this
