@@ -14,7 +14,13 @@
 #    checkpoint resumed by one process logs one process's losses for steps 4-6.
 # 3. bert_squad: the group of 2 against one process: training losses, and the answers of
 #    predictions.json (written by rank 0 after the group computed the span logits) with EM / F1.
-# 4. Refused before any work, naming the option: a block-sparse encoder (--block-size) and
+# 4. A block-sparse encoder (B = 16, half the blocks) pre-trained by a group of 2, whose patterns
+#    put as many blocks in each slice: bert_classify by a group of 2 and a 2 x 2 grid against one
+#    process from it, every training loss within 1e-4; the group's step-3 checkpoint resumed by one
+#    process; with pattern updates every 2 steps the grid makes the group's updates (each slice
+#    prunes and regrows its own blocks). A one-process block-sparse pre-training checkpoint, whose patterns do not divide
+#    evenly over 2 slices, is refused naming a weight and its slices' counts.
+# 5. Refused before any work, naming the option: pruning a dense encoder (--block-size) and
 #    --predict-only under --tensor-parallel, and a group that does not divide the ranks.
 set -euo pipefail
 data=$1 pretrain=$2 classify=$3 squad=$4 src=$5 work=$6
@@ -82,6 +88,47 @@ ea, eb = (json.load(open(f"{w}/{r}/eval.json")) for r in ("sq-one", "sq-tp2"))
 if ea["questions"] != eb["questions"]: fails.append(f"sq-tp2: scored {eb['questions']} questions, not {ea['questions']}")
 PY
 
+# 4. a block-sparse encoder from a block-sparse pre-training by a group of 2
+prog=$pretrain
+args=(--model "$src/configs/bert-tiny.json" --train "$work/p.bex" --steps 2 --batch-size 8 --eval-every 0
+      --block-size 16 --sparsity 0.5)
+run pre-sparse-tp2 2 --tensor-parallel 2 --threads 1
+run pre-sparse-one 1 --threads 2
+prog=$classify
+args=(--train "$work/train.jsonl" --test "$work/test.jsonl" --init-from "$work/pre-sparse-tp2" --max-seq 64
+      --lr 2e-4 --log-every 1 --dropout 0 --threads 1 --steps 6 --checkpoint-every 3)
+run sp-one 1 --batch-size 8
+run sp-tp2 2 --batch-size 8 --tensor-parallel 2
+run sp-grid 4 --batch-size 4 --tensor-parallel 2
+cp -r "$work/sp-tp2" "$work/sp-one-from-tp2"
+rm -rf "$work/sp-one-from-tp2/checkpoints/step-000006" "$work/sp-one-from-tp2/eval.json"
+echo "step-000003" > "$work/sp-one-from-tp2/checkpoints/latest"
+run sp-one-from-tp2 1 --batch-size 8 --resume
+# pattern updates while fine-tuning split: each slice prunes and regrows its own share (the grid's
+# data replicas make the group's updates)
+run sp-dyn-tp2 2 --batch-size 8 --tensor-parallel 2 --update-period 2
+run sp-dyn-grid 4 --batch-size 4 --tensor-parallel 2 --update-period 2
+compare_runs <<'PY'
+same_losses("sp-one", "sp-tp2")
+same_losses("sp-one", "sp-grid")
+same_losses("sp-dyn-tp2", "sp-dyn-grid")
+ua, ub = updates("sp-dyn-tp2"), updates("sp-dyn-grid")
+print(f"sp-dyn: updates at steps {sorted(ua)}: pruned {[u['pruned'] for u in ua.values()]}")
+if not ua or ua != ub or not all(u["pruned"] > 0 and u["pruned"] == u["regrown"] for u in ua.values()):
+    fails.append(f"sp-dyn: the group's updates {ua}, the grid's {ub}")
+a = [x for x in lines("sp-one") if x["kind"] == "train" and x["step"] > 3]
+b = [x for x in lines("sp-one-from-tp2") if x["kind"] == "train" and x["step"] > 3]
+if [x["step"] for x in b] != [4, 5, 6] or (resumed_at("sp-one-from-tp2") or [None])[-1] != 3:
+    fails.append(f"sp-one-from-tp2: steps after the resume {[x['step'] for x in b]}, expected [4, 5, 6]")
+else:
+    worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
+    print(f"sp-one-from-tp2: steps 4-6 within {worst:.2e} of one process's")
+    if worst > 1e-4: fails.append(f"sp-one-from-tp2: losses differ by {worst:.2e} after the resume")
+cfg = json.load(open(f"{w}/sp-tp2/config.json"))
+if cfg.get("sparsity", {}).get("block_size") != 16:
+    fails.append(f"sp-tp2: config.json's sparsity {cfg.get('sparsity')}, not the checkpoint's blocks of 16")
+PY
+
 # refused before any work
 refused() {  # refused NAME TEXT NP FLAGS...: the run fails and its error names TEXT
   local name=$1 text=$2 np=$3
@@ -95,8 +142,10 @@ refused() {  # refused NAME TEXT NP FLAGS...: the run fails and its error names 
 }
 prog=$classify
 args=(--train "$work/train.jsonl" --test "$work/test.jsonl" --init-from "$work/pre" --max-seq 64 --threads 1 --steps 2)
-refused sparse "(--tensor-parallel) 2: fine-tuning splits a dense encoder over ranks; a block-sparse one" \
+refused prune "(--tensor-parallel) 2: fine-tuning splits a dense or block-sparse encoder over ranks, but does not prune" \
   2 --tensor-parallel 2 --block-size 16 --sparsity 0.5
+refused uneven "blocks in the 2 slices of a tensor-parallel group; its blocks must divide evenly" \
+  2 --tensor-parallel 2 --init-from "$work/pre-sparse-one"
 refused odd "trainer.tensor_parallel (--tensor-parallel) 2 must divide the number of processes" 3 --tensor-parallel 2
 prog=$squad
 args=(--predict "$src/data/squad/dev-v1.1.json" --init-from "$work/pre" --max-seq 128 --doc-stride 64 --threads 1)

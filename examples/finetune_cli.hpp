@@ -5,7 +5,7 @@
 // warm-up), a run in epochs — the model config (examples/bert_model_cli.hpp), the encoder's
 // sparsity, and the run directory and checkpoints (train/finetune_job.hpp). Under mpirun
 // (examples/replicas.hpp) the trainer is data parallel: --batch-size examples per rank, the global
-// batch P times that; with --tensor-parallel T a dense encoder's blocks split over groups of T
+// batch P times that; with --tensor-parallel T the encoder's blocks split over groups of T
 // ranks (the global batch P / T times --batch-size), and every rank of a group joins the
 // evaluation after training (trainer::inference_context).
 //
@@ -159,10 +159,11 @@ class finetune_cli {
     SPARSELM_CHECK(!want.block_given || sp.block == 0 || want.block_size == sp.block, job.program, ": ", ctx,
                    ": field 'sparsity.block_size' ", want.block_size, " contradicts ", sp.file.string(),
                    ", which is block-sparse already (blocks of ", sp.block, "); it fine-tunes block-sparse as it is");
-    SPARSELM_CHECK(tensor_parallel() == 1 || (!pruning && sp.block == 0), job.program, ": ", ctx,
+    SPARSELM_CHECK(tensor_parallel() == 1 || !pruning, job.program, ": ", ctx,
                    ": trainer.tensor_parallel (--tensor-parallel) ", tensor_parallel(),
-                   ": fine-tuning splits a dense encoder over ranks; a block-sparse one (",
-                   pruning ? "pruned with --block-size" : sp.file.string(), ") does not split yet");
+                   ": fine-tuning splits a dense or block-sparse encoder over ranks, but does not prune one ",
+                   "(--block-size on a dense --init-from); prune it in one process, or pre-train it block-sparse");
+    encoder_patterns = sp.block != 0 ? sp.file : std::filesystem::path();
     SPARSELM_CHECK(!want.update || pruning || sp.block != 0, job.program,
                    ": --update-period needs a block-sparse encoder: a block-sparse --init-from checkpoint "
                    "(bert_pretrain --block-size B) or --block-size B to prune a dense one (sparsity.update)",
@@ -193,6 +194,20 @@ class finetune_cli {
         },
         "block size of the checkpoint");
   }
+  // The plan of this rank's model: under tensor parallelism with a block-sparse encoder, its slices
+  // of the checkpoint's patterns, which must divide evenly over the group (models/tensor_shards.hpp,
+  // even_slice_plan; a checkpoint of a group of that size does); `plan` otherwise. build(p) makes
+  // the model, here first as a probe with one block per weight.
+  template <class Build>
+  sparselm::sparse_plan slice_plan(const sparselm::sparse_plan& plan, const sparselm::parallel::tensor_split& split,
+                                   Build&& build) const {
+    if (!split.active() || encoder_patterns.empty()) return plan;
+    sparselm::sparse_plan probe = plan;
+    probe.count = [](const std::string&, std::size_t, std::size_t) { return std::size_t(1); };
+    return sparselm::even_slice_plan(build(probe), sparselm::io::read_checkpoint_blocks(encoder_patterns), plan,
+                                     encoder_patterns.string());
+  }
+
   // When pruning (above): loads --init-from into a dense twin (Dense built from args, initialised
   // with the run's seed: heads the file lacks start as a dense run's do), prunes it into `model`
   // (sparse::prune_model) and clears job.init_from, which the job would load otherwise.
@@ -240,7 +255,9 @@ class finetune_cli {
   nlohmann::json run(Model& model, Trainer& t, Task& task) const {
     if constexpr (Model::sparsity::is_sparse)
       if (settings.sparsity.update) {
-        sparselm::dynamic_sparsity<Model, Trainer> ds(model, t, *settings.sparsity.update, job.seed + 2);
+        // a tensor-parallel rank's slices draw their own regrowth
+        sparselm::dynamic_sparsity<Model, Trainer> ds(model, t, *settings.sparsity.update,
+                                                      sparselm::parallel::shard_seed(job.seed + 2, model.tensor_split()));
         return sparselm::finetune_job(job).run(model, t, task, &ds);
       }
     return sparselm::finetune_job(job).run(model, t, task);
@@ -264,6 +281,7 @@ class finetune_cli {
   sparselm::run_settings settings;
   sparselm::finetune_job_options job;
   bool pruning = false;  // set by with_encoder_sparsity: a fresh run pruning --init-from (start_pruned)
+  std::filesystem::path encoder_patterns;  // ... and the checkpoint whose block patterns the encoder takes
 };
 
 }  // namespace examples

@@ -36,6 +36,7 @@
 #include "sparselm/models/tensor_shards.hpp"
 #include "sparselm/parallel/mpi.hpp"
 #include "sparselm/parallel/tensor_parallel.hpp"
+#include "sparselm/sparse/pattern_io.hpp"
 #include "sparselm/train/tensor_group_checks.hpp"
 
 namespace {
@@ -155,6 +156,56 @@ void check_replicated_check(parallel::replica_group& tp, Model& mine, const std:
   }
 }
 
+std::string what_of(const char* name, std::size_t P, std::size_t R) {
+  return std::string(name) + ", " + std::to_string(P) + " tensor ranks x " + std::to_string(R) + " replicas";
+}
+
+// even_slice_plan (models/tensor_shards.hpp) from the whole model's patterns, as a checkpoint stores
+// them: the plan gives each of this rank's block-sparse weights its slice's blocks; one block more
+// in the last slice of a row-split weight is an error naming the weight and the slices' counts.
+template <class Model>
+void check_slice_plan(const Model& whole, const Model& mine, const typename Model::config_type& cfg,
+                      const sparse_plan& plan, const std::string& what) {
+  std::map<std::string, std::vector<std::int32_t>> pats;
+  std::map<std::string, std::size_t> rows_b;
+  visit_tree(whole, [&](const auto& n) {
+    if constexpr (is_linear_v<std::decay_t<decltype(n)>>)
+      if constexpr (std::decay_t<decltype(n)>::sparsity::is_sparse) {
+        pats[n.weight().name] = sparse::pattern_to_i32(n.state().pattern);
+        rows_b[n.weight().name] = n.state().pattern.rows_b;
+      }
+  });
+  sparse_plan one = plan;
+  one.count = [](const std::string&, std::size_t, std::size_t) { return std::size_t(1); };
+  const Model probe(cfg, one, mine.tensor_split());
+  const sparse_plan got = even_slice_plan(probe, pats, plan, "the whole model");
+  std::string row_split;
+  visit_tree(mine, [&](const auto& n) {
+    if constexpr (is_linear_v<std::decay_t<decltype(n)>>)
+      if constexpr (std::decay_t<decltype(n)>::sparsity::is_sparse) {
+        expect(got.count(n.weight().name, n.in(), n.out()) == n.nnz_blocks(),
+               what + ": even_slice_plan gives '" + n.weight().name + "' " +
+                   std::to_string(got.count(n.weight().name, n.in(), n.out())) + " blocks, the slice holds " +
+                   std::to_string(n.nnz_blocks()));
+        if (row_split.empty() && n.split().kind == parallel::split_kind::rows) row_split = n.weight().name;
+      }
+  });
+  expect(!row_split.empty(), what + ": no row-split block-sparse weight");
+  if (row_split.empty()) return;
+  auto& q = pats.at(row_split);
+  q.push_back(std::int32_t(rows_b.at(row_split) - 1));  // a block in the last slice's rows
+  q.push_back(0);
+  try {
+    even_slice_plan(probe, pats, plan, "the changed patterns");
+    expect(false, what + ": an uneven pattern of '" + row_split + "' was accepted");
+  } catch (const error& e) {
+    const std::string m = e.what();
+    expect(m.find("the changed patterns") != std::string::npos && m.find("'" + row_split + "'") != std::string::npos &&
+               m.find("must divide evenly") != std::string::npos,
+           what + ": the uneven pattern's message does not name the weight: " + m);
+  }
+}
+
 // S1 (models/sparse_lm.hpp) of the same size: its block-sparse embedding up-projection and head
 // down-projection stay whole on every rank; attention biases on, so that the block's column-split
 // projections have biases (sliced) and its row-split ones too (replicated).
@@ -227,6 +278,8 @@ void check_group(mpi_group& world, parallel::replica_group& tp, parallel::replic
     if constexpr (S::is_sparse) expect(!a.empty(), std::string(name) + ": no split block-sparse weight to compare");
   }
 
+  if constexpr (S::is_sparse) check_slice_plan(whole, mine, cfg, plan, what_of(name, P, R));
+
   // The reference: the whole batch (R replicas' rows) in one process.
   const rows_of all(0, 2 * R), own(2 * replica, 2);
   const double norm = whole.loss_normaliser(all.batch());
@@ -241,8 +294,7 @@ void check_group(mpi_group& world, parallel::replica_group& tp, parallel::replic
   auto got = mine.forward_backward(ctx, own.batch(), float(1.0 / norm));
   double loss[2] = {got.loss_sum, double(got.count)};
   if (dp) dp->all_reduce(std::span<double>(loss, 2));
-  const std::string what = std::string(name) + ", " + std::to_string(P) + " tensor ranks x " + std::to_string(R) +
-                           " replicas";
+  const std::string what = what_of(name, P, R);
   if (world_rank == 0)
     std::printf("tensor_parallel: %s: loss %.9g, one process %.9g\n", what.c_str(), loss[0] / norm,
                 want.loss_sum / norm);

@@ -10,6 +10,7 @@
 // block-sparse model of the same block size, which keeps its patterns: read_checkpoint_sparsity
 // gives the block size and each weight's active blocks, to build that model before loading.
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -92,6 +93,23 @@ inline checkpoint_sparsity read_checkpoint_sparsity(const std::filesystem::path&
       SPARSELM_CHECK(s >= 0.0 && s < 1.0, cfg.string(), ": sparselm.sparsity ", s, " is not in [0, 1)");
       r.sparsity = s;
     }
+  }
+  return r;
+}
+
+// The block patterns of a checkpoint's block-sparse weights: weight name -> its (row, col) pairs in
+// slot order, as stored ("<name>.pattern", (nnz, 2) int32). `path`: a checkpoint directory or its
+// model.safetensors. What a tensor-parallel slice needs to know how many of a weight's blocks are its
+// own before it is built (models/tensor_shards.hpp, even_slice_plan).
+inline std::map<std::string, std::vector<std::int32_t>> read_checkpoint_blocks(const std::filesystem::path& path) {
+  const auto file = std::filesystem::is_directory(path) ? path / model_file : path;
+  safetensors_file f(file, /*verify=*/false);
+  std::map<std::string, std::vector<std::int32_t>> r;
+  for (const auto& t : f.tensors()) {
+    if (!t.name.ends_with(".pattern")) continue;
+    SPARSELM_CHECK(t.shape.size() == 2 && t.shape[1] == 2, file.string(), ": pattern '", t.name, "' has shape ",
+                   dims_string(t.shape), ", expected (nnz, 2)");
+    r[t.name.substr(0, t.name.size() - 8)] = f.read_i32(t.name, t.shape);
   }
   return r;
 }

@@ -10,6 +10,7 @@
 //   assemble_shards<M>(shards, grads, whole, whole_grads, false);      // gradients (or any arena)
 //   take_slices(whole, whole.params(), mine, mine.params());           // a rank's slices of a whole model
 //   take_slices(whole, whole_slot, mine, my_slot, false);              // ... of optimiser slots (any type)
+//   plan = even_slice_plan(probe, io::read_checkpoint_blocks(dir), plan, dir);  // a slice's blocks of a checkpoint
 //
 // A block-sparse slice's blocks keep their values; the whole weight's slots are rank 0's slots,
 // then rank 1's, ..., its pattern the slices' blocks moved to their columns or rows. take_slices
@@ -19,6 +20,7 @@
 // Used by tensor-parallel checkpoints (train/tensor_checkpoint.hpp) and the tests that compare a
 // group against one process.
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -62,6 +64,17 @@ inline std::pair<std::size_t, std::size_t> slice_index(std::size_t i, std::size_
                                                        std::size_t P) {
   const std::size_t w = n_s / parts, t = i / (w * P), rem = i % (w * P);
   return {rem / w, t * w + rem % w};
+}
+
+// The rank whose slice holds block (row, col) of a whole block-sparse weight, and the block's row and
+// column in that slice: split by columns (cols_s block columns per slice, in `parts` equal groups)
+// or by rows (rows_s block rows per slice).
+inline std::tuple<std::size_t, std::size_t, std::size_t> block_owner(bool cols, std::size_t row, std::size_t col,
+                                                                     std::size_t rows_s, std::size_t cols_s,
+                                                                     std::size_t parts, std::size_t P) {
+  if (!cols) return {row / rows_s, row % rows_s, col};
+  const auto [owner, c] = slice_index(col, cols_s, parts, P);
+  return {owner, row, c};
 }
 
 // One split linear layer of the whole model from its P slices: s0 is rank 0's layer (every rank's
@@ -186,6 +199,57 @@ sparse_plan whole_plan(const Model& slice, std::size_t P) {
     return it->second;
   };
   return p;
+}
+
+// The plan of a tensor-parallel slice whose whole model's block patterns are given (weight name ->
+// (row, col) pairs in slot order, as a checkpoint stores them: io::read_checkpoint_blocks): each
+// split weight gets the blocks its whole pattern puts in every slice, which must be as many in each
+// (as in a split run's own checkpoints; a pattern trained without the split need not divide evenly,
+// and is an error naming the weight, the slices' counts and `source`); a weight every rank holds
+// whole keeps its count. probe: the slice built with any plan (only its shapes and splits are read).
+template <class Model>
+sparse_plan even_slice_plan(const Model& probe, const std::map<std::string, std::vector<std::int32_t>>& whole,
+                            sparse_plan plan, const std::string& source) {
+  std::map<std::string, std::size_t> blocks;
+  visit_tree(probe, [&](const auto& n) {
+    using N = std::decay_t<decltype(n)>;
+    if constexpr (is_linear_v<N>)
+      if constexpr (N::sparsity::is_sparse) {
+        const std::string& name = n.weight().name;
+        const auto it = whole.find(name);
+        SPARSELM_CHECK(it != whole.end(), source, ": no block pattern for the model's weight '", name, "'");
+        const auto& q = it->second;
+        const auto sp = n.split();
+        if (!sp.active()) {
+          blocks[name] = q.size() / 2;
+          return;
+        }
+        const bool cols = sp.kind == parallel::split_kind::columns;
+        const std::size_t P = sp.of.size, B = n.block_size(), rows_s = n.in() / B, cols_s = n.out() / B;
+        const std::size_t rows_w = cols ? rows_s : rows_s * P, cols_w = cols ? cols_s * P : cols_s;
+        std::vector<std::size_t> per(P, 0);
+        for (std::size_t k = 0; k + 1 < q.size(); k += 2) {
+          SPARSELM_CHECK(q[k] >= 0 && q[k + 1] >= 0 && std::size_t(q[k]) < rows_w && std::size_t(q[k + 1]) < cols_w,
+                         source, ": block (", q[k], ", ", q[k + 1], ") of '", name, "' is outside its ", rows_w, "x",
+                         cols_w, " grid of blocks");
+          ++per[std::get<0>(detail::block_owner(cols, std::size_t(q[k]), std::size_t(q[k + 1]), rows_s, cols_s,
+                                                sp.parts, P))];
+        }
+        std::string counts;
+        for (std::size_t r = 0; r < P; ++r) counts += (r ? ", " : "") + std::to_string(per[r]);
+        SPARSELM_CHECK(std::all_of(per.begin(), per.end(), [&](std::size_t c) { return c == per[0]; }), source,
+                       ": the pattern of '", name, "' puts ", counts, " blocks in the ", P,
+                       " slices of a tensor-parallel group; its blocks must divide evenly (a checkpoint of a group of ",
+                       P, " does)");
+        blocks[name] = per[0];
+      }
+  });
+  plan.count = [blocks = std::move(blocks)](const std::string& w, std::size_t, std::size_t) {
+    const auto it = blocks.find(w);
+    SPARSELM_CHECK(it != blocks.end(), "even_slice_plan: the probe had no block-sparse weight '", w, "'");
+    return it->second;
+  };
+  return plan;
 }
 
 // The whole (unsplit) model a slice belongs to, built with `plan` (whole_plan(slice, P) for
@@ -339,9 +403,7 @@ void take_slices(const Model& whole, const arena<T>& from, const Model& slice, a
         p.cols_b = cols_s;
         std::size_t slot = 0;
         for (std::size_t s = 0; s < q.nnz(); ++s) {
-          std::size_t owner, row = q.row[s], col = q.col[s];
-          if (cols) std::tie(owner, col) = detail::slice_index(col, cols_s, sp.parts, P);
-          else owner = row / rows_s, row %= rows_s;
+          const auto [owner, row, col] = detail::block_owner(cols, q.row[s], q.col[s], rows_s, cols_s, sp.parts, P);
           if (owner != r) continue;
           SPARSELM_CHECK(slot < n.nnz_blocks(), "take_slices: '", name, "': the whole pattern puts more than ",
                          n.nnz_blocks(), " blocks in slice ", r, " of ", P,

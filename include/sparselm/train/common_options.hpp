@@ -107,7 +107,8 @@ inline std::span<const option_entry> common_options() {
       {"trainer.tensor_parallel", "--tensor-parallel", k::count,
        "Under mpirun: split every block's attention heads and feed-forward hidden units over groups of N ranks "
        "(tensor parallelism; a multiple of N ranks: data replicas of the split model). gpt_train (GPT models), "
-       "sparse_lm, bert_pretrain, and bert_classify and bert_squad (dense encoders); checkpoints hold the whole "
+       "sparse_lm, bert_pretrain, bert_classify and bert_squad (a block-sparse encoder when its checkpoint's "
+       "patterns divide evenly over the group); checkpoints hold the whole "
        "model; "
        "dynamic sparsity updates each rank's slices. Not with pipeline stages, shard_optimizer or offload yet",
        "", "1", "processes", 1, 4096},
