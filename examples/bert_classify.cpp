@@ -222,8 +222,7 @@ int main(int argc, char** argv) {
                                 replicas.group().size(), rank0))
       return *rc;
     return cli.with_encoder_sparsity(rank0, [&]<class S>(const sparse_plan& plan) -> int {
-      auto build = [&](const sparse_plan& p) { return bert_classifier<float, S>(cfg, set.label_names.size(), p, split); };
-      bert_classifier<float, S> model = build(cli.slice_plan(plan, split, build));
+      auto model = cli.make_model<bert_classifier<float, S>>(plan, split, cfg, set.label_names.size());
       model.init(cli.job.seed);
       cli.start_split(model);
       cli.start_pruned<bert_classifier<>>(model, rank0, cfg, set.label_names.size());

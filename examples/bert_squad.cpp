@@ -254,8 +254,7 @@ int main(int argc, char** argv) {
       return 0;
     };
     return cli.with_encoder_sparsity(rank0, [&]<class S>(const sparse_plan& plan) -> int {
-      auto build = [&](const sparse_plan& p) { return bert_qa<float, S>(cfg, p, split); };
-      bert_qa<float, S> model = build(cli.slice_plan(plan, split, build));
+      auto model = cli.make_model<bert_qa<float, S>>(plan, split, cfg);
       model.init(cli.job.seed);
       cli.start_split(model);
       cli.start_pruned<bert_qa<>>(model, rank0, cfg);

@@ -48,7 +48,8 @@ class finetune_cli {
   // task: the task's option table; defaults: the task's, over fine-tuning's.
   finetune_cli(std::string program, std::string description, std::span<const sparselm::option_entry> task,
                nlohmann::json defaults)
-      : cli(program, std::move(description), {bert_model_options(), task}, with_finetune_defaults(std::move(defaults))) {
+      : cli(program, std::move(description), {bert_model_options(), task},
+            with_finetune_defaults(std::move(defaults))) {
     job.program = std::move(program);
   }
   static nlohmann::json with_finetune_defaults(nlohmann::json d) {
@@ -130,7 +131,8 @@ class finetune_cli {
   // --dry-run: the plan of fine-tuning model m (model_shape_of a bert_config and head) on sequences
   // of seq tokens over `ranks` processes, with the encoder's block sparsity as the run would have it
   // (the checkpoint's, or pruned to the run's).
-  std::optional<int> plan_gate(const sparselm::model_shape& m, std::size_t seq, std::size_t ranks, bool first_process) const {
+  std::optional<int> plan_gate(const sparselm::model_shape& m, std::size_t seq, std::size_t ranks,
+                               bool first_process) const {
     bool resuming = false;
     const auto sp = sparsity(resuming);
     sparselm::plan_inputs in = sparselm::plan_inputs_of(settings, seq, ranks);
@@ -163,7 +165,7 @@ class finetune_cli {
                    ": trainer.tensor_parallel (--tensor-parallel) ", tensor_parallel(),
                    ": fine-tuning splits a dense or block-sparse encoder over ranks, but does not prune one ",
                    "(--block-size on a dense --init-from); prune it in one process, or pre-train it block-sparse");
-    encoder_patterns = sp.block != 0 ? sp.file : std::filesystem::path();
+    if (sp.block != 0) encoder = sp;
     SPARSELM_CHECK(!want.update || pruning || sp.block != 0, job.program,
                    ": --update-period needs a block-sparse encoder: a block-sparse --init-from checkpoint "
                    "(bert_pretrain --block-size B) or --block-size B to prune a dense one (sparsity.update)",
@@ -194,18 +196,19 @@ class finetune_cli {
         },
         "block size of the checkpoint");
   }
-  // The plan of this rank's model: under tensor parallelism with a block-sparse encoder, its slices
-  // of the checkpoint's patterns, which must divide evenly over the group (models/tensor_shards.hpp,
-  // even_slice_plan; a checkpoint of a group of that size does); `plan` otherwise. build(p) makes
-  // the model, here first as a probe with one block per weight.
-  template <class Build>
-  sparselm::sparse_plan slice_plan(const sparselm::sparse_plan& plan, const sparselm::parallel::tensor_split& split,
-                                   Build&& build) const {
-    if (!split.active() || encoder_patterns.empty()) return plan;
+  // This rank's model, Model(args..., plan, split): under tensor parallelism with a block-sparse
+  // encoder, with its slices' share of the checkpoint's patterns, which must divide evenly over the
+  // group (models/tensor_shards.hpp, even_slice_plan, which reads the shapes of a probe built first
+  // with one block per weight; a checkpoint of a group of that size divides evenly).
+  template <class Model, class... Args>
+  Model make_model(const sparselm::sparse_plan& plan, const sparselm::parallel::tensor_split& split,
+                   const Args&... args) const {
+    if (!split.active() || encoder.block == 0) return Model(args..., plan, split);
     sparselm::sparse_plan probe = plan;
     probe.count = [](const std::string&, std::size_t, std::size_t) { return std::size_t(1); };
-    return sparselm::even_slice_plan(build(probe), sparselm::io::read_checkpoint_blocks(encoder_patterns), plan,
-                                     encoder_patterns.string());
+    return Model(args...,
+                 sparselm::even_slice_plan(Model(args..., probe, split), encoder.patterns, plan, encoder.file.string()),
+                 split);
   }
 
   // When pruning (above): loads --init-from into a dense twin (Dense built from args, initialised
@@ -256,8 +259,8 @@ class finetune_cli {
     if constexpr (Model::sparsity::is_sparse)
       if (settings.sparsity.update) {
         // a tensor-parallel rank's slices draw their own regrowth
-        sparselm::dynamic_sparsity<Model, Trainer> ds(model, t, *settings.sparsity.update,
-                                                      sparselm::parallel::shard_seed(job.seed + 2, model.tensor_split()));
+        sparselm::dynamic_sparsity<Model, Trainer> ds(
+            model, t, *settings.sparsity.update, sparselm::parallel::shard_seed(job.seed + 2, model.tensor_split()));
         return sparselm::finetune_job(job).run(model, t, task, &ds);
       }
     return sparselm::finetune_job(job).run(model, t, task);
@@ -281,7 +284,7 @@ class finetune_cli {
   sparselm::run_settings settings;
   sparselm::finetune_job_options job;
   bool pruning = false;  // set by with_encoder_sparsity: a fresh run pruning --init-from (start_pruned)
-  std::filesystem::path encoder_patterns;  // ... and the checkpoint whose block patterns the encoder takes
+  sparselm::io::checkpoint_sparsity encoder;  // set there too: a block-sparse checkpoint whose patterns it takes
 };
 
 }  // namespace examples

@@ -186,7 +186,16 @@ TEST_CASE("a block-sparse pre-training checkpoint starts block-sparse fine-tunin
   for (const auto& w : pre_weights) {
     CHECK(sp.blocks.at(w.name) == w.pattern->nnz());
     pre_pattern[w.name] = w.pattern;
+    // where the blocks are: (row, col) pairs in slot order
+    const auto& pairs = sp.patterns.at(w.name);
+    REQUIRE(pairs.size() == 2 * w.pattern->nnz());
+    bool same = true;
+    for (std::size_t k = 0; k < w.pattern->nnz(); ++k)
+      same = same && std::size_t(pairs[2 * k]) == std::size_t(w.pattern->row[k]) &&
+             std::size_t(pairs[2 * k + 1]) == std::size_t(w.pattern->col[k]);
+    CHECK_MESSAGE(same, w.name << ": the pairs read differ from the saved pattern");
   }
+  CHECK(sp.patterns.size() == sp.blocks.size());
   auto same_patterns = [&](auto& m) {
     const auto ws = m.sparse_weights();
     REQUIRE(ws.size() == pre_weights.size());
@@ -202,6 +211,7 @@ TEST_CASE("a block-sparse pre-training checkpoint starts block-sparse fine-tunin
   fs::remove_all(ddir);
   io::save_model(ddir, dense_pre);
   CHECK(io::read_checkpoint_sparsity(ddir).block == 0);
+  CHECK(io::read_checkpoint_sparsity(ddir).patterns.empty());
 
   bert_classifier<float, S> cls(cfg, 3, sp.plan());
   cls.init(9);  // other patterns than pre's

@@ -8,7 +8,8 @@
 // the report); our own checkpoints load whole when they are of the same model, or by head when
 // they are of another model on the same encoder (below). A block-sparse checkpoint starts a
 // block-sparse model of the same block size, which keeps its patterns: read_checkpoint_sparsity
-// gives the block size and each weight's active blocks, to build that model before loading.
+// gives the block size and each weight's active blocks (how many, and where), to build that model
+// before loading.
 
 #include <cstdint>
 #include <filesystem>
@@ -33,12 +34,16 @@ inline bool is_sparselm_checkpoint(const std::filesystem::path& path) {
 }
 
 // The block-sparse weights of a checkpoint: for each "<name>.pattern" tensor, <name>'s active
-// blocks (its values are (nnz, B, B)). block: their block size, 0 when there is none (a dense
-// checkpoint of ours or an HF directory).
+// blocks (its values are (nnz, B, B)) and where they are. block: their block size, 0 when there is
+// none (a dense checkpoint of ours or an HF directory).
 struct checkpoint_sparsity {
   std::filesystem::path file;
   std::size_t block = 0;
   std::map<std::string, std::size_t> blocks;  // weight name -> active blocks
+  // weight name -> its blocks' (row, col) pairs in slot order, as stored: what a tensor-parallel
+  // slice needs to know how many of a weight's blocks are its own before it is built
+  // (models/tensor_shards.hpp, even_slice_plan)
+  std::map<std::string, std::vector<std::int32_t>> patterns;
   double sparsity = 0.9;                      // the config's "sparselm.sparsity" (as saved), if any
   std::size_t active_blocks() const {
     std::size_t n = 0;
@@ -83,6 +88,7 @@ inline checkpoint_sparsity read_checkpoint_sparsity(const std::filesystem::path&
     if (r.block == 0) first = w;
     r.block = v[1];
     r.blocks[w] = t.shape[0];
+    r.patterns[w] = f.read_i32(t.name, t.shape);
   }
   const auto cfg = file.parent_path() / config_file;
   if (r.block != 0 && std::filesystem::exists(cfg)) {
@@ -93,23 +99,6 @@ inline checkpoint_sparsity read_checkpoint_sparsity(const std::filesystem::path&
       SPARSELM_CHECK(s >= 0.0 && s < 1.0, cfg.string(), ": sparselm.sparsity ", s, " is not in [0, 1)");
       r.sparsity = s;
     }
-  }
-  return r;
-}
-
-// The block patterns of a checkpoint's block-sparse weights: weight name -> its (row, col) pairs in
-// slot order, as stored ("<name>.pattern", (nnz, 2) int32). `path`: a checkpoint directory or its
-// model.safetensors. What a tensor-parallel slice needs to know how many of a weight's blocks are its
-// own before it is built (models/tensor_shards.hpp, even_slice_plan).
-inline std::map<std::string, std::vector<std::int32_t>> read_checkpoint_blocks(const std::filesystem::path& path) {
-  const auto file = std::filesystem::is_directory(path) ? path / model_file : path;
-  safetensors_file f(file, /*verify=*/false);
-  std::map<std::string, std::vector<std::int32_t>> r;
-  for (const auto& t : f.tensors()) {
-    if (!t.name.ends_with(".pattern")) continue;
-    SPARSELM_CHECK(t.shape.size() == 2 && t.shape[1] == 2, file.string(), ": pattern '", t.name, "' has shape ",
-                   dims_string(t.shape), ", expected (nnz, 2)");
-    r[t.name.substr(0, t.name.size() - 8)] = f.read_i32(t.name, t.shape);
   }
   return r;
 }

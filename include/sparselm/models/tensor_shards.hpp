@@ -10,7 +10,7 @@
 //   assemble_shards<M>(shards, grads, whole, whole_grads, false);      // gradients (or any arena)
 //   take_slices(whole, whole.params(), mine, mine.params());           // a rank's slices of a whole model
 //   take_slices(whole, whole_slot, mine, my_slot, false);              // ... of optimiser slots (any type)
-//   plan = even_slice_plan(probe, io::read_checkpoint_blocks(dir), plan, dir);  // a slice's blocks of a checkpoint
+//   plan = even_slice_plan(probe, io::read_checkpoint_sparsity(dir).patterns, plan, dir);  // a slice's share
 //
 // A block-sparse slice's blocks keep their values; the whole weight's slots are rank 0's slots,
 // then rank 1's, ..., its pattern the slices' blocks moved to their columns or rows. take_slices
@@ -202,7 +202,7 @@ sparse_plan whole_plan(const Model& slice, std::size_t P) {
 }
 
 // The plan of a tensor-parallel slice whose whole model's block patterns are given (weight name ->
-// (row, col) pairs in slot order, as a checkpoint stores them: io::read_checkpoint_blocks): each
+// (row, col) pairs in slot order, as a checkpoint stores them: io::read_checkpoint_sparsity): each
 // split weight gets the blocks its whole pattern puts in every slice, which must be as many in each
 // (as in a split run's own checkpoints; a pattern trained without the split need not divide evenly,
 // and is an error naming the weight, the slices' counts and `source`); a weight every rank holds

@@ -81,11 +81,11 @@ struct run_plan {
     return t / (1.0 - bubble);
   }
 
-  // Times the library's own kernels (train/plan_rates.hpp) at the model's sizes (shrunk to at most 4M elements per matrix
-  // and 4 GFLOP per call; about 0.2 s each): a dense layer's forward and backward products (NN, NT,
-  // TN) in the run's compute type at the feed-forward's shape (every row of a micro-batch) and at
-  // the LM head's (a 1024-row chunk against the vocabulary), and with block-sparse projections the
-  // block-sparse product at the run's density. Attention runs at the dense rate in the prediction.
+  // Times the library's own kernels (train/plan_rates.hpp) at the model's sizes (shrunk to at most 4M elements per
+  // matrix and 4 GFLOP per call; about 0.2 s each): a dense layer's forward and backward products (NN, NT, TN) in the
+  // run's compute type at the feed-forward's shape (every row of a micro-batch) and at the LM head's (a 1024-row chunk
+  // against the vocabulary), and with block-sparse projections the block-sparse product at the run's density. Attention
+  // runs at the dense rate in the prediction.
   void measure_rates(double seconds = 0.2) {
     const std::size_t N = in.batch * in.seq;
     std::size_t m = std::min<std::size_t>(N, 4096), k = model.width, n = std::max(model.ff, 3 * model.hd());
@@ -97,7 +97,8 @@ struct run_plan {
       plan_rates::fit(hm, hk, hn);
       head_rate = plan_rates::linear(in.compute, hm, hk, hn, seconds);
     }
-    if (in.block > 0 && sparse_flops > 0) sparse_rate = plan_rates::block_sparse(in.compute, in.block, in.sparsity, m, k, n, seconds);
+    if (in.block > 0 && sparse_flops > 0)
+      sparse_rate = plan_rates::block_sparse(in.compute, in.block, in.sparsity, m, k, n, seconds);
   }
 };
 
@@ -205,10 +206,9 @@ inline run_plan make_run_plan(const model_shape& whole, const plan_inputs& in) {
   const double lse = double(Bt * m.heads * T) * f, stats = (m.llama_parts ? 2.0 : 4.0) * double(N) * f;
   // LLaMA's parts (no bf16 copies: their projections keep views of the block's fp32 buffers): the
   // attention's q, k, v, qkv, heads' output and rotary table; the gated feed-forward's g, u, a.
-  const double fp32_cache = m.llama_parts
-      ? 3.0 * N * C * f + double(N) * double(5 * HD + 2 * m.gd()) * f + double(T * m.head_dim) * f +
-            3.0 * N * F * f + lse + stats
-      : 3.0 * N * C * f + 4.0 * N * HD * f + 2.0 * N * F * f + lse + stats;
+  const double fp32_cache = m.llama_parts ? 3.0 * N * C * f + double(N) * double(5 * HD + 2 * m.gd()) * f +
+                                                double(T * m.head_dim) * f + 3.0 * N * F * f + lse + stats
+                                          : 3.0 * N * C * f + 4.0 * N * HD * f + 2.0 * N * F * f + lse + stats;
   double compact_cache = 0;
   if (m.post_ln)  // t1, x1, t2 stay fp32; qkv, the heads' output, h and a in bf16
     compact_cache = 3.0 * N * C * f + 4.0 * N * HD * 2 + 2.0 * N * F * 2 + lse + stats;
@@ -222,7 +222,8 @@ inline run_plan make_run_plan(const model_shape& whole, const plan_inputs& in) {
   const bool every_cache_fp32 = compact && in.block && in.rigl;
   if (every_cache_fp32) cache += fp32_extra;
   p.caches_per_slot = in.recompute_blocks ? 1 : (ranks ? (L + S - 1) / S : L);
-  const double stream = double((L + 1) * N * C) * f + double(N * C) * f + (in.recompute_blocks || S > 1 ? N * C * f : 0.0);
+  const double stream =
+      double((L + 1) * N * C) * f + double(N * C) * f + (in.recompute_blocks || S > 1 ? N * C * f : 0.0);
   // The embedding's and the head's caches.
   double emb = 0, head = 0;
   const std::size_t E = m.embed_width;
@@ -232,11 +233,17 @@ inline run_plan make_run_plan(const model_shape& whole, const plan_inputs& in) {
     case head_kind::causal_lm:
       // the final norm's output and statistics (RMSNorm: one per row), targets and weights
       head = double(N * C) * f + (m.llama_parts ? 1.0 : 2.0) * N * f + double(N) * 8;
-      if (E) head += double(N * C) * f + 4.0 * N * E * f;      // S1: dxf, the bottleneck's z, dz, h, a
+      if (E) head += double(N * C) * f + 4.0 * N * E * f;  // S1: dxf, the bottleneck's z, dz, h, a
       break;
-    case head_kind::bert_pretraining: head = 6.0 * double(Bt * m.mlm_per_seq * C) * f; break;
-    case head_kind::classification: head = 6.0 * double(Bt * C) * f; break;
-    case head_kind::span: head = 2.0 * N * f + 2.0 * N * f; break;
+    case head_kind::bert_pretraining:
+      head = 6.0 * double(Bt * m.mlm_per_seq * C) * f;
+      break;
+    case head_kind::classification:
+      head = 6.0 * double(Bt * C) * f;
+      break;
+    case head_kind::span:
+      head = 2.0 * N * f + 2.0 * N * f;
+      break;
   }
   p.activations_per_slot = stream + double(p.caches_per_slot) * cache;
   p.slots_in_flight = S > 1 ? pipeline::in_flight(in.pipeline.schedule, S, in.accumulation) : 1;
@@ -253,12 +260,15 @@ inline run_plan make_run_plan(const model_shape& whole, const plan_inputs& in) {
   const std::size_t chunk = 1024;
   switch (m.head) {
     case head_kind::causal_lm:
-      head_tmp = double(std::min(N, chunk) * m.vocab) * f + (E ? 0.0 : double(N * C) * f) + double(std::min(N, chunk)) * f;
+      head_tmp =
+          double(std::min(N, chunk) * m.vocab) * f + (E ? 0.0 : double(N * C) * f) + double(std::min(N, chunk)) * f;
       break;
     case head_kind::bert_pretraining:
       head_tmp = double(std::min(Bt * m.mlm_per_seq, chunk) * m.vocab) * f + double(N * C) * f;
       break;
-    default: head_tmp = double(N * C) * f; break;
+    default:
+      head_tmp = double(N * C) * f;
+      break;
   }
   if (E) head_tmp += 2.0 * N * E * f;
   // Stages on threads: a pool per stage (the last one also the head's), and the model's own pool,
