@@ -26,6 +26,7 @@
 # 6. Refusals, each before any step and naming the option: a rank count the group does not divide,
 #    pipeline stages and --shard-optimizer. (S1's sparse_lm: examples/check_tensor_parallel_s1.sh.)
 # 7. The plan of a split run (below).
+# 8. LLaMA (below).
 #
 # Tolerance: the group sums partial products in another order than one process's GEMMs (and the
 # replicas their rows' gradients): float rounding, ~1e-7 relative per step, grown by Adam's division
@@ -174,5 +175,39 @@ print(f"plans: one process {one['stored_parameters']:.0f} parameters, a rank of 
       f"{tp2['tensor_sum_bytes_per_step'] / 1e6:.2f} MB summed per step")
 for f in fails: print("FAIL:", f, file=sys.stderr)
 sys.exit(1 if fails else 0)
+PY
+
+# 8. LLaMA ("model_type": "llama": 4 query heads over 2 key/value heads, each rank holding its query
+#    heads' key/value heads; SwiGLU; untied head): the group of 2 against one process (a dense group
+#    starts from one process's weights); block-sparse (B = 16), the group's step-5 checkpoint resumed
+#    by one process continues with the group's losses; the plan's parameters per rank are the run's.
+cat > "$work/llama.json" <<JSON
+{"model_type": "llama", "vocab_size": 50257, "max_position_embeddings": 32, "hidden_size": 64,
+ "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
+JSON
+sed "s|\"gpt-mini.json\"|\"$work/llama.json\"|" "$src/configs/gpt-mini-train.json" > "$work/llama-train.json"
+args=(--config "$work/llama-train.json" --train "$work/data.tok" --valid "$work/data.tok" --seq-len 32
+      --warmup-steps 3 --eval-every 5 --eval-batches 2 --log-every 1 --dropout 0 --threads 1 --steps 10
+      --set schedule.total_steps=10 --set checkpoints=false)
+run llama-one 1 --batch-size 4
+run llama-tp2 2 --batch-size 4 --tensor-parallel 2
+run llama-sparse-tp2 2 --batch-size 4 --tensor-parallel 2 --block-size 16 --sparsity 0.5
+run llama-sparse-half 2 --batch-size 4 --tensor-parallel 2 --block-size 16 --sparsity 0.5 "${ck[@]}"
+resume llama-sparse-one-from-tp2 llama-sparse-half 1 --batch-size 4 --block-size 16 --sparsity 0.5
+plan llama-tp2 2 --batch-size 4 --tensor-parallel 2
+compare_runs <<'PY'
+same_losses("llama-one", "llama-tp2")
+same_losses("llama-sparse-tp2", "llama-sparse-one-from-tp2")
+if resumed_at("llama-sparse-one-from-tp2") != [0, 5]:
+    fails.append(f"llama-sparse-one-from-tp2: resumed_from {resumed_at('llama-sparse-one-from-tp2')}")
+run_line = lambda r: next(j for j in map(json.loads, open(f"{w}/{r}/metrics.jsonl")) if j.get("kind") == "run")
+plan = json.loads(open(f"{w}/llama-tp2.plan").read().strip().splitlines()[-1])
+if plan["family"] != "llama" or plan["stored_parameters"] != run_line("llama-tp2")["parameters"]:
+    fails.append(f"llama-tp2: the plan ({plan['family']}) holds {plan['stored_parameters']} parameters per rank, "
+                 f"the run {run_line('llama-tp2')['parameters']}")
+if not plan["stored_parameters"] < run_line("llama-one")["parameters"]:
+    fails.append("llama-tp2: a rank holds no fewer parameters than one process")
+s = [x["loss"] for x in lines("llama-sparse-tp2") if x["kind"] == "train"]
+if not s[-1] < s[0]: fails.append(f"llama-sparse-tp2: the loss did not go down ({s[0]} -> {s[-1]})")
 PY
 echo "tensor_parallel: passed"

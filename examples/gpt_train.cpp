@@ -72,7 +72,7 @@ int dispatch(const gpt_job& job, const typename Family::config_type& cfg, parall
     using trainer_t = trainer<Model, policies>;
     sparse_plan plan{.sparsity = sp.sparsity, .block = sp.block_size};
     if (sp.update) plan.pooling = block_pooling_of(sp.update->pooling);
-    // Tensor parallelism: this rank's slice of every block (GPT only; main refuses the others).
+    // Tensor parallelism: this rank's slice of every block.
     const std::size_t tp = job.run.trainer.tensor_parallel;
     auto make = [&](const sparse_plan& p) {
       if constexpr (std::is_constructible_v<Model, const typename Family::config_type&, const sparse_plan&,
@@ -173,11 +173,8 @@ int main(int argc, char** argv) {
                    is_llama ? "max_position_embeddings " : "n_positions ", positions);
     SPARSELM_CHECK(!job.run.settings.sparsity.update || job.run.settings.sparsity.block_size > 0, ctx,
                    ": field 'sparsity.update' (dynamic sparsity) needs block-sparse projections (sparsity.block_size)");
-    if (const std::size_t tp = job.run.trainer.tensor_parallel; tp > 1) {  // what a split model cannot do yet
-      const std::string what = ctx + ": trainer.tensor_parallel (--tensor-parallel) " + std::to_string(tp) + ": ";
-      SPARSELM_CHECK(!is_llama, what, "model_type 'llama' does not split over ranks yet (GPT models do)");
+    if (const std::size_t tp = job.run.trainer.tensor_parallel; tp > 1)
       tensor_grid::split_of(replicas.group(), tp);  // ranks a multiple of the group, before any work
-    }
     job.options.keep_checkpoints = job.run.settings.keep_checkpoints;
     if (job.run.threads > 0) set_num_threads(job.run.threads);
     job.resolved = job.run.resolved();

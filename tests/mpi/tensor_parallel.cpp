@@ -1,6 +1,7 @@
-// Tensor parallelism (parallel/tensor_parallel.hpp) under mpirun: GPT's and S1's blocks split over a
-// group of ranks give one process's loss and gradients (S1 with its block-sparse embedding and head
-// projections whole on every rank). Each rank builds its slice of the model
+// Tensor parallelism (parallel/tensor_parallel.hpp) under mpirun: GPT's, S1's and LLaMA's blocks split
+// over a group of ranks give one process's loss and gradients (S1 with its block-sparse embedding and
+// head projections whole on every rank; LLaMA with grouped-query attention, each rank holding its
+// query heads' key/value heads, and the gated feed-forward). Each rank builds its slice of the model
 // (gpt(cfg, plan, {rank, P}), initialised from the shared seed), and, for the reference, every
 // rank's slice locally (initialisation is deterministic) assembled into the whole model
 // (models/tensor_shards.hpp). The group runs one forward and backward with the step's tensor_sum
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "sparselm/models/gpt.hpp"
+#include "sparselm/models/llama.hpp"
 #include "sparselm/models/sparse_lm.hpp"
 #include "sparselm/models/tensor_shards.hpp"
 #include "sparselm/parallel/mpi.hpp"
@@ -147,7 +149,7 @@ void check_replicated_check(parallel::replica_group& tp, Model& mine, const std:
       expect_named("the block pattern of '" + n.weight().name + "'", "a changed replicated pattern");
       col[0] = old;
     });
-    expect(changed || std::is_same_v<Model, gpt<float, S>>, what + ": S1 has no replicated block-sparse layer");
+    expect(changed || !std::is_same_v<Model, sparse_lm<float, S>>, what + ": S1 has no replicated block-sparse layer");
   }
   try {
     check_group_replicated(tp, mine, "after the changes were undone");
@@ -228,11 +230,28 @@ sparse_lm_config tiny_s1(std::size_t block) {
   return c;
 }
 
-// Model: gpt or sparse_lm, over cfg (layers blocks); the slices and the whole model are built from
-// a plan of 50 % blocks.
+// LLaMA of the same size: 4 query heads over 2 key/value heads (2 and 1 per rank of a group of 2), an
+// untied head, biases on every projection (so that column-split biases are sliced and row-split
+// ones replicated).
+llama_config tiny_llama() {
+  llama_config c;
+  c.vocab_size = 61;
+  c.max_position_embeddings = 16;
+  c.num_hidden_layers = 2;
+  c.hidden_size = 64;
+  c.intermediate_size = 128;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.attention_bias = c.mlp_bias = true;
+  c.initializer_range = 0.2f;
+  return c;
+}
+
+// Model: gpt, sparse_lm or llama, over cfg (layers blocks, sliced tensors per block); the slices
+// and the whole model are built from a plan of 50 % blocks.
 template <class Model>
 void check_group(mpi_group& world, parallel::replica_group& tp, parallel::replica_group* dp, const char* name,
-                 const typename Model::config_type& cfg, std::size_t layers) {
+                 const typename Model::config_type& cfg, std::size_t layers, std::size_t sliced_per_block = 6) {
   using S = typename Model::sparsity;
   const std::size_t P = tp.size(), R = dp ? dp->size() : 1, replica = dp ? dp->rank() : 0;
   sparse_plan plan;
@@ -322,8 +341,10 @@ void check_group(mpi_group& world, parallel::replica_group& tp, parallel::replic
   // every rank the same bits, and what follows them is the same arithmetic).
   const auto& L = mine.params().layout();
   const auto sliced = sliced_tensors(mine, L.count());
-  expect(std::size_t(std::count(sliced.begin(), sliced.end(), true)) == layers * 6,
-         what + ": not 6 sliced tensors per block (c_attn and c_fc weight and bias, the c_proj weights)");
+  // GPT, S1: c_attn's and c_fc's weights and biases, the c_proj weights; LLaMA: the 7 weights, the
+  // q, k, v, gate and up biases
+  expect(std::size_t(std::count(sliced.begin(), sliced.end(), true)) == layers * sliced_per_block,
+         what + ": not " + std::to_string(sliced_per_block) + " sliced tensors per block");
   for (std::size_t i = 0; i < L.count(); ++i)
     if (!sliced[i])
       for (std::size_t r = 1; r < P; ++r)
@@ -427,6 +448,9 @@ int main(int argc, char** argv) {
         check_group<sparse_lm<float, dense>>(world, *tp_group, dp.get(), "S1 dense", tiny_s1(0), 2);
         check_group<sparse_lm<float, block_sparse<16>>>(world, *tp_group, dp.get(), "S1 block-sparse 16", tiny_s1(16),
                                                         2);
+        check_group<llama<float, dense>>(world, *tp_group, dp.get(), "LLaMA dense", tiny_llama(), 2, 12);
+        check_group<llama<float, block_sparse<16>>>(world, *tp_group, dp.get(), "LLaMA block-sparse 16", tiny_llama(),
+                                                    2, 12);
         check_errors(world);
       } catch (const std::exception& e) {
         expect(false, std::string("error: ") + e.what());

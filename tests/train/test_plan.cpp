@@ -183,4 +183,33 @@ TEST_CASE("plan: a tensor-parallel rank's share holds what the rank's model slic
                        sparselm::error);
 }
 
+TEST_CASE("plan: a tensor-parallel rank's share of a LLaMA holds what its slice registers (grouped heads split)") {
+  plan_inputs in;
+  in.batch = 2;
+  in.seq = 8;
+  in.tensor_parallel = 2;
+  for (const auto& c : llama_variants()) {
+    if (c.kv_heads() % 2 != 0) continue;  // multi-query: one key/value head does not split (below)
+    CAPTURE(c.num_key_value_heads);
+    CAPTURE(c.attention_bias);
+    const run_plan p = make_run_plan(model_shape_of(c), in);
+    llama<float> slice(c, {}, parallel::tensor_split{.rank = 1, .size = 2});
+    CHECK(p.stored_parameters == double(slice.num_parameters()));
+    CHECK(p.model.heads == c.num_attention_heads / 2);
+    CHECK(p.model.kv_heads == c.kv_heads() / 2);
+    CHECK(p.model.ff == c.intermediate_size / 2);
+    // the comparison can fail: the slice holds fewer parameters than the whole model
+    plan_inputs one = in;
+    one.tensor_parallel = 1;
+    CHECK(make_run_plan(model_shape_of(c), one).stored_parameters > p.stored_parameters);
+  }
+  llama_config mq = small_llama();
+  mq.num_key_value_heads = 1;
+  CHECK_THROWS_WITH_AS(make_run_plan(model_shape_of(mq), in), doctest::Contains("1 key/value heads do not split over 2"),
+                       sparselm::error);
+  CHECK_THROWS_WITH_AS(llama<float>(mq, {}, parallel::tensor_split{.rank = 0, .size = 2}),
+                       doctest::Contains("key/value heads (1) do not split over a tensor-parallel group of 2"),
+                       sparselm::error);
+}
+
 }  // namespace SPARSELM_UNITY_ID

@@ -34,8 +34,8 @@ struct block_options {
   std::shared_ptr<const kernels::block_causal_pattern> attn_pattern;  // static block-sparse attention, or null
   std::uint64_t site = 0;                   // dropout streams of the block's parts (set by the block)
   // Tensor parallelism: this rank's part of the group its attention heads and feed-forward hidden
-  // units are split over (parallel/tensor_parallel.hpp; self_attention and feed_forward). Parts that
-  // cannot be split refuse an active split.
+  // units are split over (parallel/tensor_parallel.hpp; self_attention, grouped_query_attention,
+  // feed_forward and gated_feed_forward). Parts that cannot be split refuse an active split.
   parallel::tensor_split tensor{};
   block_names names{};
 };

@@ -102,8 +102,8 @@ P make_part(arena_layout& layout, const std::string& prefix, const block_options
   if constexpr (std::constructible_from<P, arena_layout&, const std::string&, const block_options&>) {
     if constexpr (!requires { requires P::tensor_parallel; })
       SPARSELM_CHECK(!o.tensor.active(), "'", prefix, "': this part does not split over a tensor-parallel group (",
-                     o.tensor.size, " ranks); tensor parallelism splits GPT-style self-attention and GELU "
-                     "feed-forward layers only");
+                     o.tensor.size, " ranks); tensor parallelism splits self-attention, grouped-query attention and "
+                     "the GELU and gated feed-forward layers only");
     return P(layout, prefix, o);
   }
   else if constexpr (std::constructible_from<P, arena_layout&, const std::string&, std::size_t, const norm_options&>)

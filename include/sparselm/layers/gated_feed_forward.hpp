@@ -8,6 +8,9 @@
 // Tensors "<prefix>.{gate,up,down}_proj.weight" (HF LLaMA names), bias-free unless asked.
 // g, u and a live in the layer's cache, the backward's da (then dg) in its workspace, one for every
 // instance of a model (scratch::get).
+// Tensor parallelism (parallel/tensor_parallel.hpp): each rank of the group holds F/P hidden units,
+// its columns of Wg and Wu and its rows of Wd; forward sums y over the group (then Wd's bias, once),
+// backward sums dx.
 
 #include <cmath>
 #include <string>
@@ -17,6 +20,7 @@
 #include "sparselm/layers/block_options.hpp"
 #include "sparselm/layers/context.hpp"
 #include "sparselm/layers/linear.hpp"
+#include "sparselm/layers/tensor_parallel.hpp"
 #include "sparselm/layers/visit.hpp"
 
 namespace sparselm {
@@ -56,22 +60,31 @@ class gated_feed_forward {
   using workspace = gated_feed_forward_workspace;
   using linear_type = linear<T, Sparsity>;
   static constexpr gate_activation activation = A;
+  // Splits over a tensor-parallel group (block_options::tensor; layers/branch.hpp).
+  static constexpr bool tensor_parallel = true;
   struct cache {
     typename linear_type::cache gate_c, up_c, down_c;
     buffer g, u, a;  // (N,F) each; backward: u's buffer takes du
+    buffer tp_dx;    // this rank's part of dx, when a tensor-parallel backward accumulates
   };
 
   gated_feed_forward() = default;
+  // tp: split the hidden units over a tensor-parallel group: this rank holds hidden/tp.size of them.
   gated_feed_forward(arena_layout& layout, const std::string& prefix, std::size_t channels, std::size_t hidden,
-                     bool bias = false, const sparse_plan* plan = nullptr)
-      : f_(hidden), gate_(layout, prefix + ".gate_proj", channels, hidden, bias, plan),
-        up_(layout, prefix + ".up_proj", channels, hidden, bias, plan),
-        down_(layout, prefix + ".down_proj", hidden, channels, bias, plan, linear_role::residual_output) {}
+                     bool bias = false, const sparse_plan* plan = nullptr, parallel::tensor_split tp = {})
+      : f_(tp.share(hidden, "feed-forward '" + prefix + "': hidden units")),
+        gate_(layout, prefix + ".gate_proj", channels, f_, bias, plan),
+        up_(layout, prefix + ".up_proj", channels, f_, bias, plan),
+        down_(layout, prefix + ".down_proj", f_, channels, bias, plan, linear_role::residual_output) {
+    gate_.set_split({parallel::split_kind::columns, 1, tp});
+    up_.set_split({parallel::split_kind::columns, 1, tp});
+    down_.set_split({parallel::split_kind::rows, 1, tp});
+  }
   // As a block's part (layers/block.hpp).
   gated_feed_forward(arena_layout& layout, const std::string& prefix, const block_options& o)
-      : gated_feed_forward(layout, prefix, o.channels, o.hidden, o.ffn_bias, o.plan) {}
+      : gated_feed_forward(layout, prefix, o.channels, o.hidden, o.ffn_bias, o.plan, o.tensor) {}
 
-  std::size_t hidden() const noexcept { return f_; }
+  std::size_t hidden() const noexcept { return f_; }  // this rank's hidden units under tensor parallelism
   const linear_type& gate_proj() const noexcept { return gate_; }
   const linear_type& up_proj() const noexcept { return up_; }
   const linear_type& down_proj() const noexcept { return down_; }
@@ -83,6 +96,20 @@ class gated_feed_forward {
   }
 
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
+    forward_local(s, x, y, c);
+    detail::reduce_output(s, down_, y);
+  }
+
+  // dx assigned (or accumulated when accumulate_dx).
+  void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
+                bool accumulate_dx = false) const {
+    detail::reduce_input_grad(s, gate_, dx, accumulate_dx, c.tp_dx,
+                              [&](matrix_view<float> d, bool acc) { backward_local(s, dy, d, c, acc); });
+  }
+
+ private:
+  // This rank's part of forward and backward (the whole layer without tensor parallelism).
+  void forward_local(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
     const std::size_t N = x.rows;
     auto g = c.g.matrix(N, f_), u = c.u.matrix(N, f_), a = c.a.matrix(N, f_);
     gate_.forward(s, x, g, c.gate_c);
@@ -99,9 +126,8 @@ class gated_feed_forward {
     down_.forward(s, a, y, c.down_c);
   }
 
-  // dx assigned (or accumulated when accumulate_dx).
-  void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
-                bool accumulate_dx = false) const {
+  void backward_local(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
+                      bool accumulate_dx) const {
     const std::size_t N = dy.rows;
     auto da = s.tmp->get<workspace>().da.matrix(N, f_);
     down_.backward(s, dy, da, c.down_c);
@@ -121,7 +147,6 @@ class gated_feed_forward {
     up_.backward(s, u, dx, c.up_c, true);
   }
 
- private:
   std::size_t f_ = 0;
   linear_type gate_, up_, down_;
 };

@@ -15,6 +15,9 @@
 // forward_cached keeps G·D keys and values per position in the kv_cache (kv_width()).
 // The layer keeps what backward reads in its cache and its backward's temporaries (datt, dqkv) in
 // its workspace, one for every instance of a model (scratch::get).
+// Tensor parallelism (parallel/tensor_parallel.hpp): each rank of a group of P holds H/P query heads
+// and the G/P key/value heads they read (P must divide G), its columns of Wq, Wk, Wv and its rows of
+// Wo; forward sums y over the group (then Wo's bias, once), backward sums dx.
 
 #include <cmath>
 #include <cstdint>
@@ -28,6 +31,7 @@
 #include "sparselm/layers/kv_cache.hpp"
 #include "sparselm/layers/linear.hpp"
 #include "sparselm/layers/rotary.hpp"
+#include "sparselm/layers/tensor_parallel.hpp"
 #include "sparselm/layers/visit.hpp"
 
 namespace sparselm {
@@ -45,8 +49,11 @@ class grouped_query_attention {
   using workspace = grouped_attention_workspace;
   using linear_type = linear<T, Sparsity>;
   static constexpr kernels::attention_mask mask = kernels::attention_mask::causal;
+  // Splits over a tensor-parallel group (block_options::tensor; layers/branch.hpp).
+  static constexpr bool tensor_parallel = true;
   struct cache {
     typename linear_type::cache q_c, k_c, v_c, o_c;
+    buffer tp_dx;        // this rank's part of dx, when a tensor-parallel backward accumulates
     buffer q, k, v;      // (N,HD), (N,GD), (N,GD) projections (q, k rotated)
     buffer qkv;          // (N,3HD) the attention kernel's input
     buffer att, lse;     // (N,HD), (B·H·T)
@@ -54,20 +61,26 @@ class grouped_query_attention {
   };
 
   grouped_query_attention() = default;
+  // tp: split the heads over a tensor-parallel group (above): heads() and kv_heads() are this rank's.
   grouped_query_attention(arena_layout& layout, const std::string& prefix, std::size_t channels, std::size_t heads,
                           std::size_t kv_heads, std::size_t head_dim, float rope_theta = 10000.0f, bool qkv_bias = false,
                           bool proj_bias = false, float attn_dropout = 0.0f, std::uint64_t site = 0,
-                          const sparse_plan* plan = nullptr)
-      : c_(channels), h_(heads), g_(kv_heads ? kv_heads : heads), d_(head_dim), drop_(attn_dropout), site_(site),
+                          const sparse_plan* plan = nullptr, parallel::tensor_split tp = {})
+      : c_(channels), h_(tp.share(heads, "attention '" + prefix + "': heads")),
+        g_(tp.share(kv_heads ? kv_heads : heads, "attention '" + prefix + "': key/value heads")), d_(head_dim),
+        drop_(attn_dropout), site_(tp.active() ? mix_stream(site, 0x7470 + tp.rank) : site),
         rope_(valid(prefix, channels, heads, kv_heads, head_dim), rope_theta, "attention '" + prefix + "'"),
         q_(layout, prefix + ".q_proj", channels, h_ * d_, qkv_bias, plan),
         k_(layout, prefix + ".k_proj", channels, g_ * d_, qkv_bias, plan),
         v_(layout, prefix + ".v_proj", channels, g_ * d_, qkv_bias, plan),
-        o_(layout, prefix + ".o_proj", h_ * d_, channels, proj_bias, plan, linear_role::residual_output) {}
+        o_(layout, prefix + ".o_proj", h_ * d_, channels, proj_bias, plan, linear_role::residual_output) {
+    for (auto* l : {&q_, &k_, &v_}) l->set_split({parallel::split_kind::columns, 1, tp});
+    o_.set_split({parallel::split_kind::rows, 1, tp});
+  }
   // As a block's part (layers/block.hpp).
   grouped_query_attention(arena_layout& layout, const std::string& prefix, const block_options& o)
       : grouped_query_attention(layout, prefix, o.channels, o.heads, o.kv_heads, o.head_dim, o.rope_theta, o.qkv_bias,
-                                o.proj_bias, o.attn_dropout, mix_stream(o.site, 1), o.plan) {}
+                                o.proj_bias, o.attn_dropout, mix_stream(o.site, 1), o.plan, o.tensor) {}
 
   std::size_t heads() const noexcept { return h_; }
   std::size_t kv_heads() const noexcept { return g_; }
@@ -87,6 +100,47 @@ class grouped_query_attention {
   }
 
   void forward(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
+    forward_local(s, x, y, c);
+    detail::reduce_output(s, o_, y);
+  }
+
+  // dx assigned (or accumulated when accumulate_dx).
+  void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
+                bool accumulate_dx = false) const {
+    detail::reduce_input_grad(s, q_, dx, accumulate_dx, c.tp_dx,
+                              [&](matrix_view<float> d, bool acc) { backward_local(s, dy, d, c, acc); });
+  }
+
+  // Incremental decoding (one process: a model split over ranks does not decode): x holds s.seq new
+  // positions of each of s.batch sequences at positions [past, past + s.seq); their rotated keys and
+  // values go into layer `layer` of kv (width G·D).
+  void forward_cached(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c, kv_cache& kv,
+                      std::size_t layer, std::size_t past) const {
+    SPARSELM_CHECK(!o_.split().active(), "attention '", o_.weight().name,
+                   "': decoding with a kv cache runs in one process, not split over a tensor-parallel group");
+    const std::size_t B = s.batch, n = s.seq, N = x.rows, HD = h_ * d_, GD = g_ * d_;
+    SPARSELM_CHECK(N == B * n && kv.batch() == B && kv.width() == GD && layer < kv.layers(),
+                   "attention: cached forward of ", N, " rows (", B, " x ", n, ", kv width ", GD,
+                   ") does not fit the kv cache (batch ", kv.batch(), ", width ", kv.width(), ", layers ", kv.layers(), ")");
+    auto q = project(s, x, c, n, past);
+    const float* k = c.k.get(N * GD).data();
+    const float* v = c.v.get(N * GD).data();
+    for (std::size_t b = 0; b < B; ++b) {
+      auto K = kv.keys(layer, b), V = kv.values(layer, b);
+      for (std::size_t i = 0; i < n; ++i) {
+        std::copy_n(k + (b * n + i) * GD, GD, K.row(past + i));
+        std::copy_n(v + (b * n + i) * GD, GD, V.row(past + i));
+      }
+    }
+    auto att = c.att.matrix(N, HD);
+    const kernels::decode_shape ds{B, n, past, kv.capacity(), h_, d_};
+    kernels::grouped_decode_attention(q, kv.keys(layer, 0).data, kv.values(layer, 0).data, ds, g_, att,
+                                      c.lse.get(B * h_ * kv.capacity()));
+    o_.forward(s, att, y, c.o_c);
+  }
+
+ private:
+  void forward_local(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c) const {
     const std::size_t N = x.rows, HD = h_ * d_;
     SPARSELM_CHECK(N == s.batch * s.seq, "attention: ", N, " rows but batch ", s.batch, " x seq ", s.seq);
     auto q = project(s, x, c, s.seq, 0);
@@ -108,9 +162,8 @@ class grouped_query_attention {
     o_.forward(s, att, y, c.o_c);
   }
 
-  // dx assigned (or accumulated when accumulate_dx).
-  void backward(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
-                bool accumulate_dx = false) const {
+  void backward_local(const step_context& s, const_matrix_view<float> dy, matrix_view<float> dx, cache& c,
+                      bool accumulate_dx) const {
     const std::size_t N = dy.rows, HD = h_ * d_, GD = g_ * d_, rep = h_ / g_;
     auto& w = s.tmp->get<workspace>();
     auto datt = w.datt.matrix(N, HD);
@@ -140,32 +193,6 @@ class grouped_query_attention {
     v_.backward(s, dv, dx, c.v_c, true);
   }
 
-  // Incremental decoding: x holds s.seq new positions of each of s.batch sequences at positions
-  // [past, past + s.seq); their rotated keys and values go into layer `layer` of kv (width G·D).
-  void forward_cached(const step_context& s, const_matrix_view<float> x, matrix_view<float> y, cache& c, kv_cache& kv,
-                      std::size_t layer, std::size_t past) const {
-    const std::size_t B = s.batch, n = s.seq, N = x.rows, HD = h_ * d_, GD = g_ * d_;
-    SPARSELM_CHECK(N == B * n && kv.batch() == B && kv.width() == GD && layer < kv.layers(),
-                   "attention: cached forward of ", N, " rows (", B, " x ", n, ", kv width ", GD,
-                   ") does not fit the kv cache (batch ", kv.batch(), ", width ", kv.width(), ", layers ", kv.layers(), ")");
-    auto q = project(s, x, c, n, past);
-    const float* k = c.k.get(N * GD).data();
-    const float* v = c.v.get(N * GD).data();
-    for (std::size_t b = 0; b < B; ++b) {
-      auto K = kv.keys(layer, b), V = kv.values(layer, b);
-      for (std::size_t i = 0; i < n; ++i) {
-        std::copy_n(k + (b * n + i) * GD, GD, K.row(past + i));
-        std::copy_n(v + (b * n + i) * GD, GD, V.row(past + i));
-      }
-    }
-    auto att = c.att.matrix(N, HD);
-    const kernels::decode_shape ds{B, n, past, kv.capacity(), h_, d_};
-    kernels::grouped_decode_attention(q, kv.keys(layer, 0).data, kv.values(layer, 0).data, ds, g_, att,
-                                      c.lse.get(B * h_ * kv.capacity()));
-    o_.forward(s, att, y, c.o_c);
-  }
-
- private:
   // q, k, v of x into the cache, q and k rotated for positions [past, past + n) of each sequence.
   matrix_view<float> project(const step_context& s, const_matrix_view<float> x, cache& c, std::size_t n,
                              std::size_t past) const {

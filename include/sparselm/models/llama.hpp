@@ -35,6 +35,7 @@
 #include "sparselm/models/hf_config.hpp"
 #include "sparselm/models/lm_loss.hpp"
 #include "sparselm/models/transformer.hpp"
+#include "sparselm/parallel/tensor_parallel.hpp"
 #include "sparselm/sparse/sparsity.hpp"
 
 namespace sparselm {
@@ -148,7 +149,11 @@ class llama : public transformer<token_embedding, llama_block<T, Sparsity, Gate>
   using sparsity = Sparsity;
 
   // plan: block counts of the projections when Sparsity is block_sparse<B> (ignored when dense).
-  explicit llama(const llama_config& cfg, const sparse_plan& plan = {}) : cfg_(cfg) {
+  // tp: this rank's part of a tensor-parallel group (parallel/tensor_parallel.hpp): every block's
+  // query and key/value heads and hidden units are split over it (it must divide the key/value
+  // heads); the embedding, norms and head are whole on every rank.
+  explicit llama(const llama_config& cfg, const sparse_plan& plan = {}, parallel::tensor_split tp = {})
+      : cfg_(cfg), tp_(tp) {
     this->plan_ = plan;
     SPARSELM_CHECK(cfg.num_attention_heads % cfg.kv_heads() == 0, "llama: field 'num_attention_heads' (",
                    cfg.num_attention_heads, ") is not divisible by 'num_key_value_heads' (", cfg.kv_heads(), ")");
@@ -165,7 +170,8 @@ class llama : public transformer<token_embedding, llama_block<T, Sparsity, Gate>
                     .ffn_bias = cfg.mlp_bias,
                     .kv_heads = cfg.kv_heads(),
                     .rope_theta = cfg.rope_theta,
-                    .plan = &this->plan_};
+                    .plan = &this->plan_,
+                    .tensor = tp};
     o.names = {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"};
     auto blocks = base::make_blocks(*layout, cfg.num_hidden_layers, o, "layers.");
     typename base::head_type head(*layout, emb.wte(),
@@ -180,23 +186,28 @@ class llama : public transformer<token_embedding, llama_block<T, Sparsity, Gate>
   }
 
   const llama_config& config() const noexcept { return cfg_; }
+  const parallel::tensor_split& tensor_split() const noexcept { return tp_; }
 
   // HF LLaMA's initialisation: N(0, initializer_range) for every weight and the embedding (and an
-  // untied head), zero biases, unit norms. Deterministic in the seed.
+  // untied head), zero biases, unit norms. Deterministic in the seed (under tensor parallelism the
+  // blocks' projections, a rank's slices, draw from parallel::shard_seed(seed, rank)).
   void init(std::uint64_t seed) {
     counter_rng rng(seed);
+    const counter_rng shard_rng(parallel::shard_seed(seed, tp_));  // the only linear layers are the blocks'
+
     const float std = cfg_.initializer_range;
     auto& p = this->params();
     visit_tree(*this, [&](const auto& n) {
       using N = std::decay_t<decltype(n)>;
       if constexpr (std::is_same_v<N, param_ref>) rng.fill_normal(p[n.index], n.index, 0.0f, std);
       else if constexpr (std::is_same_v<N, rms_norm>) n.init(p);
-      else if constexpr (is_linear_v<N>) n.init(p, rng, std);
+      else if constexpr (is_linear_v<N>) n.init(p, shard_rng, std);
     });
   }
 
  private:
   llama_config cfg_;
+  parallel::tensor_split tp_;
 };
 
 }  // namespace sparselm

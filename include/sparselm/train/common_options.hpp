@@ -106,7 +106,7 @@ inline std::span<const option_entry> common_options() {
        "processes"},
       {"trainer.tensor_parallel", "--tensor-parallel", k::count,
        "Under mpirun: split every block's attention heads and feed-forward hidden units over groups of N ranks "
-       "(tensor parallelism; a multiple of N ranks: data replicas of the split model). gpt_train (GPT models), "
+       "(tensor parallelism; a multiple of N ranks: data replicas of the split model). gpt_train (GPT and LLaMA), "
        "sparse_lm, bert_pretrain, bert_classify and bert_squad (a block-sparse encoder when its checkpoint's "
        "patterns divide evenly over the group); checkpoints hold the whole "
        "model; "

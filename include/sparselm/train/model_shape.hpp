@@ -117,13 +117,14 @@ inline model_shape model_shape_of(const llama_config& c) {
   const bool ab = c.attention_bias, mb = c.mlp_bias;
   for (std::size_t l = 0; l < m.layers; ++l) {
     const std::string p = "layers." + std::to_string(l);
-    m.projections.push_back({p + ".self_attn.q_proj.weight", C, HD, ab, true, 0, true});
-    m.projections.push_back({p + ".self_attn.k_proj.weight", C, GD, ab, true, 0, true});
-    m.projections.push_back({p + ".self_attn.v_proj.weight", C, GD, ab, true, 0, true});
-    m.projections.push_back({p + ".self_attn.o_proj.weight", HD, C, ab, true, 0, true});
-    m.projections.push_back({p + ".mlp.gate_proj.weight", C, F, mb, true, 0, true});
-    m.projections.push_back({p + ".mlp.up_proj.weight", C, F, mb, true, 0, true});
-    m.projections.push_back({p + ".mlp.down_proj.weight", F, C, mb, true, 0, true});
+    using split = projection_shape::split;
+    m.projections.push_back({p + ".self_attn.q_proj.weight", C, HD, ab, true, 0, true, split::columns});
+    m.projections.push_back({p + ".self_attn.k_proj.weight", C, GD, ab, true, 0, true, split::columns});
+    m.projections.push_back({p + ".self_attn.v_proj.weight", C, GD, ab, true, 0, true, split::columns});
+    m.projections.push_back({p + ".self_attn.o_proj.weight", HD, C, ab, true, 0, true, split::rows});
+    m.projections.push_back({p + ".mlp.gate_proj.weight", C, F, mb, true, 0, true, split::columns});
+    m.projections.push_back({p + ".mlp.up_proj.weight", C, F, mb, true, 0, true, split::columns});
+    m.projections.push_back({p + ".mlp.down_proj.weight", F, C, mb, true, 0, true, split::rows});
     m.other_parameters += 2 * C;  // input_layernorm, post_attention_layernorm
     m.tensors += 2 + 7 + (ab ? 4 : 0) + (mb ? 3 : 0);
   }
@@ -168,16 +169,17 @@ inline model_shape model_shape_of(const bert_config& c, head_kind head, std::siz
 }
 
 // One rank's share of m split over a tensor-parallel group of n ranks (parallel/tensor_parallel.hpp):
-// H/n heads and F/n hidden units per block, the split projections' slices (a column-split bias
-// with its columns); the embedding, norms, head and the output projections' biases whole. An
-// error names the heads or hidden units n does not divide, or a model with no split blocks.
+// H/n heads (and G/n key/value heads) and F/n hidden units per block, the split projections'
+// slices (a column-split bias with its columns); the embedding, norms, head and the output
+// projections' biases whole. An error names the heads or hidden units n does not divide.
 inline model_shape tensor_parallel_share(model_shape m, std::size_t n) {
   if (n <= 1) return m;
-  SPARSELM_CHECK(!m.llama_parts, "tensor parallelism: the plan splits GPT, S1 and BERT blocks; ", m.family,
-                 " does not split over ranks");
   SPARSELM_CHECK(m.heads % n == 0, "tensor parallelism: ", m.heads, " attention heads do not split over ", n, " ranks");
+  SPARSELM_CHECK(m.kv_heads % n == 0, "tensor parallelism: ", m.kv_heads, " key/value heads do not split over ", n,
+                 " ranks");
   SPARSELM_CHECK(m.ff % n == 0, "tensor parallelism: ", m.ff, " hidden units do not split over ", n, " ranks");
   m.heads /= n;
+  m.kv_heads /= n;
   m.ff /= n;
   for (auto& q : m.projections) {
     if (q.tensor == projection_shape::split::columns) q.out /= n;
