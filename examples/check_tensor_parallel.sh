@@ -8,7 +8,9 @@
 # 2. A grid of 2 tensor-parallel ranks x 2 data replicas (4 ranks, 2 rows each) against the same
 #    1 process x 4 rows; and the group with recompute (the blocks' forward sums run again in
 #    backward), bf16 products and 2 micro-batches against 1 process with the same options; and
-#    per-tensor clipping (each tensor by its whole norm: the slices' squares summed over the group).
+#    per-tensor clipping (each tensor by its whole norm: the slices' squares summed over the group);
+#    and the group with its weights, gradients and Adam slots offloaded to files (--offload) against
+#    the group in memory (the same arithmetic: 1e-7), also saved at step 5 and resumed offloaded.
 # 3. Block-sparse GPT (B = 16): each slice has its own pattern (no one-process run has these
 #    blocks), so the grid (2 x 2, 2 rows each) is compared with the group of 2 (4 rows).
 # 4. Checkpoints are the whole model's (train/tensor_checkpoint.hpp): the group saves at step 5 and
@@ -52,6 +54,7 @@ run sparse-tp2 2 --batch-size 4 --tensor-parallel 2 --block-size 16 --sparsity 0
 run sparse-grid 4 --batch-size 2 --tensor-parallel 2 --block-size 16 --sparsity 0.5
 run one-pt 1 --batch-size 4 --clip per_tensor --max-norm 0.05
 run tp2-pt 2 --batch-size 4 --clip per_tensor --max-norm 0.05 --tensor-parallel 2
+run tp2-off 2 --batch-size 4 --tensor-parallel 2 --offload "$work"
 
 # 4. checkpoints: a first half of 5 steps (the schedule is the 10-step runs'), then resumes
 ck=(--set checkpoints=true --steps 5)
@@ -59,6 +62,8 @@ run tp2-half 2 --batch-size 4 --tensor-parallel 2 "${ck[@]}"
 run one-half 1 --batch-size 4 "${ck[@]}"
 run sparse-grid-half 4 --batch-size 2 --tensor-parallel 2 --block-size 16 --sparsity 0.5 "${ck[@]}"
 resume tp2-resumed tp2-half 2 --batch-size 4 --tensor-parallel 2
+run tp2-off-half 2 --batch-size 4 --tensor-parallel 2 --offload "$work" "${ck[@]}"
+resume tp2-off-resumed tp2-off-half 2 --batch-size 4 --tensor-parallel 2 --offload "$work"
 resume one-from-tp2 tp2-half 1 --batch-size 4
 resume tp2-from-one one-half 2 --batch-size 4 --tensor-parallel 2
 resume sparse-one-from-grid sparse-grid-half 1 --batch-size 4 --block-size 16 --sparsity 0.5
@@ -82,6 +87,10 @@ same_losses("one", "grid")
 same_losses("one-rb", "tp2-rb")
 same_losses("sparse-tp2", "sparse-grid")
 same_losses("one-pt", "tp2-pt")  # per-tensor clipping by the whole tensors' norms
+same_losses("tp2", "tp2-off", 1e-7)  # offloaded state: the same arithmetic, streamed through files
+same_losses("tp2", "tp2-off-resumed", 1e-7)  # an offloaded group's checkpoint, resumed offloaded
+for r in ("tp2-off", "tp2-off-resumed"):  # the state was in files: every training line reports its I/O
+    if not all("offload" in x for x in lines(r) if x["kind"] == "train"): fails.append(f"{r}: a line without 'offload'")
 same_losses("tp2", "tp2-resumed", 1e-7)  # the whole state back in the same split: the same arithmetic
 same_losses("one", "one-from-tp2")
 same_losses("one", "tp2-from-one")
@@ -103,7 +112,7 @@ for other in ("dyn-grid", "dyn-resumed"):
             fails.append(f"{other}: update at step {k} {v[k]} differs from dyn-tp2's {u[k]}")
     if sorted(v) != sorted(u): fails.append(f"{other}: pattern updates at {sorted(v)}")  # (a resume logs all)
 if sorted(updates("dyn-one-from-tp2")) != [2, 4, 6, 8]: fails.append("dyn-one-from-tp2: not updated after the resume")
-for r in ("tp2-resumed", "one-from-tp2", "sparse-one-from-grid", "dyn-resumed", "dyn-one-from-tp2"):  # the resumes did resume, at step 5
+for r in ("tp2-resumed", "tp2-off-resumed", "one-from-tp2", "sparse-one-from-grid", "dyn-resumed", "dyn-one-from-tp2"):  # the resumes did resume, at step 5
     if resumed_at(r) != [0, 5]: fails.append(f"{r}: resumed_from {resumed_at(r)}")
 # the sparse group learns (its own patterns, no reference run): the last training loss is below the first
 s = [x["loss"] for x in lines("sparse-tp2") if x["kind"] == "train"]

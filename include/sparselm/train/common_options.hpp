@@ -110,7 +110,8 @@ inline std::span<const option_entry> common_options() {
        "sparse_lm, bert_pretrain, bert_classify and bert_squad (a block-sparse encoder when its checkpoint's "
        "patterns divide evenly over the group); checkpoints hold the whole "
        "model; "
-       "dynamic sparsity updates each rank's slices. Not with pipeline stages, shard_optimizer or offload yet",
+       "dynamic sparsity updates each rank's slices; with offload each rank's slices go to its own files. Not with "
+       "pipeline stages or shard_optimizer yet",
        "", "1", "processes", 1, 4096},
       {"threads", "--threads", k::count, "Threads per process (0: all cores)", "", "0", "processes", 0,
        double(limits::threads)},

@@ -425,13 +425,12 @@ class trainer {
     if constexpr (!distributed) {
       fail(what, "needs the data_parallel::mpi policy (the groups are MPI ranks)");
     } else if constexpr (!requires { model_.tensor_split(); }) {
-      fail(what, "the model does not split over ranks (tensor parallelism splits GPT, S1 and BERT models)");
+      fail(what, "the model does not split over ranks (tensor parallelism splits GPT, S1, BERT and LLaMA models)");
     } else {
       SPARSELM_CHECK(model_.tensor_split().size == o_.tensor_parallel, what, "the model was built split over ",
                      model_.tensor_split().size, " ranks");
       SPARSELM_CHECK(o_.pipeline.stages <= 1, what, "not with pipeline stages (", o_.pipeline.stages, ") yet");
       SPARSELM_CHECK(!o_.shard_optimizer, what, "not with shard_optimizer yet");
-      SPARSELM_CHECK(o_.offload.empty(), what, "not with offloaded state yet");
       sliced_ = sliced_tensors(model_, model_.params().layout().count());
     }
   }
