@@ -194,7 +194,6 @@ class llama : public transformer<token_embedding, llama_block<T, Sparsity, Gate>
   void init(std::uint64_t seed) {
     counter_rng rng(seed);
     const counter_rng shard_rng(parallel::shard_seed(seed, tp_));  // the only linear layers are the blocks'
-
     const float std = cfg_.initializer_range;
     auto& p = this->params();
     visit_tree(*this, [&](const auto& n) {
