@@ -28,6 +28,7 @@
 #include "sparselm/core/checked.hpp"
 #include "sparselm/core/dtype.hpp"
 #include "sparselm/core/error.hpp"
+#include "sparselm/core/huge_pages.hpp"
 #include "sparselm/core/offload_stats.hpp"
 #include "sparselm/core/view.hpp"
 
@@ -146,7 +147,8 @@ struct aligned_free {
 };
 // Arenas from this size on are mapped from the system directly (zero pages that take memory only
 // once written, so a part a process never writes, such as another pipeline stage's gradients,
-// costs nothing); smaller ones come from aligned_alloc and are zeroed.
+// costs nothing; backed by huge pages where the system allows, core/huge_pages.hpp); smaller ones
+// come from aligned_alloc and are zeroed.
 inline constexpr std::size_t arena_map_bytes = std::size_t(4) << 20;
 // The file descriptor of an offloaded arena's file (kept for zeroing by punching holes and for
 // starting write-back), closed with the arena.
@@ -231,6 +233,7 @@ class arena {
       void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       SPARSELM_CHECK(m != MAP_FAILED, "arena: cannot map ", bytes, " bytes (", layout_->count(), " tensors, the first '",
                      (*layout_)[0].name, "'): out of memory");
+      detail::advise_huge_pages(m, bytes);  // 2 MiB pages: one fault per 512 first touches
       data_ = std::unique_ptr<T, detail::aligned_free>(static_cast<T*>(m), detail::aligned_free{bytes});
       return;
     }
