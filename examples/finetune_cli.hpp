@@ -97,15 +97,20 @@ class finetune_cli {
 
   // The encoder's block sparsity: that of the --init-from checkpoint, or when resuming that of the
   // run's newest checkpoint (block 0: dense). resuming: set when that was the run's newest checkpoint.
-  sparselm::io::checkpoint_sparsity sparsity(bool& resuming) const {
-    resuming = false;
-    if (job.resume)
-      if (auto latest = sparselm::io::checkpoint_dir(job.out / "checkpoints").latest()) {
-        resuming = true;
-        return sparselm::io::read_checkpoint_sparsity(*latest);
-      }
-    if (job.init_from.empty()) return {};
-    return sparselm::io::read_checkpoint_sparsity(sparselm::io::resolve_checkpoint(job.init_from));
+  // The checkpoint is read once (plan_gate, then with_encoder_sparsity, take the same result).
+  const sparselm::io::checkpoint_sparsity& sparsity(bool& resuming) const {
+    if (!read_) {
+      read_.emplace();
+      if (job.resume)
+        if (auto latest = sparselm::io::checkpoint_dir(job.out / "checkpoints").latest()) {
+          read_->resuming = true;
+          read_->sparsity = sparselm::io::read_checkpoint_sparsity(*latest);
+        }
+      if (!read_->resuming && !job.init_from.empty())
+        read_->sparsity = sparselm::io::read_checkpoint_sparsity(sparselm::io::resolve_checkpoint(job.init_from));
+    }
+    resuming = read_->resuming;
+    return read_->sparsity;
   }
 
   // Tensor parallelism (trainer.tensor_parallel, --tensor-parallel): the encoder's blocks split over
@@ -134,7 +139,7 @@ class finetune_cli {
   std::optional<int> plan_gate(const sparselm::model_shape& m, std::size_t seq, std::size_t ranks,
                                bool first_process) const {
     bool resuming = false;
-    const auto sp = sparsity(resuming);
+    const auto& sp = sparsity(resuming);
     sparselm::plan_inputs in = sparselm::plan_inputs_of(settings, seq, ranks);
     const auto& want = settings.sparsity;
     const bool prune = want.block_given && want.block_size != 0 && sp.block == 0 && !resuming;
@@ -151,7 +156,7 @@ class finetune_cli {
   template <class F>
   int with_encoder_sparsity(bool say, F&& f) {
     bool resuming = false;
-    const auto sp = sparsity(resuming);
+    const auto& sp = sparsity(resuming);
     const auto& want = settings.sparsity;
     const std::string& ctx = settings.context;
     pruning = want.block_given && want.block_size != 0 && sp.block == 0 && !resuming;
@@ -285,6 +290,11 @@ class finetune_cli {
   sparselm::finetune_job_options job;
   bool pruning = false;  // set by with_encoder_sparsity: a fresh run pruning --init-from (start_pruned)
   sparselm::io::checkpoint_sparsity encoder;  // set there too: a block-sparse checkpoint whose patterns it takes
+  struct checkpoint_read {
+    sparselm::io::checkpoint_sparsity sparsity;
+    bool resuming = false;
+  };
+  mutable std::optional<checkpoint_read> read_;  // sparsity()'s one reading of the checkpoint
 };
 
 }  // namespace examples
