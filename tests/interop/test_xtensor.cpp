@@ -95,6 +95,9 @@ TEST_CASE("tensor aliases are 64-byte aligned and view as matrices") {
   CHECK(t(6, 32) == 3.0f);
   array<float> d(std::vector<std::size_t>{2, 3, 4});
   CHECK(reinterpret_cast<std::uintptr_t>(d.data()) % 64 == 0);
+  // xtensor knows the storage is aligned (its assignments use aligned loads and stores)
+  CHECK(std::is_same_v<xsimd::container_alignment_t<aligned_uvector<float>>, xsimd::aligned_mode>);
+  CHECK(std::is_same_v<xsimd::container_alignment_t<aligned_uvector<double>>, xsimd::aligned_mode>);
 }
 
 TEST_CASE("xtensor: a view of whole rows is read from its own rows; other layouts are copied or refused") {

@@ -191,3 +191,12 @@ auto xt_gradient(Model& m, const std::string& name) {
 }
 
 }  // namespace sparselm
+
+// sparselm's aligned_allocator (core/tensor.hpp) gives 64-byte aligned blocks, as wide as any SIMD
+// register: xtensor may assign into sparselm::tensor and sparselm::array with aligned loads and stores.
+namespace xsimd {
+template <class T>
+struct allocator_alignment<sparselm::aligned_allocator<T>> {
+  using type = aligned_mode;
+};
+}  // namespace xsimd
